@@ -1,0 +1,221 @@
+"""The on-disk format: the only module that knows how samples and manifests look as bytes.
+
+Format version 1. A shard is a plain (USTAR) tar file written by webdataset's `TarWriter`. Each tar
+member ``<key>.msgpack`` is a *record*: a block of up to ``windows_per_record`` windows, stored
+column-wise as a msgpack map:
+
+    tokens   bin     the windows' bases back to back, uint8 byte-level ids, no specials
+    lengths  [int]   bases per window (slices `tokens`)
+    seq_id   [str]   sequence each window comes from
+    start    [int]   0-based offset of the window in its sequence
+    window   [int]   window number within its sequence
+    tag      [str]   control-tag text per window ("" when none)
+
+Why blocks and not one member per window: a tar member costs a 512-byte header plus padding to
+512 bytes, about 9% of an 8 kb window, so one-member-per-window shards need about 1.15 bytes per
+input base at the default stride, and the loader pays tar parsing per window. A block of 16
+windows brings the overhead under 1% and parsing cost per window down 16x. ``--windows-per-record
+1`` gives exactly one member per window. Nothing is pickled: shards load with ``WDS_SECURE=1``.
+
+Each window's key is ``<seq_id>/<window>``; it leads back to the FASTA substring
+``seq_id[start:start + length]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+import msgpack
+import numpy as np
+from webdataset import TarWriter
+
+FORMAT_NAME = "bionemo-wds"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+RECORD_SUFFIX = "msgpack"
+DEFAULT_PREFIX = "wdshards"
+TAR_MTIME = 0  # fixed member time: the same windows always give the same bytes
+
+
+def shard_name(index: int, prefix: str = DEFAULT_PREFIX) -> str:
+    """File name of shard `index` of a split."""
+    return f"{prefix}-{index:06d}.tar"
+
+
+@dataclass
+class WindowBlock:
+    """Decoded record: windows as one uint8 buffer plus per-window columns."""
+
+    tokens: np.ndarray  # uint8, all windows back to back (a view on the record bytes)
+    lengths: np.ndarray  # int64
+    seq_id: list[str]
+    start: np.ndarray  # int64
+    window: np.ndarray  # int64
+    tag: list[str]
+
+    def __len__(self) -> int:
+        return len(self.seq_id)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Start of each window in `tokens` (length n + 1)."""
+        return np.concatenate([[0], np.cumsum(self.lengths)])
+
+    def bases(self, i: int) -> np.ndarray:
+        """Bases of window `i` (a view, no copy)."""
+        off = self.offsets
+        return self.tokens[off[i] : off[i + 1]]
+
+    def keys(self) -> list[str]:
+        return [window_key(s, int(w)) for s, w in zip(self.seq_id, self.window)]
+
+
+def window_key(seq_id: str, window: int) -> str:
+    """Identity of a window across the whole dataset."""
+    return f"{seq_id}/{window}"
+
+
+def encode_record(
+    bases: list[bytes], seq_ids: list[str], starts: list[int], windows: list[int], tags: list[str]
+) -> bytes:
+    """Pack a block of windows into record bytes (deterministic for equal input)."""
+    return msgpack.packb(
+        {
+            "tokens": b"".join(bases),
+            "lengths": [len(b) for b in bases],
+            "seq_id": seq_ids,
+            "start": starts,
+            "window": windows,
+            "tag": tags,
+        },
+        use_bin_type=True,
+    )
+
+
+def decode_record(data: bytes) -> WindowBlock:
+    """Unpack record bytes; tokens stay a zero-copy view on `data`."""
+    obj = msgpack.unpackb(data, raw=False)
+    return WindowBlock(
+        tokens=np.frombuffer(obj["tokens"], dtype=np.uint8),
+        lengths=np.asarray(obj["lengths"], dtype=np.int64),
+        seq_id=obj["seq_id"],
+        start=np.asarray(obj["start"], dtype=np.int64),
+        window=np.asarray(obj["window"], dtype=np.int64),
+        tag=obj["tag"],
+    )
+
+
+class _HashingWriter(io.RawIOBase):
+    """File wrapper that hashes and counts what goes through, so a shard is read only once."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        self.sha.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+
+@dataclass
+class ShardInfo:
+    path: str  # relative to the dataset root
+    n_samples: int
+    n_tokens: int
+    bytes: int
+    sha256: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def write_shard_atomic(final: Path, records: Iterator[tuple[str, bytes]]) -> tuple[int, str]:
+    """Write records to `final` so that the name appears only when the file is complete.
+
+    Returns (bytes, sha256). The temporary file is hidden (dot name, no ``.tar`` suffix) so shard
+    globs never see it, and it is removed on any failure.
+    """
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            hashing = _HashingWriter(fh)
+            with TarWriter(hashing, mtime=TAR_MTIME) as writer:
+                for key, data in records:
+                    writer.write({"__key__": key, RECORD_SUFFIX: data})
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return hashing.size, hashing.sha.hexdigest()
+
+
+def file_sha256(path: Path) -> tuple[int, str]:
+    """(size, sha256) of a file."""
+    sha = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            sha.update(chunk)
+            size += len(chunk)
+    return size, sha.hexdigest()
+
+
+def iter_records(fileobj: BinaryIO, name: str = "<stream>") -> Iterator[tuple[str, WindowBlock]]:
+    """(member key, block) for every record of a shard stream; errors name the shard."""
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+            for member in tar:
+                if not member.isreg():
+                    continue
+                key, _, suffix = member.name.partition(".")
+                if suffix != RECORD_SUFFIX:
+                    continue
+                data = tar.extractfile(member).read()
+                if len(data) != member.size:
+                    raise tarfile.ReadError(f"member {member.name} is truncated")
+                try:
+                    yield key, decode_record(data)
+                except Exception as exc:
+                    raise ValueError(f"shard {name}: record {key} cannot be decoded: {exc}") from exc
+    except tarfile.TarError as exc:
+        raise ValueError(f"shard {name} is not a complete tar file: {exc}") from exc
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON so readers see the old file or the whole new one, never a part."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of a prepared dataset; a clear error when it is missing or foreign."""
+    path = Path(root) / MANIFEST_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: {root} is not a prepared dataset (run `bionemo-wds prepare`)")
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT_NAME:
+        raise ValueError(f"{path} is not a bionemo-wds manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format version {manifest.get('format_version')}; this bionemo-wds reads version {FORMAT_VERSION}"
+        )
+    return manifest

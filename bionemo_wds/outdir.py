@@ -1,0 +1,86 @@
+"""What an output directory holds, and whether a prepare run may write into it.
+
+A directory is ours when it has a manifest (finished run) or a plan (interrupted run), or holds
+nothing but our cache. Anything else in it is someone's data, and we never write there or delete
+it, with or without ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.format import MANIFEST_NAME
+from bionemo_wds.splits import SPLIT_NAMES
+
+PLAN_NAME = ".prepare-plan.json"
+CACHE_NAME = ".cache"
+
+
+class OutState(Enum):
+    NEW = "new"  # absent or empty (or only our cache): start from scratch
+    FINISHED = "finished"  # same request already completed
+    RESUME = "resume"  # same request interrupted: finish it
+
+
+def _stored_request(out: Path) -> tuple[str, dict[str, Any]] | None:
+    for name in (MANIFEST_NAME, PLAN_NAME):
+        path = out / name
+        if path.exists():
+            try:
+                return name, json.loads(path.read_text())["request"]
+            except (ValueError, KeyError) as exc:
+                raise BadInputError(f"{path} is unreadable ({exc}); remove it or use another --out") from exc
+    return None
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def clear_ours(out: Path) -> None:
+    """Remove what a prepare run writes (manifest, plan, cache, split directories), nothing else."""
+    for name in (MANIFEST_NAME, PLAN_NAME):
+        (out / name).unlink(missing_ok=True)
+    for name in (CACHE_NAME, *SPLIT_NAMES):
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+
+
+def remove_stale_temporaries(out: Path) -> None:
+    """Delete hidden temporary files left by a killed run (they never carry a final name)."""
+    for tmp in out.rglob(".*.tmp-*"):
+        tmp.unlink(missing_ok=True)
+
+
+def check_out_dir(out: Path, request: dict[str, Any], overwrite: bool) -> OutState:
+    """Decide what to do with `out` for `request`; refuses foreign data and changed parameters."""
+    if not out.exists():
+        return OutState.NEW
+    if not out.is_dir():
+        raise BadInputError(f"--out {out} exists and is not a directory")
+    stored = _stored_request(out)
+    if stored is None:
+        others = [p.name for p in out.iterdir() if p.name != CACHE_NAME]
+        if others:
+            raise BadInputError(
+                f"--out {out} holds other data ({', '.join(sorted(others)[:5])}"
+                f"{', ...' if len(others) > 5 else ''}) and no bionemo-wds manifest; choose an empty or new directory"
+            )
+        return OutState.NEW
+    source, old = stored
+    diffs = _differences(old, request)
+    if not diffs:
+        return OutState.FINISHED if source == MANIFEST_NAME else OutState.RESUME
+    if not overwrite:
+        raise BadInputError(
+            f"--out {out} was prepared with other parameters ({'; '.join(diffs)}); "
+            "use --overwrite to replace it or choose another directory"
+        )
+    clear_ours(out)
+    return OutState.NEW

@@ -1,0 +1,116 @@
+"""Read-only views of a prepared dataset: `inspect` (from the manifest) and `verify` (every byte)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from bionemo_wds.format import file_sha256, iter_records, read_manifest
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def inspect_text(root: str | Path) -> str:
+    """Splits, shards, samples, tokens, bytes per token and the length mix, as text tables."""
+    manifest = read_manifest(Path(root))
+    params = manifest["params"]
+    splits: dict[str, Any] = manifest["splits"]
+    rows, total = [], [0, 0, 0, 0, 0, 0]
+    for name, s in splits.items():
+        size = sum(sh["bytes"] for sh in s["shards"])
+        vals = [len(s["shards"]), s["n_sequences"], s["n_samples"], s["n_tokens"], s["n_bases"], size]
+        total = [a + b for a, b in zip(total, vals)]
+        rows.append([name, *[f"{v:,}" for v in vals[:5]], _fmt_bytes(size), f"{size / max(s['n_tokens'], 1):.3f}",
+                     f"{size / max(s['n_bases'], 1):.3f}"])
+    rows.append(["all", *[f"{v:,}" for v in total[:5]], _fmt_bytes(total[5]), f"{total[5] / max(total[3], 1):.3f}",
+                 f"{total[5] / max(total[4], 1):.3f}"])
+    out = [
+        f"dataset {root}  (format v{manifest['format_version']}, bionemo-wds {manifest['package_version']})",
+        f"seq_length {params['seq_length']}  window {params['window_length']}  stride {params['stride']}  "
+        f"tail {params['tail']}  tags {params['tags']}  seed {params['seed']}  "
+        f"windows/record {params['windows_per_record']}",
+        "",
+        _table(["split", "shards", "sequences", "samples", "tokens", "bases", "bytes", "bytes/token", "bytes/base"], rows),
+        "",
+        "length mix (share of the split's bases per length bucket; sequences in brackets)",
+    ]
+    labels = list(next(iter(splits.values()))["length_mix"]) if splits else []
+    mix_rows = []
+    for name, s in splits.items():
+        mix = s["length_mix"]
+        mix_rows.append([name, *[f"{mix[b]['bases'] / max(s['n_bases'], 1):6.1%} ({mix[b]['sequences']})" for b in labels]])
+    out.append(_table(["split", *labels], mix_rows))
+    if manifest.get("skipped"):
+        out.append(f"\nskipped sequences: {len(manifest['skipped'])} (see manifest 'skipped')")
+    if manifest.get("unassigned_sequences"):
+        out.append(f"sequences in no split list: {manifest['unassigned_sequences']}")
+    return "\n".join(out)
+
+
+@dataclass
+class VerifyReport:
+    checked: int = 0
+    samples: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(root: str | Path, progress: bool = True) -> VerifyReport:
+    """Re-read every shard: size, sha256, readable records, sample and token counts."""
+    root = Path(root)
+    manifest = read_manifest(root)
+    report = VerifyReport()
+    shards = [sh for s in manifest["splits"].values() for sh in s["shards"]]
+    listed = {sh["path"] for sh in shards}
+    for split in manifest["splits"]:
+        for path in sorted((root / split).glob(f"{manifest['params']['prefix']}-*.tar")):
+            rel = f"{split}/{path.name}"
+            if rel not in listed:
+                report.problems.append(f"{rel}: shard on disk but not in the manifest")
+    for sh in tqdm(shards, desc="verify", unit="shard", disable=not progress):
+        path = root / sh["path"]
+        report.checked += 1
+        if not path.exists():
+            report.problems.append(f"{sh['path']}: missing")
+            continue
+        size, sha = file_sha256(path)
+        if size != sh["bytes"]:
+            report.problems.append(f"{sh['path']}: {size} bytes, manifest says {sh['bytes']} (truncated or replaced)")
+        elif sha != sh["sha256"]:
+            report.problems.append(f"{sh['path']}: sha256 {sha[:12]}... differs from the manifest's {sh['sha256'][:12]}...")
+        samples = tokens = 0
+        try:
+            with open(path, "rb") as fh:
+                for _, block in iter_records(fh, sh["path"]):
+                    samples += len(block)
+                    tokens += int(block.lengths.sum())
+                    if int(block.lengths.sum()) != len(block.tokens):
+                        raise ValueError(f"shard {sh['path']}: a record's lengths disagree with its tokens")
+        except ValueError as exc:
+            report.problems.append(f"{sh['path']}: {exc}")
+            continue
+        report.samples += samples
+        if samples != sh["n_samples"] or tokens != sh["n_tokens"]:
+            report.problems.append(
+                f"{sh['path']}: holds {samples} samples / {tokens} tokens, manifest says "
+                f"{sh['n_samples']} / {sh['n_tokens']}"
+            )
+    return report

@@ -1,0 +1,118 @@
+"""Assign whole sequences to train/val/test.
+
+Pure functions over length arrays, no I/O. A sequence never lands in two splits. The stratified
+split follows Eden: sequences are bucketed by length (<10 kb, <100 kb, longer) and each bucket is
+divided by the ratios, so every split gets the same length mix. Within a bucket we go longest
+first (ties in a seeded random order) and give each sequence to the split furthest below its share
+of the bucket's bases; this keeps base shares within one sequence of the target, where a plain
+count split can miss badly when a few long contigs dominate.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from bionemo_wds.errors import BadInputError
+
+SPLIT_NAMES = ("train", "val", "test")
+#: Upper bounds (exclusive) of the length buckets; the last bucket is open-ended.
+DEFAULT_BUCKET_EDGES = (10_000, 100_000)
+
+
+def bucket_labels(edges: Sequence[int] = DEFAULT_BUCKET_EDGES) -> list[str]:
+    """Human-readable names of the buckets, e.g. ``['<10kb', '<100kb', '>=100kb']``."""
+
+    def fmt(n: int) -> str:
+        return f"{n // 1000}kb" if n % 1000 == 0 else f"{n}bp"
+
+    return [f"<{fmt(e)}" for e in edges] + [f">={fmt(edges[-1])}"]
+
+
+def length_buckets(lengths: np.ndarray, edges: Sequence[int] = DEFAULT_BUCKET_EDGES) -> np.ndarray:
+    """Bucket number of each length (0 for the shortest bucket)."""
+    return np.searchsorted(np.asarray(edges), np.asarray(lengths), side="right")
+
+
+def check_ratios(ratios: Sequence[float]) -> np.ndarray:
+    """Ratios as a normalised array of three; refuses negative or all-zero ratios."""
+    arr = np.asarray(ratios, dtype=np.float64)
+    if arr.shape != (len(SPLIT_NAMES),):
+        raise BadInputError(f"--split needs {len(SPLIT_NAMES)} ratios (train,val,test), got {list(ratios)}")
+    if (arr < 0).any() or arr.sum() <= 0:
+        raise BadInputError(f"--split ratios must be non-negative and not all zero, got {list(ratios)}")
+    return arr / arr.sum()
+
+
+def stratified_split(
+    lengths: np.ndarray,
+    ratios: Sequence[float],
+    seed: int,
+    edges: Sequence[int] = DEFAULT_BUCKET_EDGES,
+) -> np.ndarray:
+    """Split number (0 train, 1 val, 2 test) for every sequence.
+
+    Every split with a positive ratio gets at least one sequence; fewer sequences than such splits
+    is an error.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    share = check_ratios(ratios)
+    wanted = np.flatnonzero(share > 0)
+    if len(lengths) < len(wanted):
+        raise BadInputError(
+            f"{len(lengths)} sequence(s) cannot fill {len(wanted)} splits "
+            f"({', '.join(SPLIT_NAMES[i] for i in wanted)}): a sequence never goes to two splits; "
+            "give more sequences or set the empty splits' ratios to 0 with --split"
+        )
+    assignment = np.full(len(lengths), -1, dtype=np.int8)
+    buckets = length_buckets(lengths, edges)
+    for bucket in np.unique(buckets):
+        members = np.flatnonzero(buckets == bucket)
+        rng = np.random.default_rng([seed, 0x5E11, int(bucket)])
+        members = members[rng.permutation(len(members))]
+        members = members[np.argsort(-lengths[members], kind="stable")]
+        given = np.zeros(len(share), dtype=np.float64)
+        for idx in members:
+            deficit = share * (given.sum() + lengths[idx]) - given
+            deficit[share == 0] = -np.inf
+            choice = int(np.argmax(deficit))
+            assignment[idx] = choice
+            given[choice] += lengths[idx]
+    _fill_empty_splits(assignment, lengths, wanted)
+    return assignment
+
+
+def _fill_empty_splits(assignment: np.ndarray, lengths: np.ndarray, wanted: np.ndarray) -> None:
+    """Give each empty wanted split the shortest sequence of the most populous split."""
+    for split in wanted:
+        if (assignment == split).any():
+            continue
+        counts = np.bincount(assignment, minlength=len(SPLIT_NAMES))
+        donor = int(np.argmax(counts))
+        candidates = np.flatnonzero(assignment == donor)
+        shortest = candidates[np.argmin(lengths[candidates])]
+        assignment[shortest] = split
+
+
+def split_from_lists(names: Sequence[str], lists: Mapping[str, Sequence[str]]) -> np.ndarray:
+    """Split number for every sequence from explicit name lists; -1 for sequences in no list.
+
+    A name listed twice (in one or two lists) or absent from the inputs is an error.
+    """
+    position = {name: i for i, name in enumerate(names)}
+    assignment = np.full(len(names), -1, dtype=np.int8)
+    for split, listed in lists.items():
+        if split not in SPLIT_NAMES:
+            raise BadInputError(f"unknown split {split!r} in the split lists; use {', '.join(SPLIT_NAMES)}")
+        code = SPLIT_NAMES.index(split)
+        for name in listed:
+            if name not in position:
+                raise BadInputError(f"sequence {name!r} of the {split} list is not in the inputs")
+            idx = position[name]
+            if assignment[idx] != -1:
+                raise BadInputError(
+                    f"sequence {name!r} is listed for both {SPLIT_NAMES[assignment[idx]]} and {split}"
+                )
+            assignment[idx] = code
+    return assignment

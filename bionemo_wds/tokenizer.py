@@ -1,0 +1,67 @@
+"""Byte-level DNA tokenizer in the Evo2 style.
+
+A base is its upper-case ASCII code (``A`` -> 65); specials sit below any printable byte, so a
+token id says by itself whether it is a base, a tag byte or a special. Shards store only bases;
+specials and tags are added at load time, so one set of shards serves models with and without
+control tags.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bionemo_wds.errors import BadInputError
+
+EOS_ID = 0
+PAD_ID = 1
+BOS_ID = 2
+SEP_ID = 3
+UNK_ID = 4
+#: Specials around every sample: BOS, SEP (after the tag, which may be empty) and EOS.
+N_SPECIALS_PER_SAMPLE = 3
+
+#: IUPAC nucleotide codes (upper case); lower case is accepted and upper-cased.
+IUPAC_CODES = b"ACGTURYSWKMBDHVN"
+
+#: `bytes.translate` table: lower case to upper case, everything else unchanged.
+UPPERCASE_TABLE = bytes(range(256)).upper()
+
+
+def _valid_mask() -> np.ndarray:
+    mask = np.zeros(256, dtype=bool)
+    for code in IUPAC_CODES:
+        mask[code] = True
+        mask[ord(chr(code).lower())] = True
+    return mask
+
+
+#: ``VALID_BASE[byte]`` is True for an IUPAC code of either case.
+VALID_BASE: np.ndarray = _valid_mask()
+
+
+def replace_invalid_table() -> bytes:
+    """`bytes.translate` table that upper-cases IUPAC codes and maps every other byte to ``N``."""
+    table = bytearray(UPPERCASE_TABLE)
+    for byte in range(256):
+        if not VALID_BASE[byte]:
+            table[byte] = ord("N")
+    return bytes(table)
+
+
+def first_invalid(bases: bytes) -> int:
+    """Index of the first byte of `bases` that is not an IUPAC code, or -1 when all are valid."""
+    arr = np.frombuffer(bases, dtype=np.uint8)
+    bad = ~VALID_BASE[arr]
+    if not bad.any():
+        return -1
+    return int(np.argmax(bad))
+
+
+def encode_tag(tag: str, seq_id: str) -> bytes:
+    """Tag text as token bytes; only printable ASCII, so no tag byte collides with a special."""
+    data = tag.encode("utf-8")
+    if any(b < 32 or b > 126 for b in data):
+        raise BadInputError(
+            f"control tag of sequence {seq_id!r} has non-printable or non-ASCII characters: {tag!r}"
+        )
+    return data

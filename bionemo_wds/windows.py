@@ -1,0 +1,92 @@
+"""Window arithmetic: which slices of each sequence become samples.
+
+Pure functions over numpy arrays, no I/O, so the counts can be checked against the formula by
+property tests. Eden's rule for a sequence of length ``L``, window ``W`` and stride ``S``:
+``1 + (L - W) // S`` windows for ``L >= W`` (dropping up to ``S - 1`` tail bases), one short window
+for ``L < W``. ``tail="end"`` (our default) adds one window aligned to the sequence end whenever
+the regular grid leaves tail bases, so no base is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.tokenizer import N_SPECIALS_PER_SAMPLE
+
+TAIL_MODES = ("end", "drop")
+
+
+def window_length(seq_length: int, max_tag_bytes: int) -> int:
+    """Bases per window so that BOS + tag + SEP + bases + EOS fills `seq_length` exactly."""
+    bases = seq_length - N_SPECIALS_PER_SAMPLE - max_tag_bytes
+    if bases < 1:
+        raise BadInputError(
+            f"--seq-length {seq_length} leaves no room for bases after {N_SPECIALS_PER_SAMPLE} "
+            f"special tokens and the longest control tag ({max_tag_bytes} bytes)"
+        )
+    return bases
+
+
+def check_stride(stride: int, window: int, seq_length: int, max_tag_bytes: int) -> None:
+    """Refuse strides that would skip bases between windows or make no progress."""
+    if stride < 1:
+        raise BadInputError(f"--stride must be at least 1, got {stride}")
+    if stride > window:
+        raise BadInputError(
+            f"--stride {stride} is larger than the window of {window} bases "
+            f"(--seq-length {seq_length} minus {N_SPECIALS_PER_SAMPLE} specials minus the longest "
+            f"tag, {max_tag_bytes} bytes): bases between windows would be lost; use --stride <= {window}"
+        )
+
+
+def window_counts(lengths: np.ndarray, window: int, stride: int, tail: str = "end") -> np.ndarray:
+    """Number of windows cut from each sequence length."""
+    if tail not in TAIL_MODES:
+        raise ValueError(f"tail must be one of {TAIL_MODES}, got {tail!r}")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    excess = np.maximum(lengths - window, 0)
+    counts = 1 + excess // stride
+    if tail == "end":
+        counts += (excess % stride) > 0
+    return counts
+
+
+@dataclass(frozen=True)
+class WindowTable:
+    """Every window of a set of sequences, as parallel arrays (one row per window)."""
+
+    seq_index: np.ndarray  # int64: row in the catalog
+    window_index: np.ndarray  # int64: window number within its sequence
+    start: np.ndarray  # int64: 0-based offset in the sequence
+    length: np.ndarray  # int64: bases in the window (< window only for short sequences)
+
+    def __len__(self) -> int:
+        return int(self.seq_index.shape[0])
+
+    def take(self, rows: np.ndarray) -> "WindowTable":
+        """The windows at `rows`, in that order."""
+        return WindowTable(
+            self.seq_index[rows], self.window_index[rows], self.start[rows], self.length[rows]
+        )
+
+
+def window_table(
+    seq_indices: np.ndarray, lengths: np.ndarray, window: int, stride: int, tail: str = "end"
+) -> WindowTable:
+    """All windows of the sequences `seq_indices` (with lengths `lengths`), in sequence order."""
+    seq_indices = np.asarray(seq_indices, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    counts = window_counts(lengths, window, stride, tail)
+    total = int(counts.sum())
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
+    first_row = np.repeat(np.cumsum(counts) - counts, counts)
+    window_index = np.arange(total, dtype=np.int64) - first_row
+    seq_len = lengths[rows]
+    # The tail window of `tail="end"` is the one grid step that would run past the end:
+    # clamping its start to L - W aligns it to the sequence end.
+    start = np.minimum(window_index * stride, np.maximum(seq_len - window, 0))
+    length = np.minimum(seq_len, window)
+    return WindowTable(seq_indices[rows], window_index, start, length)

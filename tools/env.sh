@@ -1,0 +1,23 @@
+# Sourced by tools/demo.sh and tools/test.sh: create or reuse a virtualenv and install the package.
+# - An active virtualenv ($VIRTUAL_ENV) is used as it is; otherwise .venv at the repo root.
+# - torch: the CPU build 2.13.0 is installed only when no torch is importable, so a user's own
+#   torch is never replaced (and pip never pulls a multi-GB CUDA build for the bare requirement).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+    PY="$VIRTUAL_ENV/bin/python"
+else
+    [ -x "$ROOT/.venv/bin/python" ] || python3 -m venv "$ROOT/.venv"
+    PY="$ROOT/.venv/bin/python"
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+    echo "installing torch 2.13.0 (CPU build) into $("$PY" -c 'import sys; print(sys.prefix)')" >&2
+    "$PY" -m pip install -q "torch==2.13.0"
+fi
+STAMP="$("$PY" -c 'import sys; print(sys.prefix)')/.bionemo-wds-installed"
+if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
+    "$PY" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v "is ignored: it is neither" >&2 || true
+    "$PY" -c "import bionemo_wds, torch, lightning, webdataset"  # fail here, loudly, if the install did not work
+    touch "$STAMP"
+fi
