@@ -1,0 +1,237 @@
+"""prepare on real genomes: exact windows, disjoint and stratified splits, determinism, resume."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bionemo_wds.cli import main
+from bionemo_wds.format import iter_records, read_manifest
+from bionemo_wds.prepare import PrepareOptions, prepare
+from bionemo_wds.report import verify
+from bionemo_wds.splits import SPLIT_NAMES, length_buckets
+
+from conftest import KLEBSIELLA, LAMBDA
+
+SMALL = dict(seq_length=2048, stride=1900, samples_per_shard=150, windows_per_record=7, progress=False)
+
+
+def all_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]]]:
+    """split -> [(seq_id, start, window, bases, tag)] read back from the shards via the manifest."""
+    manifest = read_manifest(root)
+    out = {}
+    for split, info in manifest["splits"].items():
+        rows = []
+        for shard in info["shards"]:
+            with open(root / shard["path"], "rb") as fh:
+                for _, block in iter_records(fh, shard["path"]):
+                    for i in range(len(block)):
+                        rows.append((block.seq_id[i], int(block.start[i]), int(block.window[i]),
+                                     block.bases(i).tobytes(), block.tag[i]))
+        out[split] = rows
+    return out
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def kleb_small(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("kleb") / "out"
+    prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, workers=2))
+    return out
+
+
+@pytest.mark.parametrize("tail", ["end", "drop"])
+def test_every_window_is_the_fasta_substring(tmp_path, klebsiella_seqs, tail):
+    out = tmp_path / "out"
+    prepare([KLEBSIELLA], out, PrepareOptions(**{**SMALL, "tail": tail}, workers=1))
+    window = read_manifest(out)["params"]["window_length"]
+    assert window == 2048 - 3
+    seen = 0
+    covered = {name: np.zeros(len(s), bool) for name, s in klebsiella_seqs.items()}
+    for rows in all_windows(out).values():
+        for seq_id, start, _, bases, tag in rows:
+            ref = klebsiella_seqs[seq_id][start : start + window].upper().encode()
+            assert bases == ref, (seq_id, start)
+            assert tag == ""
+            covered[seq_id][start : start + len(bases)] = True
+            seen += 1
+    assert seen > 1000
+    lost = sum(int((~c).sum()) for c in covered.values())
+    if tail == "end":
+        assert lost == 0
+    else:
+        assert 0 < lost <= len(covered) * (1900 - 1)
+
+
+def test_no_sequence_in_two_splits_and_length_mix(kleb_small, klebsiella_seqs):
+    manifest = read_manifest(kleb_small)
+    seqs_by_split = {split: {r[0] for r in rows} for split, rows in all_windows(kleb_small).items()}
+    assert set(seqs_by_split) == set(SPLIT_NAMES)
+    for a in SPLIT_NAMES:
+        for b in SPLIT_NAMES:
+            if a < b:
+                assert not seqs_by_split[a] & seqs_by_split[b]
+    assert set().union(*seqs_by_split.values()) == set(klebsiella_seqs), "no sequence lost"
+    lengths = {n: len(s) for n, s in klebsiella_seqs.items()}
+    names = list(lengths)
+    bucket_of = dict(zip(names, length_buckets(np.array([lengths[n] for n in names]))))
+    ratios = dict(zip(SPLIT_NAMES, (0.8, 0.1, 0.1)))
+    for bucket in set(bucket_of.values()):
+        total = sum(lengths[n] for n in names if bucket_of[n] == bucket)
+        for split, members in seqs_by_split.items():
+            share = sum(lengths[n] for n in members if bucket_of[n] == bucket) / total
+            assert abs(share - ratios[split]) < 0.03, (bucket, split, share)
+        # the manifest's length mix says the same thing
+    for split, info in manifest["splits"].items():
+        assert info["n_sequences"] == len(seqs_by_split[split])
+        assert info["n_bases"] == sum(lengths[n] for n in seqs_by_split[split])
+
+
+def test_windows_are_in_seeded_global_order(kleb_small):
+    rows = all_windows(kleb_small)["train"]
+    seq_ids = [r[0] for r in rows]
+    changes = sum(a != b for a, b in zip(seq_ids, seq_ids[1:]))
+    assert changes > len(rows) // 2, "shards mix sequences instead of following contig order"
+
+
+def test_same_bytes_for_one_and_two_workers(tmp_path, kleb_small):
+    one = tmp_path / "one"
+    prepare([KLEBSIELLA], one, PrepareOptions(**SMALL, workers=1))
+    assert len(read_manifest(one)["splits"]["train"]["shards"]) > 3
+    assert tree_bytes(one) == tree_bytes(kleb_small)
+
+
+def test_gzip_plain_and_multimember_inputs_give_the_same_shards(tmp_path, kleb_small):
+    plain = tmp_path / "kleb.fa"
+    plain.write_bytes(gzip.decompress(KLEBSIELLA.read_bytes()))
+    # bgzip files are multi-member gzip; this checks that path without needing the bgzip tool
+    data = plain.read_bytes()
+    multi = tmp_path / "kleb_multi.fa.gz"
+    multi.write_bytes(b"".join(gzip.compress(data[i : i + 65280]) for i in range(0, len(data), 65280)))
+    for src in (plain, multi):
+        out = tmp_path / f"out-{src.name}"
+        prepare([src], out, PrepareOptions(**SMALL, workers=2))
+        shards = {k: v for k, v in tree_bytes(out).items() if k.endswith(".tar")}
+        assert shards == {k: v for k, v in tree_bytes(kleb_small).items() if k.endswith(".tar")}
+    assert not (tmp_path / "kleb.fa.fai").exists(), "nothing is written beside the inputs"
+
+
+def test_many_inputs_and_directories(tmp_path, lambda_seq, klebsiella_seqs):
+    indir = tmp_path / "in"
+    indir.mkdir()
+    shutil.copy(LAMBDA, indir / "lambda.fa.gz")
+    out = tmp_path / "out"
+    prepare([indir, KLEBSIELLA], out, PrepareOptions(**SMALL, workers=2))
+    seen = {r[0] for rows in all_windows(out).values() for r in rows}
+    assert seen == set(klebsiella_seqs) | {"gi|9626243|ref|NC_001416.1|"}
+
+
+def test_lineage_tags_shrink_the_window_and_travel_with_each_window(tmp_path, lambda_seq):
+    fa = tmp_path / "tagged.fa"
+    tag = "d__Viruses;p__Uroviricota;c__Caudoviricetes"
+    fa.write_text(f">lam1 phage lambda {tag}\n{lambda_seq[:20000]}\n>lam2 untagged half\n{lambda_seq[20000:]}\n")
+    out = tmp_path / "out"
+    prepare([fa], out, PrepareOptions(seq_length=1024, stride=900, tags="lineage", split=(1, 0, 0), progress=False))
+    params = read_manifest(out)["params"]
+    assert params["max_tag_bytes"] == len(tag) + 2
+    assert params["window_length"] == 1024 - 3 - len(tag) - 2
+    tags = {r[0]: r[4] for r in all_windows(out)["train"]}
+    assert tags == {"lam1": f"|{tag}|", "lam2": ""}
+
+
+def test_rerun_is_a_no_op_and_other_options_are_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["prepare", str(LAMBDA), "--out", str(out), "--seq-length", "1024", "--stride", "1000",
+            "--split", "1,0,0", "--quiet"]
+    assert main(args) == 0
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*.tar")}
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert before == {p: p.stat().st_mtime_ns for p in out.rglob("*.tar")}
+    assert main([*args, "--stride", "900"]) == 2
+    assert "stride" in capsys.readouterr().err
+    assert main([*args, "--stride", "900", "--overwrite"]) == 0
+    assert read_manifest(out)["params"]["stride"] == 900
+
+
+def test_verify_catches_flipped_byte_and_truncation(tmp_path, kleb_small, capsys):
+    ds = tmp_path / "ds"
+    shutil.copytree(kleb_small, ds)
+    assert verify(ds, progress=False).ok
+    shards = sorted(ds.rglob("*.tar"))
+    flipped, truncated = shards[0], shards[-1]
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    truncated.write_bytes(truncated.read_bytes()[:-3000])
+    report = verify(ds, progress=False)
+    names = "\n".join(report.problems)
+    assert str(flipped.relative_to(ds)) in names and str(truncated.relative_to(ds)) in names
+    assert main(["verify", str(ds), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert flipped.name in err and truncated.name in err
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_gives_the_same_bytes(tmp_path, kleb_small):
+    """A real SIGKILL mid-write: no partial shard is visible, and the rerun completes the same bytes."""
+    out = tmp_path / "out"
+    opts = ["--seq-length", "2048", "--stride", "1900", "--samples-per-shard", "150", "--windows-per-record", "7"]
+    cmd = [sys.executable, "-m", "bionemo_wds.cli", "prepare", str(KLEBSIELLA), "--out", str(out), "--quiet",
+           "--workers", "1", *opts]
+    # slow the writer down only enough to be caught mid-run: many tiny shards, one fsync each
+    slow = [*cmd[:-len(opts)], *opts[:4], "--samples-per-shard", "3", "--windows-per-record", "1"]
+    proc = subprocess.Popen(slow, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(out.glob("train/*.tar"))) < 5:
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "manifest.json").exists(), "killed too late to test resume"
+    partial = sorted(out.rglob("*.tar"))
+    assert partial, "killed before any shard"
+    assert all(p.name.startswith("wdshards-") for p in partial)
+    # the rerun with the same options finishes the job
+    subprocess.run(slow, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert not list(out.rglob(".*tmp*")) and not (out / ".cache").exists()
+    uninterrupted = tmp_path / "ref"
+    ref_cmd = [*slow]
+    ref_cmd[ref_cmd.index(str(out))] = str(uninterrupted)
+    subprocess.run(ref_cmd, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert tree_bytes(out) == tree_bytes(uninterrupted)
+    assert verify(out, progress=False).ok
+
+
+def test_config_file_and_command_line_precedence(tmp_path):
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"inputs: [{LAMBDA}]\nseq_length: 1024\nstride: 1000\nsplit: [1, 0, 0]\nseed: 7\n")
+    out = tmp_path / "out"
+    assert main(["prepare", "--config", str(cfg), "--out", str(out), "--stride", "800", "--quiet"]) == 0
+    params = read_manifest(out)["params"]
+    assert (params["seq_length"], params["stride"], params["seed"]) == (1024, 800, 7)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seq_lenght: 10\n")
+    assert main(["prepare", "--config", str(bad), "--out", str(tmp_path / "x"), "--quiet"]) == 2
+
+
+def test_help_explains_every_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["prepare", "--help"])
+    text = capsys.readouterr().out
+    for option in ("--seq-length", "--stride", "--tail", "--split", "--split-list", "--seed", "--tags",
+                   "--on-invalid", "--samples-per-shard", "--windows-per-record", "--workers", "--overwrite",
+                   "--config", "--prefix", "--quiet"):
+        assert option in text
