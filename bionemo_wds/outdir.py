@@ -25,6 +25,7 @@ class OutState(Enum):
     NEW = "new"  # absent or empty (or only our cache): start from scratch
     FINISHED = "finished"  # same request already completed
     RESUME = "resume"  # same request interrupted: finish it
+    REPLACE = "replace"  # --overwrite of an earlier run: clear it once the new input is known good
 
 
 def _stored_request(out: Path) -> tuple[str, dict[str, Any]] | None:
@@ -43,11 +44,11 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
-def clear_ours(out: Path) -> None:
+def clear_ours(out: Path, keep_cache: bool = False) -> None:
     """Remove what a prepare run writes (manifest, plan, cache, split directories), nothing else."""
     for name in (MANIFEST_NAME, PLAN_NAME):
         (out / name).unlink(missing_ok=True)
-    for name in (CACHE_NAME, *SPLIT_NAMES):
+    for name in ((() if keep_cache else (CACHE_NAME,)) + SPLIT_NAMES):
         if (out / name).is_dir():
             shutil.rmtree(out / name)
 
@@ -82,5 +83,4 @@ def check_out_dir(out: Path, request: dict[str, Any], overwrite: bool) -> OutSta
             f"--out {out} was prepared with other parameters ({'; '.join(diffs)}); "
             "use --overwrite to replace it or choose another directory"
         )
-    clear_ours(out)
-    return OutState.NEW
+    return OutState.REPLACE

@@ -36,7 +36,7 @@ from bionemo_wds.format import (
     write_json_atomic,
     write_shard_atomic,
 )
-from bionemo_wds.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, remove_stale_temporaries
+from bionemo_wds.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours, remove_stale_temporaries
 from bionemo_wds.sources.fasta import catalog_fasta, input_fingerprint, read_span
 from bionemo_wds.splits import (
     DEFAULT_BUCKET_EDGES,
@@ -149,9 +149,9 @@ def _length_mix(lengths: np.ndarray) -> dict[str, dict[str, int]]:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_writer(catalog: Catalog, table: bytes, prefix: str) -> None:
+def _init_writer(root: Path, catalog: Catalog, table: bytes, prefix: str) -> None:
     _WORKER.clear()
-    _WORKER.update(catalog=catalog, table=table, prefix=prefix, handles={})
+    _WORKER.update(root=root, catalog=catalog, table=table, prefix=prefix, handles={})
 
 
 def _window_bases(row_seq: int, start: int, length: int) -> bytes:
@@ -179,24 +179,25 @@ def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tupl
         )
 
 
-def _write_task(task: tuple[str, str, int, WindowTable, int]) -> tuple[str, int, int, str]:
-    root, split, shard, windows, per_record = task
-    final = Path(root) / split / shard_name(shard, _WORKER["prefix"])
+def _write_task(task: tuple[str, int, WindowTable, int]) -> tuple[str, int, int, str]:
+    split, shard, windows, per_record = task
+    final = _WORKER["root"] / split / shard_name(shard, _WORKER["prefix"])
     size, sha = write_shard_atomic(final, _records(shard, windows, per_record))
     return split, shard, size, sha
 
 
-def _run_writers(tasks: list, catalog: Catalog, table: bytes, prefix: str, workers: int, progress: bool) -> dict:
+def _run_writers(root: Path, tasks: list, catalog: Catalog, table: bytes, prefix: str, workers: int,
+                 progress: bool) -> dict:
     done: dict[tuple[str, int], tuple[int, str]] = {}
     bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
     if workers <= 1 or len(tasks) <= 1:
-        _init_writer(catalog, table, prefix)
+        _init_writer(root, catalog, table, prefix)
         for task in tasks:
             split, shard, size, sha = _write_task(task)
             done[(split, shard)] = (size, sha)
             bar.update()
     else:
-        with ProcessPoolExecutor(workers, initializer=_init_writer, initargs=(catalog, table, prefix)) as pool:
+        with ProcessPoolExecutor(workers, initializer=_init_writer, initargs=(root, catalog, table, prefix)) as pool:
             for split, shard, size, sha in pool.map(_write_task, tasks, chunksize=1):
                 done[(split, shard)] = (size, sha)
                 bar.update()
@@ -217,23 +218,28 @@ def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: P
     state = check_out_dir(out, request, opts.overwrite)
     if state is OutState.FINISHED:
         return PrepareResult("unchanged", out, read_manifest(out))
-    created = not out.exists()
+    created = _first_missing_ancestor(out)
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     try:
         catalog = catalog_fasta(inputs, out / CACHE_NAME, opts.tags, opts.on_invalid, opts.progress)
-        manifest, tasks, reused = _plan(out, catalog, request, opts)
+        manifest, tasks = _plan(catalog, request, opts)
     except BadInputError:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        elif state is OutState.NEW:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        elif state in (OutState.NEW, OutState.REPLACE):
             shutil.rmtree(out / CACHE_NAME, ignore_errors=True)
         raise
-    if state is OutState.NEW:
+    if state is OutState.REPLACE:  # only now: a refused new run leaves the earlier one intact
+        clear_ours(out, keep_cache=True)
+    if state is not OutState.RESUME:
         write_json_atomic(out / PLAN_NAME, {"request": request})
+    for split in manifest["splits"]:
+        (out / split).mkdir(exist_ok=True)
+    reused = _finished_shards(out, manifest) if state is OutState.RESUME else {}
     table = replace_invalid_table() if opts.on_invalid == "replace-N" else UPPERCASE_TABLE
     workers = opts.workers or os.cpu_count() or 1
-    written = _run_writers([t for t in tasks if (t[1], t[2]) not in reused], catalog, table, opts.prefix, workers, opts.progress)
+    written = _run_writers(out, [t for t in tasks if (t[0], t[1]) not in reused], catalog, table, opts.prefix, workers, opts.progress)
     for split, info in manifest["splits"].items():
         for i, shard in enumerate(info["shards"]):
             size, sha = written.get((split, i)) or reused[(split, i)]
@@ -245,8 +251,28 @@ def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: P
     return PrepareResult(status, out, manifest, len(written), len(reused), time.perf_counter() - t0)
 
 
-def _plan(out: Path, catalog: Catalog, request: dict, opts: PrepareOptions):
-    """Manifest skeleton, writer tasks, and the shards an earlier run already finished."""
+def _first_missing_ancestor(path: Path) -> Path | None:
+    """The outermost directory that creating `path` would create (None when it exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _finished_shards(out: Path, manifest: dict) -> dict[tuple[str, int], tuple[int, str]]:
+    """(size, sha256) of the shards an interrupted run completed (final names mean complete)."""
+    done = {}
+    for split, info in manifest["splits"].items():
+        for i, shard in enumerate(info["shards"]):
+            if (out / shard["path"]).exists():
+                done[(split, i)] = file_sha256(out / shard["path"])
+    return done
+
+
+def _plan(catalog: Catalog, request: dict, opts: PrepareOptions):
+    """Manifest skeleton (sizes and hashes still empty) and one writer task per shard."""
     max_tag = catalog.max_tag_bytes()
     window = window_length(opts.seq_length, max_tag)
     check_stride(opts.stride, window, opts.seq_length, max_tag)
@@ -278,7 +304,6 @@ def _plan(out: Path, catalog: Catalog, request: dict, opts: PrepareOptions):
         "unassigned_sequences": int((assignment < 0).sum()),
     }
     tasks: list = []
-    reused: dict[tuple[str, int], tuple[int, str]] = {}
     for code, split in enumerate(SPLIT_NAMES):
         rows = np.flatnonzero(assignment == code)
         if len(rows) == 0:
@@ -286,15 +311,12 @@ def _plan(out: Path, catalog: Catalog, request: dict, opts: PrepareOptions):
         lengths = catalog.lengths[rows]
         table = window_table(rows, lengths, window, opts.stride, opts.tail)
         table = table.take(global_order(len(table), opts.seed, split))
-        (out / split).mkdir(exist_ok=True)
         shards = []
         for shard, lo in enumerate(range(0, len(table), per_shard)):
             part = table.take(np.arange(lo, min(lo + per_shard, len(table))))
             rel = f"{split}/{shard_name(shard, opts.prefix)}"
             shards.append(ShardInfo(rel, len(part), int(part.length.sum()), 0, "").as_dict())
-            if (out / rel).exists():  # complete: shards only ever appear under their final name
-                reused[(split, shard)] = file_sha256(out / rel)
-            tasks.append((str(out), split, shard, part, per_record))
+            tasks.append((split, shard, part, per_record))
         manifest["splits"][split] = {
             "n_samples": len(table),
             "n_sequences": len(rows),
@@ -303,4 +325,4 @@ def _plan(out: Path, catalog: Catalog, request: dict, opts: PrepareOptions):
             "length_mix": _length_mix(lengths),
             "shards": shards,
         }
-    return manifest, tasks, reused
+    return manifest, tasks

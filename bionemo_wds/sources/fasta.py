@@ -103,12 +103,12 @@ def _index(origin: Path, local: Path, number: int, cache_dir: Path) -> pyfaidx.F
         fai.unlink(missing_ok=True)
         text = str(exc).replace(str(local), str(origin))
         raise BadInputError(f"input {origin} is not valid FASTA: {text}") from exc
+    except UnicodeDecodeError as exc:  # a ValueError too: must come first
+        fai.unlink(missing_ok=True)
+        raise BadInputError(f"input {origin} is not FASTA text (binary content)") from exc
     except ValueError as exc:  # pyfaidx reports duplicate names this way
         fai.unlink(missing_ok=True)
         raise BadInputError(f"input {origin}: {exc} (sequence names must be unique)") from exc
-    except UnicodeDecodeError as exc:
-        fai.unlink(missing_ok=True)
-        raise BadInputError(f"input {origin} is not FASTA text (binary content)") from exc
 
 
 def _header(fh, prev_end: int, offset: int) -> str:

@@ -1,0 +1,252 @@
+"""Composable loading stages in the shape of `webdataset/filters.py`.
+
+Each stage is a generator function ``stage(src, ...)``; `pipelinefilter` curries it so that
+``stage(...)`` (without `src`) is a composable a `WebDataModule` pipeline can hold. Every random
+choice is seeded from (seed, epoch, rank, worker) for the shuffle buffer, or from
+(seed, epoch, sample key) for the reverse-complement flip, so it never depends on how samples
+are scheduled across workers.
+
+The data flow of the genomic module:
+``untuple -> decode_sample -> shuffle -> reverse_complement -> batch`` in the loader workers
+(compact uint8 batches cross the process boundary), then `to_model_inputs` on the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+from webdataset.filters import pipelinefilter
+
+from bionemo_wds.format import decode_record, window_key
+from bionemo_wds.shard_errors import ShardErrorPolicy
+from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
+
+Sample = dict[str, Any]
+
+
+def _worker_identity() -> tuple[int, int]:
+    info = torch.utils.data.get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
+
+
+def untuple(src: Iterable[tuple]) -> Iterator[Any]:
+    """``(x,)`` -> ``x``; longer tuples pass unchanged. A plain stage: use it uncalled, as upstream does."""
+    for sample in src:
+        yield sample[0] if isinstance(sample, tuple) and len(sample) == 1 else sample
+
+
+def _decode_sample(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[Sample]:
+    """Record (bytes, or a ``(bytes, key, url)`` tuple) -> one sample dict per window.
+
+    ``bases`` is a zero-copy uint8 view into the record. A record that cannot be decoded raises
+    an error naming shard and key, or is skipped and counted under ``handler="warn"``. With a
+    policy that knows the manifest, a shard that ends with fewer or more windows than the
+    manifest lists is reported too.
+    """
+    policy = policy or ShardErrorPolicy()
+    for item in src:
+        record, key, url = (item + (None, None))[:3] if isinstance(item, tuple) else (item, None, None)
+        try:
+            block = decode_record(record) if not isinstance(record, dict) else _block_from_dict(record)
+        except Exception as exc:  # noqa: BLE001 - any undecodable record is the shard's fault
+            policy.bad_record(url, key, exc)
+            continue
+        policy.saw(url, key, len(block))
+        offsets = block.offsets
+        for i in range(len(block)):
+            seq_id = block.seq_id[i]
+            yield {
+                "key": window_key(seq_id, int(block.window[i])),
+                "seq_id": seq_id,
+                "start": int(block.start[i]),
+                "bases": block.tokens[offsets[i] : offsets[i + 1]],
+                "tag": block.tag[i].encode("ascii"),
+                "rc": False,
+            }
+    policy.end_of_stream()
+
+
+def _block_from_dict(obj: dict):
+    from bionemo_wds.format import WindowBlock
+
+    return WindowBlock(
+        tokens=np.frombuffer(obj["tokens"], dtype=np.uint8),
+        lengths=np.asarray(obj["lengths"], dtype=np.int64),
+        seq_id=obj["seq_id"],
+        start=np.asarray(obj["start"], dtype=np.int64),
+        window=np.asarray(obj["window"], dtype=np.int64),
+        tag=obj["tag"],
+    )
+
+
+def _mix(*parts: int) -> int:
+    """A 64-bit seed from integers (stable across processes, unlike `hash`)."""
+    digest = hashlib.blake2b(struct.pack(f"<{len(parts)}q", *parts), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+class EpochState:
+    """The epoch that seeds this pass; set in the main process before workers start."""
+
+    def __init__(self, epoch: int = 0):
+        self.epoch = epoch
+
+
+def _shuffle(src: Iterable[Sample], bufsize: int = 1000, initial: int = 100, seed: int = 0,
+             epoch: EpochState | None = None, rank: int = 0) -> Iterator[Sample]:
+    """Buffer shuffle seeded by (seed, epoch, rank, worker)."""
+    worker, _ = _worker_identity()
+    rng = random.Random(_mix(seed, epoch.epoch if epoch else 0, rank, worker, 0x5EED))
+    buf: list[Sample] = []
+    initial = min(initial, bufsize)
+    for sample in src:
+        buf.append(sample)
+        if len(buf) < bufsize:
+            if len(buf) < initial:
+                continue
+        k = rng.randrange(len(buf))
+        buf[k], buf[-1] = buf[-1], buf[k]
+        yield buf.pop()
+    rng.shuffle(buf)
+    yield from buf
+
+
+def _complement_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint8)
+    pairs = {"A": "T", "C": "G", "G": "C", "T": "A", "U": "A", "R": "Y", "Y": "R", "S": "S", "W": "W",
+             "K": "M", "M": "K", "B": "V", "V": "B", "D": "H", "H": "D", "N": "N"}
+    for a, b in pairs.items():
+        table[ord(a)] = ord(b)
+        table[ord(a.lower())] = ord(b.lower())
+    return table
+
+
+#: ``COMPLEMENT[base]``: IUPAC complement (case kept); other bytes map to themselves.
+COMPLEMENT: np.ndarray = _complement_table()
+
+
+def reverse_complement_bases(bases: np.ndarray) -> np.ndarray:
+    """Reverse complement of uint8 bases (a new array)."""
+    return COMPLEMENT[bases[::-1]]
+
+
+def flips(key: str, p: float, seed: int, epoch: int) -> bool:
+    """Whether the sample `key` is reverse-complemented in `epoch`: a pure function of its inputs."""
+    if p <= 0:
+        return False
+    if p >= 1:
+        return True
+    digest = hashlib.blake2b(key.encode(), digest_size=8, key=struct.pack("<qq", seed, epoch)).digest()
+    return int.from_bytes(digest, "little") < p * 2**64
+
+
+def _reverse_complement(src: Iterable[Sample], p: float = 0.5, seed: int = 0,
+                        epoch: EpochState | None = None) -> Iterator[Sample]:
+    """Flip each sample's bases to the other strand with probability `p`; tags stay as they are."""
+    e = epoch.epoch if epoch else 0
+    for sample in src:
+        if flips(sample["key"], p, seed, e):
+            sample = {**sample, "bases": reverse_complement_bases(sample["bases"]), "rc": not sample["rc"]}
+        yield sample
+
+
+def collate_compact(samples: list[Sample], window: int | None = None, max_tag: int | None = None) -> dict[str, Any]:
+    """Samples -> a compact batch: uint8 bases and tags padded with PAD, lengths, and keys.
+
+    About 8x smaller than int64 model inputs; this is what crosses the worker boundary.
+    """
+    n = len(samples)
+    lengths = np.fromiter((len(s["bases"]) for s in samples), dtype=np.int32, count=n)
+    tag_lengths = np.fromiter((len(s["tag"]) for s in samples), dtype=np.int32, count=n)
+    width = window or int(lengths.max(initial=0))
+    tag_width = max(max_tag or 0, int(tag_lengths.max(initial=0)))
+    bases = np.full((n, width), PAD_ID, dtype=np.uint8)
+    tags = np.full((n, tag_width), PAD_ID, dtype=np.uint8)
+    for i, s in enumerate(samples):
+        bases[i, : lengths[i]] = s["bases"]
+        if tag_lengths[i]:
+            tags[i, : tag_lengths[i]] = np.frombuffer(s["tag"], dtype=np.uint8)
+    return {
+        "bases": torch.from_numpy(bases),
+        "lengths": torch.from_numpy(lengths),
+        "tags": torch.from_numpy(tags),
+        "tag_lengths": torch.from_numpy(tag_lengths),
+        "rc": torch.tensor([s["rc"] for s in samples], dtype=torch.bool),
+        "start": torch.tensor([s["start"] for s in samples], dtype=torch.int64),
+        "seq_id": [s["seq_id"] for s in samples],
+        "keys": [s["key"] for s in samples],
+    }
+
+
+def _batch(src: Iterable[Sample], batch_size: int, window: int | None = None, max_tag: int | None = None,
+           partial: bool = True) -> Iterator[dict[str, Any]]:
+    """Group samples into compact batches of `batch_size` (the last one shorter when `partial`)."""
+    buf: list[Sample] = []
+    for sample in src:
+        buf.append(sample)
+        if len(buf) == batch_size:
+            yield collate_compact(buf, window, max_tag)
+            buf = []
+    if buf and partial:
+        yield collate_compact(buf, window, max_tag)
+
+
+def to_model_inputs(batch: dict[str, Any], seq_length: int, control_tags: bool = True) -> dict[str, Any]:
+    """Compact batch -> Eden's layout, vectorised on whatever device the batch is on.
+
+    ``BOS + tag + SEP + bases + EOS`` padded with PAD to `seq_length` (``BOS + bases + EOS`` when
+    `control_tags` is False); ``labels`` are the tokens shifted left by one with PAD last;
+    ``loss_mask`` is 1 exactly where the label is a base; ``position_ids`` count from 0.
+    Keys, seq ids, starts and rc flags pass through for tracing.
+    """
+    bases, lengths = batch["bases"], batch["lengths"].long()
+    device = bases.device
+    n = bases.shape[0]
+    col = torch.arange(seq_length, device=device).expand(n, seq_length)
+    if control_tags:
+        tags, tlen = batch["tags"], batch["tag_lengths"].long()
+        prefix = tlen + 2  # BOS + tag + SEP
+    else:
+        tags, tlen = batch["tags"][:, :0], torch.zeros_like(lengths)
+        prefix = torch.ones_like(lengths)  # BOS
+    if int((prefix + lengths + 1).max(initial=0) if n else 0) > seq_length:
+        raise ValueError(f"a sample needs {int((prefix + lengths + 1).max())} tokens; seq_length is {seq_length}")
+    tokens = torch.full((n, seq_length), PAD_ID, dtype=torch.int64, device=device)
+    tokens[:, 0] = BOS_ID
+    p = prefix[:, None]
+    is_base = (col >= p) & (col < p + lengths[:, None])
+    base_idx = (col - p).clamp(0, max(bases.shape[1] - 1, 0))
+    if bases.shape[1]:
+        tokens = torch.where(is_base, bases.long().gather(1, base_idx), tokens)
+    if control_tags:
+        is_tag = (col >= 1) & (col < 1 + tlen[:, None])
+        if tags.shape[1]:
+            tag_idx = (col - 1).clamp(0, tags.shape[1] - 1)
+            tokens = torch.where(is_tag, tags.long().gather(1, tag_idx), tokens)
+        tokens = torch.where(col == 1 + tlen[:, None], torch.full_like(tokens, SEP_ID), tokens)
+    tokens = torch.where(col == p + lengths[:, None], torch.full_like(tokens, EOS_ID), tokens)
+    labels = torch.full_like(tokens, PAD_ID)
+    labels[:, :-1] = tokens[:, 1:]
+    label_is_base = torch.zeros_like(is_base)
+    label_is_base[:, :-1] = is_base[:, 1:]
+    out = {
+        "tokens": tokens,
+        "labels": labels,
+        "loss_mask": label_is_base.to(torch.float32),
+        "position_ids": col.clone(),
+    }
+    for passthrough in ("keys", "seq_id", "start", "rc", "lengths"):
+        if passthrough in batch:
+            out[passthrough] = batch[passthrough]
+    return out
+
+
+decode_sample = pipelinefilter(_decode_sample)
+shuffle = pipelinefilter(_shuffle)
+reverse_complement = pipelinefilter(_reverse_complement)
+batch = pipelinefilter(_batch)
