@@ -1,4 +1,4 @@
-"""`bionemo-wds` command line: prepare, inspect, verify.
+"""`bionemo-wds` command line: prepare, inspect, verify, and fit/validate/test/predict (LightningCLI).
 
 Options can also come from a YAML file (``--config configs/prepare_default.yaml``): its keys are
 the option names with dashes or underscores; options given on the command line win.
@@ -15,6 +15,7 @@ import yaml
 
 from bionemo_wds import __version__
 from bionemo_wds.errors import BadInputError
+from bionemo_wds.lightning_cli import LIGHTNING_COMMANDS
 from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
 from bionemo_wds.report import inspect_text, verify
 from bionemo_wds.sources.fasta import ON_INVALID, TAG_MODES
@@ -136,6 +137,10 @@ def _cmd_prepare(parser, args, argv) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in LIGHTNING_COMMANDS:
+        from bionemo_wds.lightning_cli import run
+
+        return run(argv)
     parser = argparse.ArgumentParser(
         prog="bionemo-wds",
         description="Genomes to WebDataset shards for DNA language models. Exit codes: 0 ok, 1 verify found problems, 2 bad input.",
@@ -151,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "manifest.json; exit 1 naming each bad shard.")
     ver.add_argument("dataset", help="directory holding manifest.json")
     ver.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    for command in LIGHTNING_COMMANDS:
+        sub.add_parser(command, add_help=False,
+                       help=f"LightningCLI {command} of the tiny DNA LM on prepared shards "
+                            f"(`bionemo-wds {command} --help` lists trainer/model/data options)")
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":

@@ -214,8 +214,9 @@ def to_model_inputs(batch: dict[str, Any], seq_length: int, control_tags: bool =
     else:
         tags, tlen = batch["tags"][:, :0], torch.zeros_like(lengths)
         prefix = torch.ones_like(lengths)  # BOS
-    if int((prefix + lengths + 1).max(initial=0) if n else 0) > seq_length:
-        raise ValueError(f"a sample needs {int((prefix + lengths + 1).max())} tokens; seq_length is {seq_length}")
+    needed = int((prefix + lengths + 1).max()) if n else 0
+    if needed > seq_length:
+        raise ValueError(f"a sample needs {needed} tokens but seq_length is {seq_length}")
     tokens = torch.full((n, seq_length), PAD_ID, dtype=torch.int64, device=device)
     tokens[:, 0] = BOS_ID
     p = prefix[:, None]

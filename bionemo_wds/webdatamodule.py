@@ -258,11 +258,11 @@ class PickledDataWDS(WebDataModule):
         n_samples = {split: len(names) for split, names in names_subset.items()}
         super().__init__(dirs, n_samples, suffix_pickles, *args, **kwargs)
         self._dir_pickles = dir_pickles
-        self._suffix_pickles = suffix_pickles
         self._names_subset = names_subset
         self._n_tars_wds = n_tars_wds
 
     def prepare_data(self) -> None:
+        """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
         for split, names in self._names_subset.items():
-            pickles_to_tars(self._dir_pickles, names, self._suffix_pickles, self._dirs_tars_wds[split],
+            pickles_to_tars(self._dir_pickles, names, self._suffix_keys_wds, self._dirs_tars_wds[split],
                             self._prefix_tars_wds, min_num_shards=self._n_tars_wds)

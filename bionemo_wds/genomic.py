@@ -1,0 +1,219 @@
+"""`GenomicWebDataModule`: prepared genome shards (or FASTA) to model-ready batches in Lightning.
+
+Reads the manifest (sample counts, window parameters), checks the shards on disk against it, and
+assembles the default pipelines through `WebDataModule`:
+
+    train:    untuple -> decode_sample -> shuffle -> reverse_complement -> batch   (in workers)
+    val/test: untuple -> decode_sample -> batch
+
+Loaders yield compact uint8 batches (what crosses the worker boundary); `on_after_batch_transfer`
+expands them with `to_model_inputs` on the device. Users who iterate a loader themselves call
+`model_inputs(batch)`. Given ``fasta=[...]``, `prepare_data` runs the preparer once (under a
+file lock, so nodes sharing a filesystem do not race) and reuses a complete output.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bionemo_wds.format import read_manifest
+from bionemo_wds.partition import EpochLoader, EpochShardOrder, shards_for_rank
+from bionemo_wds.pipeline import EpochState, batch, decode_sample, reverse_complement, shuffle, to_model_inputs, untuple
+from bionemo_wds.shard_errors import CorruptShardError, ShardErrorPolicy
+from bionemo_wds.webdatamodule import Split, WebDataModule
+
+
+class GenomicWebDataModule(WebDataModule):
+    """Lightning data module over `bionemo-wds prepare` output.
+
+    Args:
+        shards: dataset root (holds manifest.json and one directory per split).
+        micro_batch_size: samples per batch on each rank.
+        global_batch_size: samples per optimizer step over all ranks (default micro x world size);
+            sets the pseudo-epoch of ``ceil(n_samples / global_batch_size)`` batches.
+        seq_length: tokens per model sample; must be what the shards were cut for (default: theirs).
+        rc_prob: probability of reverse-complementing a training window (seeded per sample and epoch).
+        control_tags: put each window's control tag between BOS and SEP.
+        seed: seeds shard order, shuffle buffer and RC flips (with the epoch).
+        num_workers: loader worker processes (capped at the shards each rank reads).
+        shuffle_buffer: samples held by the training shuffle buffer (per worker).
+        handler: "raise" on a damaged shard (naming it and the sample key) or "warn" to skip and count.
+        fasta: FASTA inputs to prepare into `shards` when no complete manifest is there.
+        prepare_options: further `PrepareOptions` for that (e.g. stride, tail, split, tags).
+        pin_memory: pin loader memory (GPU training).
+    """
+
+    def __init__(
+        self,
+        shards: str,
+        micro_batch_size: int = 8,
+        global_batch_size: int | None = None,
+        seq_length: int | None = None,
+        rc_prob: float = 0.5,
+        control_tags: bool = True,
+        seed: int = 42,
+        num_workers: int = 0,
+        shuffle_buffer: int = 1000,
+        handler: str = "raise",
+        fasta: list[str] | None = None,
+        prepare_options: dict[str, Any] | None = None,
+        pin_memory: bool = False,
+    ):
+        super().__init__({}, {}, "msgpack", global_batch_size or micro_batch_size)
+        if not 0 <= rc_prob <= 1:
+            raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
+        if fasta and seq_length is None:
+            raise ValueError("preparing from fasta needs seq_length")
+        self.save_hyperparameters()
+        self.root = Path(shards)
+        self.micro_batch_size = micro_batch_size
+        self.requested_global_batch_size = global_batch_size
+        self.seq_length = seq_length
+        self.rc_prob = rc_prob
+        self.control_tags = control_tags
+        self.seed = seed
+        self.num_workers = num_workers
+        self.shuffle_buffer = shuffle_buffer
+        self.handler = handler
+        self.fasta = list(fasta or [])
+        self.prepare_options = dict(prepare_options or {})
+        self.pin_memory = pin_memory
+        self.manifest: dict[str, Any] | None = None
+        self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
+        self._epochs = {split: EpochState() for split in Split}
+
+    # -- preparing --------------------------------------------------------------------------------
+
+    def prepare_data(self) -> None:
+        """Prepare `fasta` into `shards` unless done; safe when several nodes share the filesystem."""
+        if not self.fasta:
+            return
+        from bionemo_wds.prepare import PrepareOptions, prepare
+
+        opts = PrepareOptions(seq_length=self.seq_length, seed=self.seed, **self.prepare_options)
+        lock_path = Path(f"{self.root}.lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the second node waits, then finds the run finished
+            result = prepare(self.fasta, self.root, opts)
+        if result.status != "unchanged":
+            print(f"prepared {self.root}: {result.shards_written} shard(s) in {result.seconds:.1f} s")
+
+    # -- setup ------------------------------------------------------------------------------------
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "_trainer", None)
+        if trainer is not None:
+            return trainer.global_rank, trainer.world_size
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return 0, 1
+
+    def _check_files(self, manifest: dict[str, Any]) -> None:
+        for info in manifest["splits"].values():
+            for shard in info["shards"]:
+                path = self.root / shard["path"]
+                if not path.exists():
+                    raise CorruptShardError(f"shard {path} is listed in {self.root}/manifest.json but missing")
+                size = path.stat().st_size
+                if size != shard["bytes"]:
+                    raise CorruptShardError(f"shard {path} has {size} bytes but the manifest lists {shard['bytes']}: "
+                                            "the manifest disagrees with the file (run `bionemo-wds verify`)")
+
+    def _read_manifest(self) -> dict[str, Any]:
+        manifest = read_manifest(self.root)
+        params = manifest["params"]
+        if self.seq_length is not None and self.seq_length != params["seq_length"]:
+            raise ValueError(
+                f"{self.root} was cut for seq_length {params['seq_length']} (windows of {params['window_length']} "
+                f"bases); seq_length={self.seq_length} was asked for. Use seq_length={params['seq_length']} or "
+                f"prepare again with --seq-length {self.seq_length}"
+            )
+        self._check_files(manifest)
+        return manifest
+
+    def setup(self, stage: str) -> None:
+        manifest = self.manifest = self._read_manifest()
+        params = manifest["params"]
+        self.seq_length = params["seq_length"]
+        rank, world = self._rank_world()
+        splits = {Split[name]: info for name, info in manifest["splits"].items()}
+        expected = {str(self.root / sh["path"]): sh["n_samples"] for info in splits.values() for sh in info["shards"]}
+        self.policy = ShardErrorPolicy(self.handler, expected)
+        window, max_tag = params["window_length"], params["max_tag_bytes"]
+        pipelines, kwargs_wds, kwargs_wld = {}, {}, {}
+        for split, info in splits.items():
+            train = split is Split.train
+            stages = [untuple, decode_sample(self.policy)]
+            if train:
+                stages.append(shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), self.seed,
+                                      self._epochs[split], rank))
+                if self.rc_prob > 0:
+                    stages.append(reverse_complement(self.rc_prob, self.seed, self._epochs[split]))
+            stages.append(batch(self.micro_batch_size, window, max_tag))
+            pipelines[split] = stages
+            order = EpochShardOrder(self.seed, self._epochs[split], shuffle=train, rank=rank, world_size=world)
+            kwargs_wds[split] = {"shardshuffle": False, "nodesplitter": order, "handler": self.policy,
+                                 "empty_check": False}
+            kwargs_wld[split] = {"num_workers": self._workers_for(split, len(info["shards"]), rank, world),
+                                 "pin_memory": self.pin_memory}
+        self._configure(
+            {split: str(self.root / split.name) for split in splits},
+            {split: info["n_samples"] for split, info in splits.items()},
+            ["msgpack", "__key__", "__url__"],
+            self.requested_global_batch_size or self.micro_batch_size * world,
+            params["prefix"], pipelines, None, kwargs_wds, kwargs_wld,
+        )
+        if stage in ("fit", "validate", "test", "predict"):
+            missing = [s.name for s in {"fit": (Split.train, Split.val), "validate": (Split.val,),
+                                        "test": (Split.test,), "predict": (Split.test,)}[stage] if s not in splits]
+            if missing:
+                raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
+        super().setup(stage)
+
+    def _workers_for(self, split: Split, n_shards: int, rank: int, world: int) -> int:
+        share = shards_for_rank(n_shards, rank, world)
+        if self.num_workers > share:
+            warnings.warn(f"{split.name}: rank {rank} reads {share} shard(s), so it uses {share} loader worker(s) "
+                          f"instead of num_workers={self.num_workers} (each worker reads whole shards)")
+            return share
+        return self.num_workers
+
+    # -- loaders ----------------------------------------------------------------------------------
+
+    def _epoch_batches(self, split: Split) -> int | None:
+        """Training keeps the pseudo-epoch; validation and test read every sample exactly once."""
+        return super()._epoch_batches(split) if split is Split.train else None
+
+    def _make_loader(self, dataset, kwargs):
+        split = next(s for s, d in self._dataset.items() if d is dataset)
+        loader = EpochLoader(dataset, epoch_state=self._epochs[split], **kwargs)
+        trainer = getattr(self, "_trainer", None)
+        if split is Split.train and trainer is not None:
+            loader.set_epoch(trainer.current_epoch)
+        return loader
+
+    def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
+        """Compact batch -> tokens, labels, loss_mask, position_ids (for users iterating loaders)."""
+        return to_model_inputs(compact, self.seq_length, self.control_tags)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return self.model_inputs(batch)
+
+    @property
+    def skipped(self) -> int:
+        """Damaged records or shards skipped so far under ``handler="warn"``."""
+        return self.policy.skipped
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "epochs": {s.name: e.epoch for s, e in self._epochs.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("seed", self.seed) != self.seed:
+            warnings.warn(f"checkpoint was made with seed {state['seed']}; this data module uses {self.seed}")

@@ -1,0 +1,1 @@
+"""Small models for demos and tests of the data path."""

@@ -1,0 +1,60 @@
+"""Which shards a rank reads in an epoch, and which epoch it is.
+
+Shard order is a pure function of (seed, epoch): every rank computes the same permutation and
+takes every ``world``-th shard, then webdataset's worker splitter hands every ``workers``-th of
+those to each loader worker. The epoch is carried by an `EpochState` the loader sets in the main
+process before its workers start, so workers never guess it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import webdataset as wds
+
+from bionemo_wds.pipeline import EpochState
+
+
+class EpochShardOrder:
+    """webdataset ``nodesplitter``: the seeded per-epoch shard order, cut to this rank's share."""
+
+    def __init__(self, seed: int, epoch: EpochState, shuffle: bool, rank: int = 0, world_size: int = 1):
+        self.seed, self.epoch, self.shuffle = seed, epoch, shuffle
+        self.rank, self.world_size = rank, world_size
+
+    def order(self, n_shards: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(n_shards)
+        return np.random.default_rng([self.seed, self.epoch.epoch, 0x5A4D]).permutation(n_shards)
+
+    def __call__(self, src: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        shards = list(src)
+        ordered = [shards[i] for i in self.order(len(shards))]
+        yield from ordered[self.rank :: self.world_size]
+
+
+def shards_for_rank(n_shards: int, rank: int, world_size: int) -> int:
+    """How many shards a rank gets from `EpochShardOrder` (the same for every epoch)."""
+    return len(range(rank, n_shards, world_size))
+
+
+class EpochLoader(wds.WebLoader):
+    """WebLoader whose every pass (``iter``) is one epoch: it sets the shared `EpochState` first.
+
+    ``set_epoch(n)`` makes the next pass epoch ``n`` (the data module does this from the
+    trainer's current epoch, so a resumed run continues the epoch sequence).
+    """
+
+    def __init__(self, *args, epoch_state: EpochState, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epoch_state = epoch_state
+        self.next_epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.next_epoch = epoch
+
+    def __iter__(self):
+        self.epoch_state.epoch = self.next_epoch
+        self.next_epoch += 1
+        return super().__iter__()
