@@ -108,7 +108,7 @@ class GenomicWebDataModule(WebDataModule):
     # -- setup ------------------------------------------------------------------------------------
 
     def _rank_world(self) -> tuple[int, int]:
-        trainer = getattr(self, "_trainer", None)
+        trainer = getattr(self, "trainer", None)
         if trainer is not None:
             return trainer.global_rank, trainer.world_size
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -139,7 +139,16 @@ class GenomicWebDataModule(WebDataModule):
         return manifest
 
     def setup(self, stage: str) -> None:
-        manifest = self.manifest = self._read_manifest()
+        if self.manifest is None:  # configure once; later stages reuse the datasets built so far
+            self._configure_from_manifest()
+        needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
+        missing = [name for name in needed.get(stage, ()) if name not in self.manifest["splits"]]
+        if missing:
+            raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
+        super().setup(stage)
+
+    def _configure_from_manifest(self) -> None:
+        manifest = self._read_manifest()
         params = manifest["params"]
         self.seq_length = params["seq_length"]
         rank, world = self._rank_world()
@@ -170,12 +179,7 @@ class GenomicWebDataModule(WebDataModule):
             self.requested_global_batch_size or self.micro_batch_size * world,
             params["prefix"], pipelines, None, kwargs_wds, kwargs_wld,
         )
-        if stage in ("fit", "validate", "test", "predict"):
-            missing = [s.name for s in {"fit": (Split.train, Split.val), "validate": (Split.val,),
-                                        "test": (Split.test,), "predict": (Split.test,)}[stage] if s not in splits]
-            if missing:
-                raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
-        super().setup(stage)
+        self.manifest = manifest
 
     def _workers_for(self, split: Split, n_shards: int, rank: int, world: int) -> int:
         share = shards_for_rank(n_shards, rank, world)
@@ -193,11 +197,11 @@ class GenomicWebDataModule(WebDataModule):
 
     def _make_loader(self, dataset, kwargs):
         split = next(s for s, d in self._dataset.items() if d is dataset)
-        loader = EpochLoader(dataset, epoch_state=self._epochs[split], **kwargs)
-        trainer = getattr(self, "_trainer", None)
-        if split is Split.train and trainer is not None:
-            loader.set_epoch(trainer.current_epoch)
-        return loader
+        return EpochLoader(dataset, epoch_state=self._epochs[split], epoch_source=self._trainer_epoch, **kwargs)
+
+    def _trainer_epoch(self) -> int | None:
+        trainer = getattr(self, "trainer", None)
+        return trainer.current_epoch if trainer is not None else None
 
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (for users iterating loaders)."""

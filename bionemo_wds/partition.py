@@ -8,7 +8,7 @@ process before its workers start, so workers never guess it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import webdataset as wds
@@ -42,19 +42,24 @@ def shards_for_rank(n_shards: int, rank: int, world_size: int) -> int:
 class EpochLoader(wds.WebLoader):
     """WebLoader whose every pass (``iter``) is one epoch: it sets the shared `EpochState` first.
 
-    ``set_epoch(n)`` makes the next pass epoch ``n`` (the data module does this from the
-    trainer's current epoch, so a resumed run continues the epoch sequence).
+    The epoch comes from `epoch_source` when that returns a number (the data module passes the
+    trainer's current epoch, so Lightning's extra ``iter()`` calls and resumed runs do not shift
+    it); otherwise passes are counted from 0, or from what ``set_epoch(n)`` set.
     """
 
-    def __init__(self, *args, epoch_state: EpochState, **kwargs):
+    def __init__(self, *args, epoch_state: EpochState, epoch_source: Callable[[], int | None] | None = None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self.epoch_state = epoch_state
+        self.epoch_source = epoch_source
         self.next_epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.next_epoch = epoch
 
     def __iter__(self):
-        self.epoch_state.epoch = self.next_epoch
-        self.next_epoch += 1
+        epoch = self.epoch_source() if self.epoch_source is not None else None
+        epoch = self.next_epoch if epoch is None else epoch
+        self.epoch_state.epoch = epoch
+        self.next_epoch = epoch + 1
         return super().__iter__()
