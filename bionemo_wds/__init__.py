@@ -1,3 +1,30 @@
-"""bionemo-wds: genomes to WebDataset shards for DNA language models, and back into Lightning."""
+"""bionemo-wds: genomes to WebDataset shards for DNA language models, and back into Lightning.
+
+The data modules are imported lazily so that `bionemo-wds prepare` does not pay for torch and
+Lightning start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Split": "bionemo_wds.webdatamodule",
+    "WebDataModule": "bionemo_wds.webdatamodule",
+    "PickledDataWDS": "bionemo_wds.webdatamodule",
+    "pickles_to_tars": "bionemo_wds.webdatamodule",
+    "GenomicWebDataModule": "bionemo_wds.genomic",
+    "to_model_inputs": "bionemo_wds.pipeline",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'bionemo_wds' has no attribute {name!r}")
