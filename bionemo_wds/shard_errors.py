@@ -48,12 +48,17 @@ class ShardErrorPolicy:
 
     def __call__(self, exn: Exception) -> bool:
         """webdataset handler: True means continue with the next shard."""
-        url = exn.args[-1] if exn.args and isinstance(exn.args[-1], str) else None
         if isinstance(exn, CorruptShardError):
             raise exn
+        first = str(exn.args[0]) if exn.args else type(exn).__name__
+        if len(exn.args) < 2 and " @ <" in first:
+            # webdataset's tar_file_iterator reports first, without the URL; re-raising lets
+            # tar_file_expander add (stream, url) and call us once more, so each damage counts once
+            raise exn
+        url = exn.args[-1] if len(exn.args) >= 2 and isinstance(exn.args[-1], str) else None
         after = self._last_key.get(url) if url else None
         where = f"after sample {after}" if after else "before its first sample"
-        original = exn.args[0] if exn.args else type(exn).__name__
+        original = first.split(" @ <", 1)[0]
         self._fail(url, f"shard {url} is truncated or corrupt ({where}): {original}")
         return True
 

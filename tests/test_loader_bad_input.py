@@ -202,14 +202,6 @@ def test_truncated_shard_raises_naming_the_shard(root):
     assert str(root / VAL_SHARD) in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: with handler='raise' a shard truncated inside a member's data raises a CorruptShardError whose "
-    "message is 'shard unexpected end of data @ <_io.BufferedReader name=...> is truncated or corrupt "
-    "(before its first sample): ...'. webdataset's tar_file_iterator calls the handler with args "
-    "('<msg> @ <fileobj>',) (no URL appended), and ShardErrorPolicy.__call__ takes args[-1] -- the "
-    "message itself -- as the shard URL, so it finds no last key and claims 'before its first sample' "
-    "although ten records were read. The warn-mode second report (from tar_file_expander, which does "
-    "append the URL) gets it right: 'shard <path> is truncated or corrupt (after sample 000000-000008)'."))
 def test_truncated_shard_error_says_after_which_sample(root):
     truncate_mid_member(root, VAL_SHARD, index=10)
     sync_manifest(root, VAL_SHARD)
@@ -239,11 +231,6 @@ def test_truncated_shard_warn_skips_and_counts(root):
     assert any(f"shard {path} is truncated or corrupt (after sample 000000-" in m for m in messages), messages
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: handler='warn' counts one truncated shard twice (dm.skipped == 2) and warns twice: "
-    "webdataset calls the handler first from tar_file_iterator (the member read fails) and again from "
-    "tar_file_expander (iterating the tarfile fails), and ShardErrorPolicy._fail counts both although "
-    "`skipped` is documented as the damaged records or shards skipped."))
 def test_truncated_shard_warn_counts_it_once(root):
     truncate_mid_member(root, VAL_SHARD)
     sync_manifest(root, VAL_SHARD)
