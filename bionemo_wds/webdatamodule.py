@@ -233,7 +233,11 @@ def pickles_to_tars(
                     for suffix in suffixes:
                         path = Path(dir_input) / f"{name}.{suffix}"
                         try:
-                            data[suffix] = pickle.dumps(pickle.loads(path.read_bytes()))
+                            raw = path.read_bytes()
+                            pickle.loads(raw)  # refuse unreadable pickles now, not at training time
+                            # the file's own bytes, not a re-pickle: torch tensors pickle with a fresh
+                            # serialization id each time, which would make shards differ run to run
+                            data[suffix] = raw
                         except Exception as exc:
                             raise RuntimeError(f"cannot read pickle {path}: {exc}") from exc
                     sink.write(func_output_data(name.replace(".", "-"), data))
