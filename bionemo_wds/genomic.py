@@ -6,6 +6,8 @@ assembles the default pipelines through `WebDataModule`:
     train:    untuple -> decode_sample -> shuffle -> reverse_complement -> batch   (in workers)
     val/test: untuple -> decode_sample -> batch
 
+(run as their fused, equivalent form `decode_blocks -> shuffle_batch`, see blockpath.py).
+
 Loaders yield compact uint8 batches (what crosses the worker boundary); `on_after_batch_transfer`
 expands them with `to_model_inputs` on the device. Users who iterate a loader themselves call
 `model_inputs(batch)`. Given ``fasta=[...]``, `prepare_data` runs the preparer once (under a
@@ -24,9 +26,10 @@ import torch
 
 from bionemo_wds.format import read_manifest
 from bionemo_wds.partition import EpochLoader, EpochShardOrder, shards_for_rank
-from bionemo_wds.pipeline import EpochState, batch, decode_sample, reverse_complement, shuffle, to_model_inputs, untuple
+from bionemo_wds.blockpath import decode_blocks, shuffle_batch
+from bionemo_wds.pipeline import EpochState, group, keep_numpy, to_model_inputs, to_tensors, ungroup, untuple
 from bionemo_wds.shard_errors import CorruptShardError, ShardErrorPolicy
-from bionemo_wds.webdatamodule import Split, WebDataModule
+from bionemo_wds.webdatamodule import STAGE_SPLITS, Split, WebDataModule
 
 
 class GenomicWebDataModule(WebDataModule):
@@ -47,6 +50,8 @@ class GenomicWebDataModule(WebDataModule):
         fasta: FASTA inputs to prepare into `shards` when no complete manifest is there.
         prepare_options: further `PrepareOptions` for that (e.g. stride, tail, split, tags).
         pin_memory: pin loader memory (GPU training).
+        transfer_bytes: with workers, compact batches are sent to the main process in groups of
+            about this many token bytes (one message per group; see `pipeline.group`).
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class GenomicWebDataModule(WebDataModule):
         fasta: list[str] | None = None,
         prepare_options: dict[str, Any] | None = None,
         pin_memory: bool = False,
+        transfer_bytes: int = 512 << 10,
     ):
         super().__init__({}, {}, "msgpack", global_batch_size or micro_batch_size)
         if not 0 <= rc_prob <= 1:
@@ -84,6 +90,7 @@ class GenomicWebDataModule(WebDataModule):
         self.fasta = list(fasta or [])
         self.prepare_options = dict(prepare_options or {})
         self.pin_memory = pin_memory
+        self.transfer_bytes = transfer_bytes
         self.manifest: dict[str, Any] | None = None
         self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
         self._epochs = {split: EpochState() for split in Split}
@@ -141,11 +148,21 @@ class GenomicWebDataModule(WebDataModule):
     def setup(self, stage: str) -> None:
         if self.manifest is None:  # configure once; later stages reuse the datasets built so far
             self._configure_from_manifest()
-        needed = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
-        missing = [name for name in needed.get(stage, ()) if name not in self.manifest["splits"]]
+        if stage not in STAGE_SPLITS:
+            raise NotImplementedError(f"Data setup with stage={stage!r} is not implemented "
+                                      f"(use one of {', '.join(STAGE_SPLITS)})")
+        # fit needs train; val is optional (a dataset prepared with --split 1,0,0 trains without it)
+        needed = {"fit": ("train",), "validate": ("val",), "test": ("test",), "predict": ("test",)}[stage]
+        missing = [name for name in needed if name not in self.manifest["splits"]]
         if missing:
             raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
-        super().setup(stage)
+        for split in STAGE_SPLITS[stage]:
+            if split.name in self.manifest["splits"] and split not in self._dataset:
+                self._dataset[split] = self._build_dataset(split)
+
+    def val_dataloader(self):
+        """The val loader, or no batches at all when the dataset has no val split."""
+        return super().val_dataloader() if "val" in self.manifest["splits"] else []
 
     def _configure_from_manifest(self) -> None:
         manifest = self._read_manifest()
@@ -156,28 +173,33 @@ class GenomicWebDataModule(WebDataModule):
         expected = {str(self.root / sh["path"]): sh["n_samples"] for info in splits.values() for sh in info["shards"]}
         self.policy = ShardErrorPolicy(self.handler, expected)
         window, max_tag = params["window_length"], params["max_tag_bytes"]
-        pipelines, kwargs_wds, kwargs_wld = {}, {}, {}
+        pipelines, prebatch, kwargs_wds, kwargs_wld = {}, {}, {}, {}
         for split, info in splits.items():
             train = split is Split.train
-            stages = [untuple, decode_sample(self.policy)]
-            if train:
-                stages.append(shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), self.seed,
-                                      self._epochs[split], rank))
-                if self.rc_prob > 0:
-                    stages.append(reverse_complement(self.rc_prob, self.seed, self._epochs[split]))
-            stages.append(batch(self.micro_batch_size, window, max_tag))
+            # the fused form of decode_sample -> shuffle -> reverse_complement -> batch (blockpath.py)
+            stages = [untuple, decode_blocks(self.policy),
+                      shuffle_batch(self.micro_batch_size, window, max_tag,
+                                    bufsize=self.shuffle_buffer if train else 0,
+                                    initial=min(self.shuffle_buffer, 100), seed=self.seed,
+                                    epoch=self._epochs[split], rank=rank, rc_prob=self.rc_prob if train else 0.0)]
+            workers = self._workers_for(split, len(info["shards"]), rank, world)
+            per_message = max(1, self.transfer_bytes // max(1, self.micro_batch_size * window)) if workers else 1
+            if per_message > 1:
+                stages.append(group(per_message))
             pipelines[split] = stages
             order = EpochShardOrder(self.seed, self._epochs[split], shuffle=train, rank=rank, world_size=world)
             kwargs_wds[split] = {"shardshuffle": False, "nodesplitter": order, "handler": self.policy,
                                  "empty_check": False}
-            kwargs_wld[split] = {"num_workers": self._workers_for(split, len(info["shards"]), rank, world),
-                                 "pin_memory": self.pin_memory}
+            # numpy batches cross the worker boundary as one pickled message (torch tensors would
+            # each take a shared-memory segment); to_tensors wraps them, zero-copy, in the main process
+            kwargs_wld[split] = {"num_workers": workers, "collate_fn": keep_numpy}
+            prebatch[split] = ([ungroup()] if per_message > 1 else []) + [to_tensors(pin_memory=self.pin_memory)]
         self._configure(
             {split: str(self.root / split.name) for split in splits},
             {split: info["n_samples"] for split, info in splits.items()},
             ["msgpack", "__key__", "__url__"],
             self.requested_global_batch_size or self.micro_batch_size * world,
-            params["prefix"], pipelines, None, kwargs_wds, kwargs_wld,
+            params["prefix"], pipelines, prebatch, kwargs_wds, kwargs_wld,
         )
         self.manifest = manifest
 

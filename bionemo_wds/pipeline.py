@@ -104,11 +104,12 @@ def _shuffle(src: Iterable[Sample], bufsize: int = 1000, initial: int = 100, see
     rng = random.Random(_mix(seed, epoch.epoch if epoch else 0, rank, worker, 0x5EED))
     buf: list[Sample] = []
     initial = min(initial, bufsize)
-    for sample in src:
+    for seen, sample in enumerate(src, 1):
         buf.append(sample)
-        if len(buf) < bufsize:
-            if len(buf) < initial:
-                continue
+        # as webdataset's shuffle: output starts at `initial`, one out per two in while the
+        # buffer grows to `bufsize`, then one out per one in
+        if len(buf) < initial or (len(buf) < bufsize and seen % 2):
+            continue
         k = rng.randrange(len(buf))
         buf[k], buf[-1] = buf[-1], buf[k]
         yield buf.pop()
@@ -130,9 +131,12 @@ def _complement_table() -> np.ndarray:
 COMPLEMENT: np.ndarray = _complement_table()
 
 
+_COMPLEMENT_BYTES = COMPLEMENT.tobytes()
+
+
 def reverse_complement_bases(bases: np.ndarray) -> np.ndarray:
-    """Reverse complement of uint8 bases (a new array)."""
-    return COMPLEMENT[bases[::-1]]
+    """Reverse complement of uint8 bases (a new array; `bytes.translate` is 1.5x a numpy lookup)."""
+    return np.frombuffer(bases[::-1].tobytes().translate(_COMPLEMENT_BYTES), dtype=np.uint8)
 
 
 def flips(key: str, p: float, seed: int, epoch: int) -> bool:
@@ -156,9 +160,10 @@ def _reverse_complement(src: Iterable[Sample], p: float = 0.5, seed: int = 0,
 
 
 def collate_compact(samples: list[Sample], window: int | None = None, max_tag: int | None = None) -> dict[str, Any]:
-    """Samples -> a compact batch: uint8 bases and tags padded with PAD, lengths, and keys.
+    """Samples -> a compact batch of numpy arrays: uint8 bases and tags padded with PAD, lengths, keys.
 
-    About 8x smaller than int64 model inputs; this is what crosses the worker boundary.
+    About 8x smaller than int64 model inputs; this is what crosses the worker boundary (as numpy,
+    see `keep_numpy`), and `to_tensors` turns it into tensors in the main process.
     """
     n = len(samples)
     lengths = np.fromiter((len(s["bases"]) for s in samples), dtype=np.int32, count=n)
@@ -172,12 +177,12 @@ def collate_compact(samples: list[Sample], window: int | None = None, max_tag: i
         if tag_lengths[i]:
             tags[i, : tag_lengths[i]] = np.frombuffer(s["tag"], dtype=np.uint8)
     return {
-        "bases": torch.from_numpy(bases),
-        "lengths": torch.from_numpy(lengths),
-        "tags": torch.from_numpy(tags),
-        "tag_lengths": torch.from_numpy(tag_lengths),
-        "rc": torch.tensor([s["rc"] for s in samples], dtype=torch.bool),
-        "start": torch.tensor([s["start"] for s in samples], dtype=torch.int64),
+        "bases": bases,
+        "lengths": lengths,
+        "tags": tags,
+        "tag_lengths": tag_lengths,
+        "rc": np.fromiter((s["rc"] for s in samples), dtype=bool, count=n),
+        "start": np.fromiter((s["start"] for s in samples), dtype=np.int64, count=n),
         "seq_id": [s["seq_id"] for s in samples],
         "keys": [s["key"] for s in samples],
     }
@@ -196,37 +201,151 @@ def _batch(src: Iterable[Sample], batch_size: int, window: int | None = None, ma
         yield collate_compact(buf, window, max_tag)
 
 
+def _group(src: Iterable[Any], n: int) -> Iterator[list[Any]]:
+    """Lists of `n` consecutive items (the last may be shorter): one worker-to-main message each.
+
+    DataLoader pays a fixed cost per message (measured ~0.2-0.3 ms: queue round trip, pickling
+    thread, GIL hand-offs), more than building a 64 kB compact batch; sending several batches per
+    message pays it once for all of them. `ungroup` restores the batches in the main process.
+    """
+    buf: list[Any] = []
+    for item in src:
+        buf.append(item)
+        if len(buf) == n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def _ungroup(src: Iterable[list[Any]]) -> Iterator[Any]:
+    for group in src:
+        yield from group
+
+
+def keep_numpy(batch: Any) -> Any:
+    """DataLoader ``collate_fn`` for ready-made batches: leave numpy arrays as they are.
+
+    The default would turn them into tensors in the worker, and each tensor then crosses the
+    process boundary through its own shared-memory segment (measured: ~1.3 ms per compact batch);
+    a pickled numpy batch crosses as one message.
+    """
+    return batch
+
+
+def tensors(batch: dict[str, Any], pin_memory: bool = False) -> dict[str, Any]:
+    """numpy arrays of a batch as torch tensors (zero-copy; pinned on request); lists unchanged."""
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, np.ndarray):
+            v = torch.from_numpy(v)
+            if pin_memory:
+                v = v.pin_memory()
+        out[k] = v
+    return out
+
+
+def _to_tensors(src: Iterable[dict[str, Any]], pin_memory: bool = False) -> Iterator[dict[str, Any]]:
+    for item in src:
+        yield tensors(item, pin_memory)
+
+
 def to_model_inputs(batch: dict[str, Any], seq_length: int, control_tags: bool = True) -> dict[str, Any]:
-    """Compact batch -> Eden's layout, vectorised on whatever device the batch is on.
+    """Compact batch -> Eden's layout, on whatever device the batch is on.
 
     ``BOS + tag + SEP + bases + EOS`` padded with PAD to `seq_length` (``BOS + bases + EOS`` when
     `control_tags` is False); ``labels`` are the tokens shifted left by one with PAD last;
-    ``loss_mask`` is 1 exactly where the label is a base; ``position_ids`` count from 0.
-    Keys, seq ids, starts and rc flags pass through for tracing.
+    ``loss_mask`` is 1 exactly where the label is a base; ``position_ids`` count from 0 (an expanded
+    view, no memory per row). Keys, seq ids, starts and rc flags pass through for tracing.
     """
+    bases = batch["bases"]
+    on_cpu = isinstance(bases, np.ndarray) or bases.device.type == "cpu"
+    out = _model_inputs_cpu(batch, seq_length, control_tags) if on_cpu else _model_inputs_device(batch, seq_length, control_tags)
+    for passthrough in ("keys", "seq_id", "start", "rc", "lengths"):
+        if passthrough in batch:
+            value = batch[passthrough]
+            out[passthrough] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+    return out
+
+
+def _np(x: Any) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.numpy()
+
+
+def _layout(lengths: np.ndarray, tag_lengths: np.ndarray, seq_length: int, control_tags: bool) -> np.ndarray:
+    """First base column of each row; refuses rows that do not fit."""
+    prefix = tag_lengths.astype(np.int64) + 2 if control_tags else np.ones(len(lengths), np.int64)
+    needed = int((prefix + lengths + 1).max()) if len(lengths) else 0
+    if needed > seq_length:
+        raise ValueError(f"a sample needs {needed} tokens but seq_length is {seq_length}")
+    return prefix
+
+
+def _model_inputs_cpu(batch: dict[str, Any], seq_length: int, control_tags: bool) -> dict[str, Any]:
+    """numpy slices per row (a handful per sample), the fastest form on a CPU.
+
+    Measured on 8 kb windows: the vectorised gather/where form below runs ~4x slower on CPU,
+    because each of its dozen full-size passes is a separate multi-threaded torch kernel.
+    """
+    bases, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
+    tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
+    if not control_tags:
+        tlen = np.zeros_like(lengths)
+    n = len(lengths)
+    prefix = _layout(lengths, tlen, seq_length, control_tags)
+    tokens = np.empty((n, seq_length), dtype=np.int64)
+    loss_mask = np.zeros((n, seq_length), dtype=np.float32)
+    tokens[:, 0] = BOS_ID
+    uniform = n and (lengths == lengths[0]).all() and (tlen == tlen[0]).all()
+    if uniform:  # the common case (full windows, equal tags): whole-batch slices
+        p, m, t = int(prefix[0]), int(lengths[0]), int(tlen[0])
+        if control_tags:
+            tokens[:, 1 : 1 + t] = tags[:, :t]
+            tokens[:, 1 + t] = SEP_ID
+        tokens[:, p : p + m] = bases[:, :m]
+        tokens[:, p + m] = EOS_ID
+        tokens[:, p + m + 1 :] = PAD_ID
+        loss_mask[:, p - 1 : p - 1 + m] = 1.0
+    else:
+        for i in range(n):
+            p, m, t = int(prefix[i]), int(lengths[i]), int(tlen[i])
+            if control_tags:
+                tokens[i, 1 : 1 + t] = tags[i, :t]
+                tokens[i, 1 + t] = SEP_ID
+            tokens[i, p : p + m] = bases[i, :m]
+            tokens[i, p + m] = EOS_ID
+            tokens[i, p + m + 1 :] = PAD_ID
+            loss_mask[i, p - 1 : p - 1 + m] = 1.0
+    labels = np.empty_like(tokens)
+    labels[:, :-1] = tokens[:, 1:]
+    labels[:, -1] = PAD_ID
+    return {
+        "tokens": torch.from_numpy(tokens),
+        "labels": torch.from_numpy(labels),
+        "loss_mask": torch.from_numpy(loss_mask),
+        "position_ids": torch.arange(seq_length).expand(n, seq_length),
+    }
+
+
+def _model_inputs_device(batch: dict[str, Any], seq_length: int, control_tags: bool) -> dict[str, Any]:
+    """Whole-batch tensor ops (gather/where): no per-row work, which is what an accelerator wants."""
     bases, lengths = batch["bases"], batch["lengths"].long()
     device = bases.device
     n = bases.shape[0]
     col = torch.arange(seq_length, device=device).expand(n, seq_length)
-    if control_tags:
-        tags, tlen = batch["tags"], batch["tag_lengths"].long()
-        prefix = tlen + 2  # BOS + tag + SEP
-    else:
-        tags, tlen = batch["tags"][:, :0], torch.zeros_like(lengths)
-        prefix = torch.ones_like(lengths)  # BOS
-    needed = int((prefix + lengths + 1).max()) if n else 0
-    if needed > seq_length:
-        raise ValueError(f"a sample needs {needed} tokens but seq_length is {seq_length}")
+    tlen = batch["tag_lengths"].long() if control_tags else torch.zeros_like(lengths)
+    tags = batch["tags"]
+    prefix = torch.from_numpy(_layout(lengths.cpu().numpy(), tlen.cpu().numpy(), seq_length, control_tags)).to(device)
     tokens = torch.full((n, seq_length), PAD_ID, dtype=torch.int64, device=device)
     tokens[:, 0] = BOS_ID
     p = prefix[:, None]
     is_base = (col >= p) & (col < p + lengths[:, None])
-    base_idx = (col - p).clamp(0, max(bases.shape[1] - 1, 0))
     if bases.shape[1]:
+        base_idx = (col - p).clamp(0, bases.shape[1] - 1)
         tokens = torch.where(is_base, bases.long().gather(1, base_idx), tokens)
     if control_tags:
-        is_tag = (col >= 1) & (col < 1 + tlen[:, None])
         if tags.shape[1]:
+            is_tag = (col >= 1) & (col < 1 + tlen[:, None])
             tag_idx = (col - 1).clamp(0, tags.shape[1] - 1)
             tokens = torch.where(is_tag, tags.long().gather(1, tag_idx), tokens)
         tokens = torch.where(col == 1 + tlen[:, None], torch.full_like(tokens, SEP_ID), tokens)
@@ -235,19 +354,13 @@ def to_model_inputs(batch: dict[str, Any], seq_length: int, control_tags: bool =
     labels[:, :-1] = tokens[:, 1:]
     label_is_base = torch.zeros_like(is_base)
     label_is_base[:, :-1] = is_base[:, 1:]
-    out = {
-        "tokens": tokens,
-        "labels": labels,
-        "loss_mask": label_is_base.to(torch.float32),
-        "position_ids": col.clone(),
-    }
-    for passthrough in ("keys", "seq_id", "start", "rc", "lengths"):
-        if passthrough in batch:
-            out[passthrough] = batch[passthrough]
-    return out
+    return {"tokens": tokens, "labels": labels, "loss_mask": label_is_base.to(torch.float32), "position_ids": col}
 
 
 decode_sample = pipelinefilter(_decode_sample)
 shuffle = pipelinefilter(_shuffle)
 reverse_complement = pipelinefilter(_reverse_complement)
 batch = pipelinefilter(_batch)
+to_tensors = pipelinefilter(_to_tensors)
+group = pipelinefilter(_group)
+ungroup = pipelinefilter(_ungroup)

@@ -46,21 +46,30 @@ STAGE_SPLITS = {"fit": (Split.train, Split.val), "validate": (Split.val,), "test
 
 
 def extract_suffixes(src: Iterable[dict], suffixes: Sequence[str]) -> Iterator[tuple]:
-    """webdataset's ``extract_keys("*.<suffix>", ...)`` with an error that names shard and sample."""
+    """webdataset's ``extract_keys("*.<suffix>", ...)`` with an error that names shard and sample.
+
+    The member names matched for a set of sample keys are remembered, since every sample of a
+    dataset usually has the same ones (fnmatch per key per sample was measurable).
+    """
+    patterns = [f"*.{suffix}" for suffix in suffixes]
+    matched: dict[tuple, list[str]] = {}
     for sample in src:
-        values = []
-        for suffix in suffixes:
-            pattern = f"*.{suffix}"
-            matches = [k for k in sample if fnmatch("." + k, pattern) or fnmatch(k, pattern)]
-            if len(matches) != 1:
-                members = sorted(k for k in sample if not k.startswith("__"))
-                problem = "no member" if not matches else f"several members ({matches})"
-                raise ValueError(
-                    f"shard {sample.get('__url__')}: sample {sample.get('__key__')} has {problem} matching "
-                    f"suffix key {suffix!r}; its members are {members}"
-                )
-            values.append(sample[matches[0]])
-        yield tuple(values)
+        names = tuple(sample)
+        chosen = matched.get(names)
+        if chosen is None:
+            chosen = []
+            for suffix, pattern in zip(suffixes, patterns):
+                matches = [k for k in names if fnmatch("." + k, pattern) or fnmatch(k, pattern)]
+                if len(matches) != 1:
+                    members = sorted(k for k in names if not k.startswith("__"))
+                    problem = "no member" if not matches else f"several members ({matches})"
+                    raise ValueError(
+                        f"shard {sample.get('__url__')}: sample {sample.get('__key__')} has {problem} matching "
+                        f"suffix key {suffix!r}; its members are {members}"
+                    )
+                chosen.append(matches[0])
+            matched[names] = chosen
+        yield tuple(sample[name] for name in chosen)
 
 
 def _compose(pipe, stages: Pipeline):

@@ -167,10 +167,18 @@ def test_genomic_dataset_without_the_split_a_stage_needs(root):
     del manifest["splits"]["val"]
     save_manifest(root, manifest)
     with pytest.raises(ValueError) as info:
-        genomic(root).setup("fit")
+        genomic(root).setup("validate")
     assert str(root) in str(info.value)
     assert "no val split" in str(info.value)
-    assert "'fit'" in str(info.value)
+    assert "'validate'" in str(info.value)
+    # training needs only train: a dataset prepared with --split 1,0,0 fits without validation
+    dm = genomic(root)
+    dm.setup("fit")
+    assert dm.val_dataloader() == []
+    del manifest["splits"]["train"]
+    save_manifest(root, manifest)
+    with pytest.raises(ValueError, match="no train split, which stage 'fit' needs"):
+        genomic(root).setup("fit")
 
 
 def test_genomic_root_without_manifest(tmp_path):

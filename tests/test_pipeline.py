@@ -17,7 +17,9 @@ from bionemo_wds.pipeline import (
     _shuffle,
     collate_compact,
     flips,
+    _model_inputs_device,
     reverse_complement_bases,
+    tensors,
     to_model_inputs,
     untuple,
 )
@@ -83,12 +85,23 @@ def test_untuple_and_decode():
     assert samples[0]["start"] == 5
 
 
-def test_to_model_inputs_hand_computed():
+@pytest.mark.parametrize("form", ["numpy", "cpu_tensors", "device_path"])
+def test_to_model_inputs_hand_computed(form):
     tagged = {"key": "a/0", "seq_id": "a", "start": 0, "bases": np.frombuffer(b"ACG", np.uint8), "tag": b"|x|", "rc": False}
     plain = {"key": "b/0", "seq_id": "b", "start": 7, "bases": np.frombuffer(b"TTAC", np.uint8), "tag": b"", "rc": True}
     batch = collate_compact([tagged, plain], window=5, max_tag=3)
-    assert batch["bases"].dtype == torch.uint8 and batch["bases"].shape == (2, 5)
-    out = to_model_inputs(batch, seq_length=10, control_tags=True)
+    assert batch["bases"].dtype == np.uint8 and batch["bases"].shape == (2, 5)
+    if form != "numpy":
+        batch = tensors(batch)
+    # the accelerator path (whole-batch gather/where) must agree with the CPU path exactly
+    convert = _model_inputs_device if form == "device_path" else None
+
+    def run(control_tags, seq_length=10):
+        if convert is None:
+            return to_model_inputs(batch, seq_length=seq_length, control_tags=control_tags)
+        return convert(batch, seq_length, control_tags)
+
+    out = run(True)
     P, B, S, E = PAD_ID, BOS_ID, SEP_ID, EOS_ID
     A, C, G, T, bar, x = 65, 67, 71, 84, ord("|"), ord("x")
     tokens = [[B, bar, x, bar, S, A, C, G, E, P],
@@ -99,10 +112,21 @@ def test_to_model_inputs_hand_computed():
                                          [0, 1, 1, 1, 1, 0, 0, 0, 0, 0]]
     assert out["loss_mask"].dtype == torch.float32 and out["tokens"].dtype == torch.int64
     assert out["position_ids"].tolist() == [list(range(10))] * 2
-    assert out["keys"] == ["a/0", "b/0"] and out["rc"].tolist() == [False, True]
+    if convert is None:
+        assert out["keys"] == ["a/0", "b/0"] and out["rc"].tolist() == [False, True]
     # without control tags: BOS + bases + EOS
-    out = to_model_inputs(batch, seq_length=10, control_tags=False)
+    out = run(False)
     assert out["tokens"].tolist() == [[B, A, C, G, E, P, P, P, P, P], [B, T, T, A, C, E, P, P, P, P]]
     assert out["loss_mask"].tolist()[0] == [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]
     with pytest.raises(ValueError, match="seq_length is 6"):
-        to_model_inputs(batch, seq_length=6)
+        run(True, seq_length=6)
+
+
+def test_to_model_inputs_uniform_fast_path_matches_row_path():
+    rng = np.random.default_rng(0)
+    samples = [{"key": f"k{i}/0", "seq_id": f"k{i}", "start": 0, "rc": False, "tag": b"|ab|",
+                "bases": rng.choice(np.frombuffer(b"ACGT", np.uint8), 50)} for i in range(6)]
+    full = to_model_inputs(collate_compact(samples, window=50, max_tag=4), seq_length=60)
+    rowwise = _model_inputs_device(tensors(collate_compact(samples, window=50, max_tag=4)), 60, True)
+    for key in ("tokens", "labels", "loss_mask", "position_ids"):
+        assert torch.equal(full[key], rowwise[key]), key

@@ -1,0 +1,1 @@
+"""Side-by-side benchmark of bionemo-wds against the loaders it replaces (see `run.py`)."""

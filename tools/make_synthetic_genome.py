@@ -1,0 +1,8 @@
+#!/usr/bin/env python
+"""Write a seeded synthetic genome with a realistic contig-length mix (see --help)."""
+import sys
+
+from bionemo_wds.benchmark.synthetic import main
+
+if __name__ == "__main__":
+    sys.exit(main())
