@@ -141,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bionemo_wds.lightning_cli import run
 
         return run(argv)
+    if argv and argv[0] == "benchmark":
+        from bionemo_wds.benchmark.run import main as benchmark
+
+        return benchmark(argv[1:])
     parser = argparse.ArgumentParser(
         prog="bionemo-wds",
         description="Genomes to WebDataset shards for DNA language models. Exit codes: 0 ok, 1 verify found problems, 2 bad input.",
@@ -156,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "manifest.json; exit 1 naming each bad shard.")
     ver.add_argument("dataset", help="directory holding manifest.json")
     ver.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sub.add_parser("benchmark", add_help=False,
+                   help="prepare and load the same windows with bionemo-wds and the loaders it replaces; "
+                        "one table of speed, disk and memory (`bionemo-wds benchmark --help`)")
     for command in LIGHTNING_COMMANDS:
         sub.add_parser(command, add_help=False,
                        help=f"LightningCLI {command} of the tiny DNA LM on prepared shards "

@@ -1,0 +1,64 @@
+"""One measurement in its own process, so the parent can watch its memory from outside.
+
+``python -m bionemo_wds.benchmark.child prepare|load --peer NAME ...`` prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Sequence
+
+from bionemo_wds.benchmark.peers import PEERS, make_peer
+
+
+def _import_everything() -> None:
+    import pyfaidx  # noqa: F401
+    import webdataset  # noqa: F401
+
+    import bionemo_wds.genomic  # noqa: F401  (lightning, torch)
+    import bionemo_wds.prepare  # noqa: F401
+    import bionemo_wds.webdatamodule  # noqa: F401
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("action", choices=("prepare", "load"))
+    p.add_argument("--peer", choices=PEERS, required=True)
+    p.add_argument("--fasta", required=True)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--seq-length", type=int, required=True)
+    p.add_argument("--stride", type=int, required=True)
+    p.add_argument("--tail", default="end")
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--compress", default=None)
+    args = p.parse_args(argv)
+    _import_everything()  # module imports are start-up cost, outside every peer's timing
+    peer = make_peer(args.peer, Path(args.fasta), Path(args.workdir), args.seq_length, args.stride, args.tail,
+                     args.batch_size, compress=args.compress)
+    if args.action == "prepare":
+        shutil.rmtree(peer.dir, ignore_errors=True)  # every prepare starts from nothing
+        t0 = time.perf_counter()
+        peer.prepare(args.workers)
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"seconds": seconds, "disk_bytes": peer.disk_bytes()}))
+        return 0
+    samples = tokens = 0
+    first = None
+    t0 = time.perf_counter()
+    for batch in peer.batches(args.workers):
+        samples += batch["tokens"].shape[0]
+        tokens += batch["tokens"].numel()
+        if first is None:
+            first = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "samples": samples, "tokens": tokens, "first_batch_s": first}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""Peak memory of a process tree, sampled from outside: PSS summed over the process and its children.
+
+PSS (proportional set size) splits shared pages between the processes that map them, so a loader
+whose workers share the parent's pages is not counted twice, as RSS would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def tree_pss_bytes(pid: int) -> int:
+    """PSS of `pid` and all its descendants now (0 for processes that are gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+        todo += _children(p)
+    return total
+
+
+class PeakPss:
+    """Run a command, sampling its tree's PSS every `interval` seconds; keeps the peak."""
+
+    def __init__(self, interval: float = 0.01):
+        self.interval = interval
+        self.peak = 0
+
+    def run(self, cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                self.peak = max(self.peak, tree_pss_bytes(proc.pid))
+                time.sleep(self.interval)
+
+        watcher = threading.Thread(target=sample, daemon=True)
+        watcher.start()
+        out, err = proc.communicate()
+        done.set()
+        watcher.join()
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

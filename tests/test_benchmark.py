@@ -1,0 +1,86 @@
+"""The benchmark's peers serve the same windows as model-ready batches (timings are not tested)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bionemo_wds.benchmark import run as bench
+from bionemo_wds.benchmark.peers import PEERS, make_peer
+from bionemo_wds.benchmark.synthetic import contig_lengths, write_genome
+from bionemo_wds.splits import length_buckets
+from bionemo_wds.tokenizer import BOS_ID, EOS_ID, SEP_ID
+from bionemo_wds.windows import window_counts
+
+SEQ, STRIDE = 512, 480
+
+
+@pytest.fixture(scope="module")
+def genome(tmp_path_factory) -> Path:
+    return write_genome(tmp_path_factory.mktemp("g") / "tiny.fa", size_mbp=0.3, seed=5)
+
+
+def windows_of(batches) -> Counter:
+    """Multiset of the bases in every sample, read back from model-ready batches."""
+    out = Counter()
+    for b in batches:
+        tokens, labels, mask = b["tokens"].numpy(), b["labels"].numpy(), b["loss_mask"].numpy()
+        assert tokens.dtype == np.int64 and tokens.shape[1] == SEQ
+        assert (labels[:, :-1] == tokens[:, 1:]).all()
+        assert (b["position_ids"].numpy() == np.arange(SEQ)).all()
+        for row, m in zip(tokens, mask):
+            assert row[0] == BOS_ID and row[1] == SEP_ID
+            eos = int(np.flatnonzero(row == EOS_ID)[0])
+            assert m.sum() == eos - 2  # the loss covers exactly the bases
+            out[row[2:eos].astype(np.uint8).tobytes()] += 1
+    return out
+
+
+def test_synthetic_genome_is_seeded_and_has_a_draft_assembly_mix(tmp_path, genome):
+    again = write_genome(tmp_path / "again.fa", size_mbp=0.3, seed=5)
+    assert again.read_bytes() == genome.read_bytes()
+    assert write_genome(tmp_path / "other.fa", size_mbp=0.3, seed=6).read_bytes() != genome.read_bytes()
+    lengths = contig_lengths(32_000_000, 0)
+    assert lengths.sum() == 32_000_000 and lengths.min() >= 200
+    share = np.bincount(length_buckets(lengths), minlength=3) / len(lengths)
+    assert 0.35 < share[0] < 0.55 and 0.25 < share[1] < 0.45 and 0.1 < share[2] < 0.25
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
+    from conftest import read_fasta
+
+    seqs = read_fasta(genome)
+    expected = Counter()
+    window = SEQ - 3
+    for s in seqs.values():
+        n = len(s)
+        for k in range(int(window_counts(np.array([n]), window, STRIDE, "end")[0])):
+            start = min(k * STRIDE, max(n - window, 0))
+            expected[s[start : start + window].encode()] += 1
+    for name in PEERS:
+        peer = make_peer(name, genome, tmp_path, SEQ, STRIDE, "end", 8)
+        peer.prepare(1)
+        batches = peer.batches(workers, rc_prob=0.0) if name == "ours" else peer.batches(workers)
+        assert windows_of(batches) == expected, name
+
+
+def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
+    out = tmp_path / "r.json"
+    code = bench.main(["--size-mbp", "0.2", "--seq-length", str(SEQ), "--stride", str(STRIDE), "--workers", "0",
+                       "--only", "ours,raw_limit,eden_fly", "--workdir", str(tmp_path / "w"), "--json", str(out),
+                       "--quiet"])
+    assert code == 0
+    results = json.loads(out.read_text())
+    assert set(results["peers"]) == {"ours", "raw_limit", "eden_fly"}
+    for peer in results["peers"].values():
+        load = peer["load"]["0"]
+        assert load["samples"] > 0 and load["samples_per_s"] > 0 and load["peak_pss_bytes"] > 10e6
+        assert peer["bytes_per_base"] > 0.5
+    assert results["peers"]["ours"]["load"]["0"]["samples"] == results["peers"]["raw_limit"]["load"]["0"]["samples"]
+    names = [t["target"] for t in results["targets"]]
+    assert any("3x eden_fly" in n for n in names) and any("0.8x raw_limit" in n for n in names)
