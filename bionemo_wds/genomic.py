@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import webdataset as wds
 
 from bionemo_wds.format import read_manifest
 from bionemo_wds.partition import EpochLoader, EpochShardOrder, shards_for_rank
 from bionemo_wds.blockpath import decode_blocks, shuffle_batch
 from bionemo_wds.pipeline import EpochState, group, keep_numpy, to_model_inputs, to_tensors, ungroup, untuple
 from bionemo_wds.shard_errors import CorruptShardError, ShardErrorPolicy
+from bionemo_wds.tarstream import read_records
 from bionemo_wds.webdatamodule import STAGE_SPLITS, Split, WebDataModule
 
 
@@ -202,6 +204,23 @@ class GenomicWebDataModule(WebDataModule):
             params["prefix"], pipelines, prebatch, kwargs_wds, kwargs_wld,
         )
         self.manifest = manifest
+
+    def _build_dataset(self, split: Split):
+        """Shard list -> rank's share -> worker's share -> our tar reader -> the split's stages.
+
+        The same stages as `WebDataModule` builds, but tar members are read by `tarstream` instead
+        of webdataset's tarfile-based expander (faster; see tarstream.py), and the records reach
+        the stages as ``(bytes, key, url)`` so errors can name shard and key.
+        """
+        urls = self._urls[split] = self.shard_urls(split)
+        kwargs = self._kwargs_wds[split]
+        return wds.DataPipeline(
+            wds.SimpleShardList(urls),
+            kwargs["nodesplitter"],
+            wds.split_by_worker,
+            read_records("msgpack", self.policy),
+            *self._pipeline_wds[split],
+        )
 
     def _workers_for(self, split: Split, n_shards: int, rank: int, world: int) -> int:
         share = shards_for_rank(n_shards, rank, world)

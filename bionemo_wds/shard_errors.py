@@ -62,6 +62,12 @@ class ShardErrorPolicy:
         self._fail(url, f"shard {url} is truncated or corrupt ({where}): {original}")
         return True
 
+    def damaged_shard(self, url: str, exc: Exception) -> None:
+        """A shard that could not be read to its end (our tar reader's report)."""
+        after = self._last_key.get(url)
+        where = f"after sample {after}" if after else "before its first sample"
+        self._fail(url, f"shard {url} is truncated or corrupt ({where}): {exc}")
+
     def saw(self, url: str | None, key: str | None, n_windows: int) -> None:
         if url != self._url:
             self._check_count()

@@ -252,11 +252,36 @@ def test_truncated_shard_warn_counts_it_once(root):
     assert len(skips) == 1, [str(w.message) for w in skips]
 
 
-def test_shard_cut_at_a_member_boundary_disagrees_with_manifest_count(root):
-    """A cut between members looks like a clean end of tar: the per-shard count catches it."""
+def test_shard_cut_at_a_member_boundary_is_reported(root):
+    """A cut between members: tarfile would see a clean end; our reader misses the end-of-archive
+    marker and says so, naming the last good record (the per-shard count is the second net)."""
     path = root / VAL_SHARD
     with open(path, "r+b") as fh:
         fh.truncate(members(path)[10].offset)  # ten whole records = 40 windows remain
+    sync_manifest(root, VAL_SHARD)
+    expected = shard_entry(load_manifest(root), VAL_SHARD)["n_samples"]
+    dm = genomic(root)
+    dm.setup("validate")
+    with pytest.raises(CorruptShardError) as info:
+        read_split(dm, "val")
+    assert str(info.value) == (f"shard {path} is truncated or corrupt (after sample 000000-000009): "
+                               "unexpected end of data: no end-of-archive marker")
+    assert expected == 300
+
+
+def test_manifest_count_is_the_second_net(root):
+    """With the reader satisfied (a complete tar holding fewer records), the count check fires."""
+    import tarfile
+
+    path = root / VAL_SHARD
+    kept = members(path)[:10]
+    with tarfile.open(path) as src:
+        payloads = [(m, src.extractfile(m).read()) for m in kept]
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as dst:
+        for m, data in payloads:
+            import io
+
+            dst.addfile(m, io.BytesIO(data))
     sync_manifest(root, VAL_SHARD)
     expected = shard_entry(load_manifest(root), VAL_SHARD)["n_samples"]
     dm = genomic(root)
