@@ -19,6 +19,9 @@ windows brings the overhead under 1% and parsing cost per window down 16x. ``--w
 
 Each window's key is ``<seq_id>/<window>``; it leads back to the FASTA substring
 ``seq_id[start:start + length]``.
+
+Version 2 (``--compress zstd``) adds ``codec: "zstd"`` to each record and stores ``tokens`` as one
+zstd frame; everything else is as in version 1.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ from webdataset import TarWriter
 
 FORMAT_NAME = "bionemo-wds"
 FORMAT_VERSION = 1
+#: Version 2 = version 1 with a compressed ``tokens`` field (``codec`` says how); written only
+#: when a codec is asked for, so uncompressed datasets stay readable by version-1 readers.
+COMPRESSED_FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+CODECS = ("none", "zstd")
 MANIFEST_NAME = "manifest.json"
 RECORD_SUFFIX = "msgpack"
 DEFAULT_PREFIX = "wdshards"
@@ -82,28 +90,58 @@ def window_key(seq_id: str, window: int) -> str:
     return f"{seq_id}/{window}"
 
 
+_ZSTD: dict[str, Any] = {}
+
+
+def _zstd():
+    try:
+        import zstandard
+    except ImportError as exc:  # optional dependency
+        raise ImportError("zstd records need the zstandard package: pip install 'bionemo-wds[zstd]'") from exc
+    return zstandard
+
+
+def _compressor(level: int):
+    key = f"c{level}"
+    if key not in _ZSTD:
+        _ZSTD[key] = _zstd().ZstdCompressor(level=level)
+    return _ZSTD[key]
+
+
+def _decompressor():
+    if "d" not in _ZSTD:
+        _ZSTD["d"] = _zstd().ZstdDecompressor()
+    return _ZSTD["d"]
+
+
 def encode_record(
-    bases: list[bytes], seq_ids: list[str], starts: list[int], windows: list[int], tags: list[str]
+    bases: list[bytes], seq_ids: list[str], starts: list[int], windows: list[int], tags: list[str],
+    codec: str = "none", level: int = 17,
 ) -> bytes:
     """Pack a block of windows into record bytes (deterministic for equal input)."""
-    return msgpack.packb(
-        {
-            "tokens": b"".join(bases),
-            "lengths": [len(b) for b in bases],
-            "seq_id": seq_ids,
-            "start": starts,
-            "window": windows,
-            "tag": tags,
-        },
-        use_bin_type=True,
-    )
+    tokens = b"".join(bases)
+    record: dict[str, Any] = {}
+    if codec == "zstd":
+        record["codec"] = "zstd"
+        tokens = _compressor(level).compress(tokens)
+    elif codec != "none":
+        raise ValueError(f"unknown codec {codec!r}; use one of {CODECS}")
+    record.update(tokens=tokens, lengths=[len(b) for b in bases], seq_id=seq_ids, start=starts, window=windows,
+                  tag=tags)
+    return msgpack.packb(record, use_bin_type=True)
 
 
 def decode_record(data: bytes) -> WindowBlock:
-    """Unpack record bytes; tokens stay a zero-copy view on `data`."""
+    """Unpack record bytes; tokens stay a zero-copy view on `data` (or on the decompressed bytes)."""
     obj = msgpack.unpackb(data, raw=False)
+    tokens = obj["tokens"]
+    codec = obj.get("codec", "none")
+    if codec == "zstd":
+        tokens = _decompressor().decompress(tokens)
+    elif codec != "none":
+        raise ValueError(f"record codec {codec!r} is unknown to this bionemo-wds")
     return WindowBlock(
-        tokens=np.frombuffer(obj["tokens"], dtype=np.uint8),
+        tokens=np.frombuffer(tokens, dtype=np.uint8),
         lengths=np.asarray(obj["lengths"], dtype=np.int64),
         seq_id=obj["seq_id"],
         start=np.asarray(obj["start"], dtype=np.int64),
@@ -214,8 +252,9 @@ def read_manifest(root: Path) -> dict[str, Any]:
     manifest = json.loads(path.read_text())
     if manifest.get("format") != FORMAT_NAME:
         raise ValueError(f"{path} is not a bionemo-wds manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(
-            f"{path} has format version {manifest.get('format_version')}; this bionemo-wds reads version {FORMAT_VERSION}"
+            f"{path} has format version {manifest.get('format_version')}; this bionemo-wds reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     return manifest

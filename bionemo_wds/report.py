@@ -43,7 +43,7 @@ def inspect_text(root: str | Path) -> str:
         f"dataset {root}  (format v{manifest['format_version']}, bionemo-wds {manifest['package_version']})",
         f"seq_length {params['seq_length']}  window {params['window_length']}  stride {params['stride']}  "
         f"tail {params['tail']}  tags {params['tags']}  seed {params['seed']}  "
-        f"windows/record {params['windows_per_record']}",
+        f"windows/record {params['windows_per_record']}  codec {params.get('codec', 'none')}",
         "",
         _table(["split", "shards", "sequences", "samples", "tokens", "bases", "bytes", "bytes/token", "bytes/base"], rows),
         "",

@@ -235,3 +235,16 @@ def test_help_explains_every_option(capsys):
                    "--on-invalid", "--samples-per-shard", "--windows-per-record", "--workers", "--overwrite",
                    "--config", "--prefix", "--quiet"):
         assert option in text
+
+
+def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, kleb_small, klebsiella_seqs):
+    out = tmp_path / "z"
+    prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, workers=2, compress="zstd"))
+    manifest = read_manifest(out)
+    assert manifest["format_version"] == 2 and manifest["params"]["codec"] == "zstd"
+    assert all_windows(out) == all_windows(kleb_small)
+    size = sum(p.stat().st_size for p in out.rglob("*.tar"))
+    assert size / sum(len(s) for s in klebsiella_seqs.values()) < 0.35
+    assert verify(out, progress=False).ok
+    plain = read_manifest(kleb_small)
+    assert plain["format_version"] == 1 and plain["params"]["codec"] == "none"

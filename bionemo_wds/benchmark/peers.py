@@ -260,7 +260,7 @@ class Ours(Peer):
         opts = PrepareOptions(seq_length=self.seq_length, stride=self.stride, tail=self.tail, split=(1, 0, 0),
                               workers=max(workers, 1), progress=False, overwrite=True,
                               samples_per_shard=SAMPLES_PER_SHARD,
-                              **({"compress": self.compress} if self.compress else {}))
+                              compress=self.compress or "none")
         prepare([self.fasta], self.dir, opts)
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
