@@ -30,8 +30,13 @@ from bionemo_wds.partition import EpochLoader, EpochShardOrder, shards_for_rank
 from bionemo_wds.blockpath import decode_blocks, shuffle_batch
 from bionemo_wds.pipeline import EpochState, group, keep_numpy, to_model_inputs, to_tensors, ungroup, untuple
 from bionemo_wds.shard_errors import CorruptShardError, ShardErrorPolicy
+from bionemo_wds.shmring import SharedRing, fork_available, from_ring, to_ring
 from bionemo_wds.tarstream import read_records
 from bionemo_wds.webdatamodule import STAGE_SPLITS, Split, WebDataModule
+
+
+#: Batches (messages) each loader worker may have in flight; its shared-memory ring has 2 more slots.
+PREFETCH = 2
 
 
 class GenomicWebDataModule(WebDataModule):
@@ -96,6 +101,7 @@ class GenomicWebDataModule(WebDataModule):
         self.manifest: dict[str, Any] | None = None
         self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
         self._epochs = {split: EpochState() for split in Split}
+        self._rings: dict[Split, SharedRing] = {}
 
     # -- preparing --------------------------------------------------------------------------------
 
@@ -186,16 +192,26 @@ class GenomicWebDataModule(WebDataModule):
                                     epoch=self._epochs[split], rank=rank, rc_prob=self.rc_prob if train else 0.0)]
             workers = self._workers_for(split, len(info["shards"]), rank, world)
             per_message = max(1, self.transfer_bytes // max(1, self.micro_batch_size * window)) if workers else 1
-            if per_message > 1:
+            prebatch[split] = []
+            if workers and fork_available():
+                # groups of batches through shared memory; only small columns cross the queue
+                per_batch = self.micro_batch_size * (window + max_tag + 4 + 4 + 1 + 8) + 6 * 8
+                ring = SharedRing(workers, slots=PREFETCH + 2, slot_bytes=per_message * per_batch)
+                self._rings[split] = ring
+                stages.append(to_ring(ring, per_message))
+                prebatch[split].append(from_ring(ring))
+            elif per_message > 1:
                 stages.append(group(per_message))
+                prebatch[split].append(ungroup())
             pipelines[split] = stages
             order = EpochShardOrder(self.seed, self._epochs[split], shuffle=train, rank=rank, world_size=world)
             kwargs_wds[split] = {"shardshuffle": False, "nodesplitter": order, "handler": self.policy,
                                  "empty_check": False}
             # numpy batches cross the worker boundary as one pickled message (torch tensors would
             # each take a shared-memory segment); to_tensors wraps them, zero-copy, in the main process
-            kwargs_wld[split] = {"num_workers": workers, "collate_fn": keep_numpy}
-            prebatch[split] = ([ungroup()] if per_message > 1 else []) + [to_tensors(pin_memory=self.pin_memory)]
+            kwargs_wld[split] = {"num_workers": workers, "collate_fn": keep_numpy,
+                                 **({"prefetch_factor": PREFETCH} if workers else {})}
+            prebatch[split].append(to_tensors(pin_memory=self.pin_memory))
         self._configure(
             {split: str(self.root / split.name) for split in splits},
             {split: info["n_samples"] for split, info in splits.items()},
@@ -238,7 +254,9 @@ class GenomicWebDataModule(WebDataModule):
 
     def _make_loader(self, dataset, kwargs):
         split = next(s for s, d in self._dataset.items() if d is dataset)
-        return EpochLoader(dataset, epoch_state=self._epochs[split], epoch_source=self._trainer_epoch, **kwargs)
+        ring = self._rings.get(split)
+        return EpochLoader(dataset, epoch_state=self._epochs[split], epoch_source=self._trainer_epoch,
+                           before_pass=ring.new_generation if ring else None, **kwargs)
 
     def _trainer_epoch(self) -> int | None:
         trainer = getattr(self, "trainer", None)

@@ -48,10 +48,11 @@ class EpochLoader(wds.WebLoader):
     """
 
     def __init__(self, *args, epoch_state: EpochState, epoch_source: Callable[[], int | None] | None = None,
-                 **kwargs):
+                 before_pass: Callable[[], None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.epoch_state = epoch_state
         self.epoch_source = epoch_source
+        self.before_pass = before_pass
         self.next_epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -62,4 +63,10 @@ class EpochLoader(wds.WebLoader):
         epoch = self.next_epoch if epoch is None else epoch
         self.epoch_state.epoch = epoch
         self.next_epoch = epoch + 1
-        return super().__iter__()
+        return self._pass()
+
+    def _pass(self):
+        # a generator, so before_pass runs when iteration starts, right before the workers fork
+        if self.before_pass is not None:
+            self.before_pass()
+        yield from super().__iter__()

@@ -78,8 +78,9 @@ def test_every_split_read_exactly_once_and_disjoint(dataset, workers):
     assert not seqs["train"] & seqs["val"] and not seqs["train"] & seqs["test"] and not seqs["val"] & seqs["test"]
 
 
-def test_keys_lead_back_to_the_fasta(dataset, klebsiella_seqs):
-    dm = make(dataset, rc_prob=0.5)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_keys_lead_back_to_the_fasta(dataset, klebsiella_seqs, workers):
+    dm = make(dataset, rc_prob=0.5, num_workers=workers)
     dm.setup("fit")
     window = read_manifest(dataset)["params"]["window_length"]
     flipped = 0
@@ -194,3 +195,17 @@ def test_lightning_cli_fit_from_yaml(dataset, tmp_path):
     assert code == 0
     metrics = (next((tmp_path / "logs").rglob("metrics.csv"))).read_text()
     assert "train_loss" in metrics and "val_loss" in metrics and "samples_per_s" in metrics
+
+
+def test_abandoned_pass_does_not_corrupt_the_next(dataset):
+    """Workers hand batches over in shared memory: leaving a pass early must not garble the next one."""
+    dm = make(dataset, num_workers=2)
+    dm.setup("fit")
+    loader = dm.val_dataloader()
+    full = [(list(b["keys"]), b["bases"].clone()) for b in loader]
+    for i, _ in enumerate(loader):
+        if i == 3:
+            break
+    again = [(list(b["keys"]), b["bases"].clone()) for b in loader]
+    assert [k for k, _ in again] == [k for k, _ in full]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(again, full))
