@@ -17,8 +17,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.format import WindowBlock, decode_record
-from bionemo_wds.pipeline import EpochState, _COMPLEMENT_BYTES, _mix, _worker_identity, flip_salt, salted_flip
+from bionemo_wds.format import WindowBlock
+from bionemo_wds.pipeline import EpochState, _COMPLEMENT_BYTES, _mix, _worker_identity, flip_salt, iter_blocks, salted_flip
 from bionemo_wds.shard_errors import ShardErrorPolicy
 from bionemo_wds.tokenizer import PAD_ID
 
@@ -38,18 +38,9 @@ class _Block:
 
 
 def _decode_blocks(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[_Block]:
-    """Record (bytes, or a ``(bytes, key, url)`` tuple) -> one block of windows; errors as `decode_sample`."""
-    policy = policy or ShardErrorPolicy()
-    for item in src:
-        record, key, url = (item + (None, None))[:3] if isinstance(item, tuple) else (item, None, None)
-        try:
-            block = decode_record(record)
-        except Exception as exc:  # noqa: BLE001 - any undecodable record is the shard's fault
-            policy.bad_record(url, key, exc)
-            continue
-        policy.saw(url, key, len(block))
+    """Records -> blocks of windows (`pipeline.iter_blocks`, with the columns as Python lists)."""
+    for block in iter_blocks(src, policy):
         yield _Block(block)
-    policy.end_of_stream()
 
 
 def _shuffle_batch(src: Iterable[_Block], batch_size: int, window: int, max_tag: int = 0, bufsize: int = 0,

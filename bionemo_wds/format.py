@@ -131,9 +131,10 @@ def encode_record(
     return msgpack.packb(record, use_bin_type=True)
 
 
-def decode_record(data: bytes) -> WindowBlock:
-    """Unpack record bytes; tokens stay a zero-copy view on `data` (or on the decompressed bytes)."""
-    obj = msgpack.unpackb(data, raw=False)
+def decode_record(data: bytes | dict) -> WindowBlock:
+    """Unpack record bytes (or a record webdataset already unpacked, e.g. from a ``.mp`` member);
+    tokens stay a zero-copy view on the record (or on the decompressed bytes)."""
+    obj = data if isinstance(data, dict) else msgpack.unpackb(data, raw=False)
     tokens = obj["tokens"]
     codec = obj.get("codec", "none")
     if codec == "zstd":

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.format import decode_record, window_key
+from bionemo_wds.format import WindowBlock, decode_record, window_key
 from bionemo_wds.shard_errors import ShardErrorPolicy
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
@@ -41,23 +41,29 @@ def untuple(src: Iterable[tuple]) -> Iterator[Any]:
         yield sample[0] if isinstance(sample, tuple) and len(sample) == 1 else sample
 
 
-def _decode_sample(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[Sample]:
-    """Record (bytes, or a ``(bytes, key, url)`` tuple) -> one sample dict per window.
+def iter_blocks(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[WindowBlock]:
+    """Records (bytes or unpacked dicts, bare or as ``(record, key, url)``) -> decoded blocks.
 
-    ``bases`` is a zero-copy uint8 view into the record. A record that cannot be decoded raises
-    an error naming shard and key, or is skipped and counted under ``handler="warn"``. With a
-    policy that knows the manifest, a shard that ends with fewer or more windows than the
-    manifest lists is reported too.
+    A record that cannot be decoded raises an error naming shard and key, or is skipped and counted
+    under ``handler="warn"``; with a policy that knows the manifest, a shard that ends with another
+    window count than the manifest lists is reported too.
     """
     policy = policy or ShardErrorPolicy()
     for item in src:
         record, key, url = (item + (None, None))[:3] if isinstance(item, tuple) else (item, None, None)
         try:
-            block = decode_record(record) if not isinstance(record, dict) else _block_from_dict(record)
+            block = decode_record(record)
         except Exception as exc:  # noqa: BLE001 - any undecodable record is the shard's fault
             policy.bad_record(url, key, exc)
             continue
         policy.saw(url, key, len(block))
+        yield block
+    policy.end_of_stream()
+
+
+def _decode_sample(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[Sample]:
+    """Records -> one sample dict per window (``bases`` a zero-copy uint8 view into the record)."""
+    for block in iter_blocks(src, policy):
         offsets = block.offsets
         for i in range(len(block)):
             seq_id = block.seq_id[i]
@@ -69,20 +75,6 @@ def _decode_sample(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -
                 "tag": block.tag[i].encode("ascii"),
                 "rc": False,
             }
-    policy.end_of_stream()
-
-
-def _block_from_dict(obj: dict):
-    from bionemo_wds.format import WindowBlock
-
-    return WindowBlock(
-        tokens=np.frombuffer(obj["tokens"], dtype=np.uint8),
-        lengths=np.asarray(obj["lengths"], dtype=np.int64),
-        seq_id=obj["seq_id"],
-        start=np.asarray(obj["start"], dtype=np.int64),
-        window=np.asarray(obj["window"], dtype=np.int64),
-        tag=obj["tag"],
-    )
 
 
 def _mix(*parts: int) -> int:

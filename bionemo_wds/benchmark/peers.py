@@ -6,7 +6,8 @@ given, no split) and ends in the same model-ready batch on the main process: ``t
 ``seq_length``. What each peer does inside its timing is the approach it stands for:
 
 - ``eden_fly``: map-style dataset; ``__getitem__`` finds the window with `np.searchsorted`, reads it
-  from the FASTA through pyfaidx, tokenizes and builds the sample's tensors; default collate.
+  from the FASTA through pyfaidx, reverse-complements it with probability 0.5 (global RNG, as Eden),
+  tokenizes and builds the sample's tensors; default collate.
 - ``pickled_int64``: each window's int64 token tensor pickled into tar shards by `PickledDataWDS`,
   read through `WebDataModule` with the pipelines its docs show (untuple + shuffle, shuffle +
   batched/vstack); labels, loss mask and positions built per batch in the main process.
@@ -28,6 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from bionemo_wds.pipeline import _COMPLEMENT_BYTES
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours")
@@ -101,6 +103,8 @@ class EdenFlyDataset(torch.utils.data.Dataset):
         start = int(idx.table.start[first + (i - first)])
         n = int(idx.table.length[i])
         bases = self._fa[idx.names[seq]][start : start + n].encode().translate(UPPERCASE_TABLE)
+        if random.random() < 0.5:  # Eden's reverse-complement augmentation (global RNG, as Eden)
+            bases = bases[::-1].translate(_COMPLEMENT_BYTES)
         tokens = torch.from_numpy(sample_tokens(bases, self.seq_length))
         labels = torch.full_like(tokens, PAD_ID)
         labels[:-1] = tokens[1:]
@@ -112,7 +116,8 @@ class EdenFlyDataset(torch.utils.data.Dataset):
 
 
 class Peer:
-    """prepare() once, then batches() for one full pass of model-ready batches."""
+    """prepare() once; batches() sets the loader up (untimed) and returns an iterator over one full
+    pass of model-ready batches (timed)."""
 
     name = ""
 
@@ -148,7 +153,7 @@ class EdenFly(Peer):
         dataset = EdenFlyDataset(self.dir / self.fasta.name, self.seq_length, self.stride, self.tail)
         loader = torch.utils.data.DataLoader(dataset, batch_size=self.batch_size, shuffle=True, num_workers=workers,
                                              generator=torch.Generator().manual_seed(SEED))
-        yield from loader
+        return iter(loader)
 
 
 class PickledInt64(Peer):
@@ -198,8 +203,7 @@ class PickledInt64(Peer):
             kwargs_wld={Split.train: {"num_workers": workers}},
         )
         module.setup("fit")
-        for tokens in module.train_dataloader():
-            yield labels_mask_positions(tokens)
+        return (labels_mask_positions(tokens) for tokens in module.train_dataloader())
 
 
 class RawLimit(Peer):
@@ -228,8 +232,7 @@ class RawLimit(Peer):
         dataset = _RawBatches(self.dir, self.batch_size)
         # numpy batches, passed through as they are: the cheapest way across the worker boundary
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=keep_numpy)
-        for compact in loader:
-            yield to_model_inputs(compact, self.seq_length, control_tags=True)
+        return (to_model_inputs(compact, self.seq_length, control_tags=True) for compact in loader)
 
 
 class _RawBatches(torch.utils.data.IterableDataset):
@@ -269,8 +272,7 @@ class Ours(Peer):
         dm = GenomicWebDataModule(str(self.dir), micro_batch_size=self.batch_size, num_workers=workers,
                                   seed=SEED, rc_prob=rc_prob)
         dm.setup("fit")
-        for compact in dm.train_dataloader():
-            yield dm.model_inputs(compact)
+        return (dm.model_inputs(compact) for compact in dm.train_dataloader())
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:
