@@ -17,7 +17,6 @@ file lock, so nodes sharing a filesystem do not race) and reuses a complete outp
 from __future__ import annotations
 
 import fcntl
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,9 @@ from typing import Any
 import torch
 import webdataset as wds
 
+from bionemo_wds.blockpath import decode_blocks, shuffle_batch
 from bionemo_wds.format import read_manifest
 from bionemo_wds.partition import EpochLoader, EpochShardOrder, shards_for_rank
-from bionemo_wds.blockpath import decode_blocks, shuffle_batch
 from bionemo_wds.pipeline import EpochState, group, keep_numpy, to_model_inputs, to_tensors, ungroup, untuple
 from bionemo_wds.shard_errors import CorruptShardError, ShardErrorPolicy
 from bionemo_wds.shmring import SharedRing, fork_available, from_ring, to_ring
@@ -102,6 +101,7 @@ class GenomicWebDataModule(WebDataModule):
         self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
         self._epochs = {split: EpochState() for split in Split}
         self._rings: dict[Split, SharedRing] = {}
+        self._shard_orders: dict[Split, EpochShardOrder] = {}
 
     # -- preparing --------------------------------------------------------------------------------
 
@@ -181,7 +181,7 @@ class GenomicWebDataModule(WebDataModule):
         expected = {str(self.root / sh["path"]): sh["n_samples"] for info in splits.values() for sh in info["shards"]}
         self.policy = ShardErrorPolicy(self.handler, expected)
         window, max_tag = params["window_length"], params["max_tag_bytes"]
-        pipelines, prebatch, kwargs_wds, kwargs_wld = {}, {}, {}, {}
+        pipelines, prebatch, kwargs_wld = {}, {}, {}
         for split, info in splits.items():
             train = split is Split.train
             # the fused form of decode_sample -> shuffle -> reverse_complement -> batch (blockpath.py)
@@ -204,11 +204,10 @@ class GenomicWebDataModule(WebDataModule):
                 stages.append(group(per_message))
                 prebatch[split].append(ungroup())
             pipelines[split] = stages
-            order = EpochShardOrder(self.seed, self._epochs[split], shuffle=train, rank=rank, world_size=world)
-            kwargs_wds[split] = {"shardshuffle": False, "nodesplitter": order, "handler": self.policy,
-                                 "empty_check": False}
-            # numpy batches cross the worker boundary as one pickled message (torch tensors would
-            # each take a shared-memory segment); to_tensors wraps them, zero-copy, in the main process
+            self._shard_orders[split] = EpochShardOrder(self.seed, self._epochs[split], shuffle=train, rank=rank,
+                                                        world_size=world)
+            # batches stay numpy until the main process (keep_numpy: no per-tensor shared-memory
+            # segments); to_tensors wraps them there, zero-copy
             kwargs_wld[split] = {"num_workers": workers, "collate_fn": keep_numpy,
                                  **({"prefetch_factor": PREFETCH} if workers else {})}
             prebatch[split].append(to_tensors(pin_memory=self.pin_memory))
@@ -217,7 +216,7 @@ class GenomicWebDataModule(WebDataModule):
             {split: info["n_samples"] for split, info in splits.items()},
             ["msgpack", "__key__", "__url__"],
             self.requested_global_batch_size or self.micro_batch_size * world,
-            params["prefix"], pipelines, prebatch, kwargs_wds, kwargs_wld,
+            params["prefix"], pipelines, prebatch, None, kwargs_wld,
         )
         self.manifest = manifest
 
@@ -229,10 +228,9 @@ class GenomicWebDataModule(WebDataModule):
         the stages as ``(bytes, key, url)`` so errors can name shard and key.
         """
         urls = self._urls[split] = self.shard_urls(split)
-        kwargs = self._kwargs_wds[split]
         return wds.DataPipeline(
             wds.SimpleShardList(urls),
-            kwargs["nodesplitter"],
+            self._shard_orders[split],
             wds.split_by_worker,
             read_records("msgpack", self.policy),
             *self._pipeline_wds[split],
