@@ -1,8 +1,8 @@
 """What happens when a shard is damaged: a clear error by default, or skip-and-count.
 
-One `ShardErrorPolicy` serves as webdataset's ``handler`` (tar-level damage: truncation, bad
-headers) and as the decode stage's judge (records that do not decode, shards whose window count
-disagrees with the manifest), so every message names the shard and the last good sample key.
+One `ShardErrorPolicy` judges tar-level damage reported by the shard reader (truncation, bad
+headers), records that do not decode, and shards whose window count disagrees with the manifest,
+so every message names the shard and the last good sample key.
 The skip counter lives in shared memory, so counts from loader workers reach the main process.
 """
 
@@ -45,22 +45,6 @@ class ShardErrorPolicy:
         with self._skipped.get_lock():
             self._skipped.value += 1
         warnings.warn(f"skipped: {message}", stacklevel=3)
-
-    def __call__(self, exn: Exception) -> bool:
-        """webdataset handler: True means continue with the next shard."""
-        if isinstance(exn, CorruptShardError):
-            raise exn
-        first = str(exn.args[0]) if exn.args else type(exn).__name__
-        if len(exn.args) < 2 and " @ <" in first:
-            # webdataset's tar_file_iterator reports first, without the URL; re-raising lets
-            # tar_file_expander add (stream, url) and call us once more, so each damage counts once
-            raise exn
-        url = exn.args[-1] if len(exn.args) >= 2 and isinstance(exn.args[-1], str) else None
-        after = self._last_key.get(url) if url else None
-        where = f"after sample {after}" if after else "before its first sample"
-        original = first.split(" @ <", 1)[0]
-        self._fail(url, f"shard {url} is truncated or corrupt ({where}): {original}")
-        return True
 
     def damaged_shard(self, url: str, exc: Exception) -> None:
         """A shard that could not be read to its end (our tar reader's report)."""
