@@ -6,7 +6,8 @@ loader's cost (measured: ~20 us per window of ~30). `decode_blocks` + `shuffle_b
 same work with the window as a (block, row) pair: the shuffle buffer holds pairs, the RC choice
 is the same pure function of (seed, epoch, window key) (`pipeline.flips`), and each batch is
 filled with one slice copy per row. The per-window stages stay the composable, documented form;
-this is the same semantics, fused for speed.
+this is the same work fused for speed (the same RC choices; the shuffle draws its random numbers
+differently, so the orders differ).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.format import WindowBlock
-from bionemo_wds.pipeline import EpochState, _COMPLEMENT_BYTES, _mix, _worker_identity, flip_salt, iter_blocks, salted_flip
+from bionemo_wds.format import WindowBlock, window_key
+from bionemo_wds.pipeline import (EpochState, _mix, _worker_identity, flip_salt, iter_blocks, reverse_complement_bases,
+                                  salted_flip)
 from bionemo_wds.shard_errors import ShardErrorPolicy
 from bionemo_wds.tokenizer import PAD_ID
 
@@ -100,9 +102,9 @@ def _assemble(picked: list[tuple[_Block, int]], window: int, max_tag: int, rc_pr
     for i, (blk, row) in enumerate(picked):
         a, b = blk.offsets[row], blk.offsets[row + 1]
         seq_id = blk.seq_id[row]
-        key = f"{seq_id}/{blk.window[row]}"
+        key = window_key(seq_id, blk.window[row])
         if rc_prob > 0 and (always or salted_flip(key, rc_prob, salt)):
-            bases[i, : b - a] = np.frombuffer(blk.tokens[a:b][::-1].tobytes().translate(_COMPLEMENT_BYTES), np.uint8)
+            bases[i, : b - a] = reverse_complement_bases(blk.tokens[a:b])
             rc[i] = True
         else:
             bases[i, : b - a] = blk.tokens[a:b]

@@ -34,21 +34,5 @@ class Catalog:
     def total_bases(self) -> int:
         return int(self.lengths.sum())
 
-    def subset(self, keep: np.ndarray) -> "Catalog":
-        """The catalog restricted to the rows where `keep` is True."""
-        rows = np.flatnonzero(keep)
-        return Catalog(
-            files=self.files,
-            origins=self.origins,
-            names=[self.names[i] for i in rows],
-            tags=[self.tags[i] for i in rows],
-            file_index=self.file_index[rows],
-            lengths=self.lengths[rows],
-            offsets=self.offsets[rows],
-            line_bases=self.line_bases[rows],
-            line_bytes=self.line_bytes[rows],
-            skipped=list(self.skipped),
-        )
-
     def max_tag_bytes(self) -> int:
         return max((len(t.encode("utf-8")) for t in self.tags), default=0)

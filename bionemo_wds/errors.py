@@ -10,7 +10,3 @@ from __future__ import annotations
 
 class BadInputError(Exception):
     """Input, parameters or an output directory that cannot be used as given."""
-
-
-class VerifyError(Exception):
-    """Prepared shards that disagree with their manifest."""

@@ -80,9 +80,6 @@ class WindowBlock:
         off = self.offsets
         return self.tokens[off[i] : off[i + 1]]
 
-    def keys(self) -> list[str]:
-        return [window_key(s, int(w)) for s, w in zip(self.seq_id, self.window)]
-
 
 def window_key(seq_id: str, window: int) -> str:
     """Identity of a window across the whole dataset."""
@@ -140,7 +137,7 @@ def decode_record(data: bytes | dict) -> WindowBlock:
         tokens = _decompressor().decompress(tokens)
     elif codec != "none":
         raise ValueError(f"record codec {codec!r} is unknown to this bionemo-wds")
-    return WindowBlock(
+    block = WindowBlock(
         tokens=np.frombuffer(tokens, dtype=np.uint8),
         lengths=np.asarray(obj["lengths"], dtype=np.int64),
         seq_id=obj["seq_id"],
@@ -148,6 +145,12 @@ def decode_record(data: bytes | dict) -> WindowBlock:
         window=np.asarray(obj["window"], dtype=np.int64),
         tag=obj["tag"],
     )
+    n = len(block.seq_id)
+    if not (len(block.lengths) == len(block.start) == len(block.window) == len(block.tag) == n):
+        raise ValueError("record columns have different lengths")
+    if int(block.lengths.sum()) != len(block.tokens) or (block.lengths < 0).any():
+        raise ValueError(f"record lengths add up to {int(block.lengths.sum())} bases but it holds {len(block.tokens)}")
+    return block
 
 
 class _HashingWriter(io.RawIOBase):

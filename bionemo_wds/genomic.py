@@ -17,6 +17,7 @@ file lock, so nodes sharing a filesystem do not race) and reuses a complete outp
 from __future__ import annotations
 
 import fcntl
+import multiprocessing as mp
 import warnings
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,7 @@ class GenomicWebDataModule(WebDataModule):
             return
         from bionemo_wds.prepare import PrepareOptions, prepare
 
-        opts = PrepareOptions(seq_length=self.seq_length, seed=self.seed, **self.prepare_options)
+        opts = PrepareOptions(**{"seed": self.seed, **self.prepare_options, "seq_length": self.seq_length})
         lock_path = Path(f"{self.root}.lock")
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with open(lock_path, "w") as lock:
@@ -179,7 +180,8 @@ class GenomicWebDataModule(WebDataModule):
         rank, world = self._rank_world()
         splits = {Split[name]: info for name, info in manifest["splits"].items()}
         expected = {str(self.root / sh["path"]): sh["n_samples"] for info in splits.values() for sh in info["shards"]}
-        self.policy = ShardErrorPolicy(self.handler, expected)
+        context = mp.get_context()  # loader workers start with it; the skip counter must match
+        self.policy = ShardErrorPolicy(self.handler, expected, context)
         window, max_tag = params["window_length"], params["max_tag_bytes"]
         pipelines, prebatch, kwargs_wld = {}, {}, {}
         for split, info in splits.items():
@@ -209,7 +211,8 @@ class GenomicWebDataModule(WebDataModule):
             # batches stay numpy until the main process (keep_numpy: no per-tensor shared-memory
             # segments); to_tensors wraps them there, zero-copy
             kwargs_wld[split] = {"num_workers": workers, "collate_fn": keep_numpy,
-                                 **({"prefetch_factor": PREFETCH} if workers else {})}
+                                 **({"prefetch_factor": PREFETCH, "multiprocessing_context": context}
+                                    if workers else {})}
             prebatch[split].append(to_tensors(pin_memory=self.pin_memory))
         self._configure(
             {split: str(self.root / split.name) for split in splits},
@@ -238,6 +241,10 @@ class GenomicWebDataModule(WebDataModule):
 
     def _workers_for(self, split: Split, n_shards: int, rank: int, world: int) -> int:
         share = shards_for_rank(n_shards, rank, world)
+        if share == 0 and split is Split.train:
+            # an empty rank would wait for the others at the first gradient all-reduce, forever
+            raise ValueError(f"{self.root}: the train split has {n_shards} shard(s) for {world} ranks, so rank {rank} "
+                             f"would get no data; prepare with a smaller --samples-per-shard (at least {world} shards)")
         if self.num_workers > share:
             warnings.warn(f"{split.name}: rank {rank} reads {share} shard(s), so it uses {share} loader worker(s) "
                           f"instead of num_workers={self.num_workers} (each worker reads whole shards)")
@@ -273,7 +280,7 @@ class GenomicWebDataModule(WebDataModule):
         return self.policy.skipped
 
     def state_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "epochs": {s.name: e.epoch for s, e in self._epochs.items()}}
+        return {"seed": self.seed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("seed", self.seed) != self.seed:

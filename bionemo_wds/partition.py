@@ -44,7 +44,8 @@ class EpochLoader(wds.WebLoader):
 
     The epoch comes from `epoch_source` when that returns a number (the data module passes the
     trainer's current epoch, so Lightning's extra ``iter()`` calls and resumed runs do not shift
-    it); otherwise passes are counted from 0, or from what ``set_epoch(n)`` set.
+    it); otherwise passes are counted in the `EpochState`, which every loader of the split shares.
+    `before_pass` runs right before the pass's workers start.
     """
 
     def __init__(self, *args, epoch_state: EpochState, epoch_source: Callable[[], int | None] | None = None,
@@ -53,16 +54,12 @@ class EpochLoader(wds.WebLoader):
         self.epoch_state = epoch_state
         self.epoch_source = epoch_source
         self.before_pass = before_pass
-        self.next_epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.next_epoch = epoch
 
     def __iter__(self):
         epoch = self.epoch_source() if self.epoch_source is not None else None
-        epoch = self.next_epoch if epoch is None else epoch
+        epoch = self.epoch_state.next_epoch if epoch is None else epoch
         self.epoch_state.epoch = epoch
-        self.next_epoch = epoch + 1
+        self.epoch_state.next_epoch = epoch + 1
         return self._pass()
 
     def _pass(self):

@@ -45,20 +45,31 @@ def iter_blocks(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> I
     """Records (bytes or unpacked dicts, bare or as ``(record, key, url)``) -> decoded blocks.
 
     A record that cannot be decoded raises an error naming shard and key, or is skipped and counted
-    under ``handler="warn"``; with a policy that knows the manifest, a shard that ends with another
-    window count than the manifest lists is reported too.
+    under ``handler="warn"``. A shard read to its end must hold the windows the manifest lists
+    (the policy knows them); the count lives in this generator, so an abandoned pass leaves
+    nothing behind.
     """
     policy = policy or ShardErrorPolicy()
+    current, count, cut = None, 0, set()
     for item in src:
         record, key, url = (item + (None, None))[:3] if isinstance(item, tuple) else (item, None, None)
+        if url != current:
+            if current is not None and current not in cut:
+                policy.check_count(current, count)
+            current, count = url, 0
+        if record is None:  # the reader's mark for a shard it could not finish
+            cut.add(url)
+            continue
         try:
             block = decode_record(record)
         except Exception as exc:  # noqa: BLE001 - any undecodable record is the shard's fault
             policy.bad_record(url, key, exc)
+            cut.add(url)  # reported once: its window count can no longer match the manifest
             continue
-        policy.saw(url, key, len(block))
+        count += len(block)
         yield block
-    policy.end_of_stream()
+    if current is not None and current not in cut:
+        policy.check_count(current, count)
 
 
 def _decode_sample(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[Sample]:
@@ -84,10 +95,12 @@ def _mix(*parts: int) -> int:
 
 
 class EpochState:
-    """The epoch that seeds this pass; set in the main process before workers start."""
+    """The epoch that seeds this pass (set in the main process before workers start), and the one
+    the next pass gets when no trainer says otherwise."""
 
     def __init__(self, epoch: int = 0):
         self.epoch = epoch
+        self.next_epoch = epoch
 
 
 def _shuffle(src: Iterable[Sample], bufsize: int = 1000, initial: int = 100, seed: int = 0,

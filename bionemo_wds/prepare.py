@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -87,7 +87,6 @@ class PrepareResult:
     shards_written: int = 0
     shards_reused: int = 0
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _read_list(path: str) -> list[str]:
@@ -206,10 +205,15 @@ def _run_writers(root: Path, tasks: list, catalog: Catalog, table: bytes, prefix
     bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
     if workers <= 1 or len(tasks) <= 1:
         _init_writer(root, catalog, table, prefix, codec)
-        for task in tasks:
-            split, shard, size, sha = _write_task(task)
-            done[(split, shard)] = (size, sha)
-            bar.update()
+        try:
+            for task in tasks:
+                split, shard, size, sha = _write_task(task)
+                done[(split, shard)] = (size, sha)
+                bar.update()
+        finally:  # in this process the handles would outlive the run (and the cache they point into)
+            for handle in _WORKER.get("handles", {}).values():
+                handle.close()
+            _WORKER.clear()
     else:
         with ProcessPoolExecutor(workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec)) as pool:
             for split, shard, size, sha in pool.map(_write_task, tasks, chunksize=1):
@@ -235,6 +239,8 @@ def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: P
     created = _first_missing_ancestor(out)
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
+    if state is not OutState.RESUME:  # a cache left by a run killed before its plan may hold other inputs
+        shutil.rmtree(out / CACHE_NAME, ignore_errors=True)
     try:
         catalog = catalog_fasta(inputs, out / CACHE_NAME, opts.tags, opts.on_invalid, opts.progress)
         manifest, tasks = _plan(catalog, request, opts)

@@ -8,7 +8,8 @@ workers fork, and sends only the slot number and the small columns (keys, seq id
 process copies the arrays out (one memcpy) and releases the slot.
 
 Slots of generation ``g`` (one per loader pass) live in half ``g % 2`` of the mapping, so a worker
-of an abandoned pass that is still finishing a write cannot touch the slots of the next pass.
+of an abandoned pass that is still finishing its last write cannot touch the slots of the next
+pass (messages of older generations are dropped unread).
 Needs the fork start method (the mapping is inherited); without it the data module falls back to
 sending groups through the queue.
 """
@@ -29,7 +30,8 @@ _HEADER = 64  # generation counter, then per (half, worker) released counters
 
 
 def fork_available() -> bool:
-    return mp.get_start_method(allow_none=True) in (None, "fork")
+    """Whether loader workers will be forked (the only way they can share the mapping)."""
+    return mp.get_start_method() == "fork"
 
 
 class SharedRing:
@@ -81,12 +83,15 @@ def _to_ring(src: Iterable[dict[str, Any]], ring: SharedRing, per_message: int) 
             yield ("plain", batch)
         return
     worker, gen = info.id, ring.generation
+    # counted from what is released now: webdataset's with_epoch may start a second DataLoader
+    # pass (new workers) within one generation, after the main process consumed the first
+    base = ring.released(gen, worker)
     produced = 0
     group: list[dict[str, Any]] = []
 
     def send() -> tuple:
         nonlocal produced
-        while produced - ring.released(gen, worker) >= ring.slots:
+        while produced - (ring.released(gen, worker) - base) >= ring.slots:
             if ring.generation != gen:
                 return ("stale",)
             time.sleep(0.0002)  # the main process has every slot; it releases them in order

@@ -15,19 +15,26 @@ from bionemo_wds.format import TarStreamError, iter_members
 from bionemo_wds.shard_errors import ShardErrorPolicy
 
 def _read_records(src: Iterable[dict[str, Any]], suffix: str = "msgpack",
-                  policy: ShardErrorPolicy | None = None) -> Iterator[tuple[bytes, str, str]]:
-    """Shard URLs (webdataset's ``{"url": ...}`` dicts) -> ``(record, key, url)`` per member."""
+                  policy: ShardErrorPolicy | None = None) -> Iterator[tuple[bytes | None, str | None, str]]:
+    """Shard URLs (webdataset's ``{"url": ...}`` dicts) -> ``(record, key, url)`` per member.
+
+    A shard cut short under ``handler="warn"`` is followed by ``(None, None, url)``, so the decode
+    stage knows not to hold its window count against the manifest as well.
+    """
     policy = policy or ShardErrorPolicy()
     ending = "." + suffix
     for item in src:
         url = item["url"]
+        last = None
         try:
             with gopen(url, "rb") as stream:
                 for name, data in iter_members(stream):
                     if name.endswith(ending):
-                        yield data, name[: -len(ending)], url
+                        last = name[: -len(ending)]
+                        yield data, last, url
         except (OSError, TarStreamError) as exc:
-            policy.damaged_shard(url, exc)
+            policy.damaged_shard(url, exc, last)
+            yield None, None, url
 
 
 read_records = pipelinefilter(_read_records)

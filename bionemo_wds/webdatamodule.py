@@ -254,6 +254,9 @@ def pickles_to_tars(
         finally:
             tmp.unlink(missing_ok=True)
         written.append(str(final))
+    for stale in Path(dir_output).glob(f"{output_prefix}-*.tar"):  # shards of an earlier, larger run
+        if str(stale) not in written:
+            stale.unlink()
     return written
 
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from bionemo_wds.catalog import Catalog
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.tokenizer import VALID_BASE, encode_tag
+from bionemo_wds.tokenizer import encode_tag, first_invalid
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
 GZIP_SUFFIXES = (".gz", ".bgz")
@@ -138,10 +138,9 @@ def find_invalid(fh, offset: int, length: int, line_bases: int, line_bytes: int)
     while done < length:
         n_bases = min(length - done, _CHUNK_LINES * line_bases)
         raw = read_span(fh, offset, done, done + n_bases, line_bases, line_bytes)
-        arr = np.frombuffer(raw, dtype=np.uint8)
-        bad = ~VALID_BASE[arr]
-        if bad.any():
-            return done + int(np.argmax(bad))
+        bad = first_invalid(raw)
+        if bad >= 0:
+            return done + bad
         if len(raw) != n_bases:  # a short read means the file changed under us
             raise BadInputError(f"file {fh.name} is shorter than its index says")
         done += n_bases
