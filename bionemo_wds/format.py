@@ -203,15 +203,31 @@ def write_shard_atomic(final: Path, records: Iterator[tuple[str, bytes]]) -> tup
     return hashing.size, hashing.sha.hexdigest()
 
 
+class HashingReader:
+    """Read-through wrapper that hashes and counts what is read; `finish` hashes the rest."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.sha.update(data)
+        self.size += len(data)
+        return data
+
+    def finish(self) -> tuple[int, str]:
+        """(size, sha256) of the whole stream, reading what the parser left (tar end padding)."""
+        while chunk := self.read(1 << 22):
+            pass
+        return self.size, self.sha.hexdigest()
+
+
 def file_sha256(path: Path) -> tuple[int, str]:
     """(size, sha256) of a file."""
-    sha = hashlib.sha256()
-    size = 0
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            sha.update(chunk)
-            size += len(chunk)
-    return size, sha.hexdigest()
+        return HashingReader(fh).finish()
 
 
 BLOCK = 512

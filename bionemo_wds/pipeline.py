@@ -218,14 +218,9 @@ def collate_compact(samples: list[Sample], window: int | None = None, max_tag: i
 def _batch(src: Iterable[Sample], batch_size: int, window: int | None = None, max_tag: int | None = None,
            partial: bool = True) -> Iterator[dict[str, Any]]:
     """Group samples into compact batches of `batch_size` (the last one shorter when `partial`)."""
-    buf: list[Sample] = []
-    for sample in src:
-        buf.append(sample)
-        if len(buf) == batch_size:
-            yield collate_compact(buf, window, max_tag)
-            buf = []
-    if buf and partial:
-        yield collate_compact(buf, window, max_tag)
+    for samples in _group(src, batch_size):
+        if len(samples) == batch_size or partial:
+            yield collate_compact(samples, window, max_tag)
 
 
 def _group(src: Iterable[Any], n: int) -> Iterator[list[Any]]:

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.pipeline import _group
+
 ARRAYS = ("bases", "lengths", "tags", "tag_lengths", "rc", "start")
 _HEADER = 64  # generation counter, then per (half, worker) released counters
 
@@ -87,9 +89,8 @@ def _to_ring(src: Iterable[dict[str, Any]], ring: SharedRing, per_message: int) 
     # pass (new workers) within one generation, after the main process consumed the first
     base = ring.released(gen, worker)
     produced = 0
-    group: list[dict[str, Any]] = []
 
-    def send() -> tuple:
+    def send(group: list[dict[str, Any]]) -> tuple:
         nonlocal produced
         while produced - (ring.released(gen, worker) - base) >= ring.slots:
             if ring.generation != gen:
@@ -114,13 +115,8 @@ def _to_ring(src: Iterable[dict[str, Any]], ring: SharedRing, per_message: int) 
         produced += 1
         return ("ring", gen, worker, index, metas)
 
-    for batch in src:
-        group.append(batch)
-        if len(group) == per_message:
-            yield send()
-            group = []
-    if group:
-        yield send()
+    for group in _group(src, per_message):
+        yield send(group)
 
 
 def _from_ring(src: Iterable[tuple], ring: SharedRing) -> Iterator[dict[str, Any]]:

@@ -77,6 +77,11 @@ class _WindowIndex:
     def __len__(self) -> int:
         return len(self.table)
 
+    def bases(self, fa, i: int) -> bytes:
+        """Window `i`'s bases, upper case, read through a ``pyfaidx.Fasta(..., as_raw=True)``."""
+        seq, start, n = int(self.table.seq_index[i]), int(self.table.start[i]), int(self.table.length[i])
+        return fa[self.names[seq]][start : start + n].encode().translate(UPPERCASE_TABLE)
+
 
 # --- eden_fly ------------------------------------------------------------------------------------
 
@@ -98,10 +103,8 @@ class EdenFlyDataset(torch.utils.data.Dataset):
         if self._fa is None:  # opened per worker process
             self._fa = pyfaidx.Fasta(str(self.fasta), as_raw=True)
         idx = self.index
-        seq = int(np.searchsorted(idx.cumulative, i, side="right"))
-        first = idx.cumulative[seq - 1] if seq else 0
-        start = int(idx.table.start[first + (i - first)])
-        n = int(idx.table.length[i])
+        seq = int(np.searchsorted(idx.cumulative, i, side="right"))  # Eden's lookup of the sequence
+        start, n = int(idx.table.start[i]), int(idx.table.length[i])
         bases = self._fa[idx.names[seq]][start : start + n].encode().translate(UPPERCASE_TABLE)
         if random.random() < 0.5:  # Eden's reverse-complement augmentation (global RNG, as Eden)
             bases = bases[::-1].translate(_COMPLEMENT_BYTES)
@@ -175,8 +178,7 @@ class PickledInt64(Peer):
         fa = pyfaidx.Fasta(str(self.fasta), as_raw=True)
         names = []
         for i in range(len(index)):
-            seq, start, n = int(index.table.seq_index[i]), int(index.table.start[i]), int(index.table.length[i])
-            bases = fa[index.names[seq]][start : start + n].encode().translate(UPPERCASE_TABLE)
+            bases = index.bases(fa, i)
             name = f"w{i:08d}"
             (pickles / f"{name}.tensor.pyd").write_bytes(pickle.dumps(torch.from_numpy(sample_tokens(bases, self.seq_length))))
             names.append(name)
@@ -219,8 +221,8 @@ class RawLimit(Peer):
                                        shape=(len(index), index.window))
         mm[:] = PAD_ID
         for i in range(len(index)):
-            seq, start, n = int(index.table.seq_index[i]), int(index.table.start[i]), int(index.table.length[i])
-            mm[i, :n] = np.frombuffer(fa[index.names[seq]][start : start + n].encode().translate(UPPERCASE_TABLE), np.uint8)
+            bases = index.bases(fa, i)
+            mm[i, : len(bases)] = np.frombuffer(bases, np.uint8)
         mm.flush()
         np.save(self.dir / "lengths.npy", index.table.length.astype(np.int32))
 
