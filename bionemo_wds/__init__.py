@@ -11,12 +11,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Split": "bionemo_wds.webdatamodule",
-    "WebDataModule": "bionemo_wds.webdatamodule",
-    "PickledDataWDS": "bionemo_wds.webdatamodule",
-    "pickles_to_tars": "bionemo_wds.webdatamodule",
-    "GenomicWebDataModule": "bionemo_wds.genomic",
-    "to_model_inputs": "bionemo_wds.pipeline",
+    "Split": "bionemo_wds.compat.webdatamodule",
+    "WebDataModule": "bionemo_wds.compat.webdatamodule",
+    "PickledDataWDS": "bionemo_wds.compat.webdatamodule",
+    "pickles_to_tars": "bionemo_wds.compat.webdatamodule",
+    "GenomicWebDataModule": "bionemo_wds.load.genomic",
+    "to_model_inputs": "bionemo_wds.load.pipeline",
 }
 
 __all__ = ["__version__", *_LAZY]

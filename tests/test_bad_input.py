@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bionemo_wds.cli import main
+from bionemo_wds.cli.main import main
 from bionemo_wds.format import iter_records
 
 LAMBDA_GZ = Path(__file__).resolve().parents[1] / "bionemo_wds" / "data" / "lambda_phage_NC_001416.fa.gz"

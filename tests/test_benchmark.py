@@ -12,10 +12,10 @@ import pytest
 from bionemo_wds.benchmark import run as bench
 from bionemo_wds.benchmark.peers import PEERS, make_peer
 from bionemo_wds.benchmark.synthetic import contig_lengths, write_genome
-from bionemo_wds.pipeline import _COMPLEMENT_BYTES
-from bionemo_wds.splits import length_buckets
+from bionemo_wds.load.pipeline import _COMPLEMENT_BYTES
+from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, SEP_ID
-from bionemo_wds.windows import window_counts
+from bionemo_wds.prepare.windows import window_counts
 
 SEQ, STRIDE = 512, 480
 

@@ -21,7 +21,7 @@ import torch
 import webdataset as wds
 from webdataset.filters import batched, shuffle
 
-from bionemo_wds import webdatamodule as main_api
+from bionemo_wds.compat import webdatamodule as main_api
 from bionemo_wds.compat.bionemo import PickledDataWDS, Split, WebDataModule, pickles_to_tars
 
 N_PER_SPLIT = 10

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from bionemo_wds.cli import main
+from bionemo_wds.cli.main import main
 from bionemo_wds.format import read_manifest
-from bionemo_wds.genomic import GenomicWebDataModule
-from bionemo_wds.pipeline import reverse_complement_bases
+from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.load.pipeline import reverse_complement_bases
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.webdatamodule import Split
+from bionemo_wds.compat.webdatamodule import Split
 
 from conftest import KLEBSIELLA
 

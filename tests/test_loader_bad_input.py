@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from bionemo_wds.format import file_sha256, iter_records
-from bionemo_wds.genomic import GenomicWebDataModule
+from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.shard_errors import CorruptShardError
-from bionemo_wds.webdatamodule import Split, WebDataModule
+from bionemo_wds.load.shard_errors import CorruptShardError
+from bionemo_wds.compat.webdatamodule import Split, WebDataModule
 from conftest import KLEBSIELLA
 
 SEQ_LENGTH = 1024

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.format import encode_record
-from bionemo_wds.pipeline import (
+from bionemo_wds.load.pipeline import (
     COMPLEMENT,
     EpochState,
     _decode_sample,

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bionemo_wds.cli import main
+from bionemo_wds.cli.main import main
 from bionemo_wds.format import iter_records, read_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.report import verify
-from bionemo_wds.splits import SPLIT_NAMES, length_buckets
+from bionemo_wds.prepare.report import verify
+from bionemo_wds.prepare.splits import SPLIT_NAMES, length_buckets
 
 from conftest import KLEBSIELLA, LAMBDA
 

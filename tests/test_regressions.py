@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from bionemo_wds.format import decode_record, encode_record, read_manifest
-from bionemo_wds.genomic import GenomicWebDataModule
+from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.webdatamodule import Split, pickles_to_tars
+from bionemo_wds.compat.webdatamodule import Split, pickles_to_tars
 
 from conftest import KLEBSIELLA, LAMBDA, read_fasta
 
@@ -137,7 +137,7 @@ def test_spawned_workers_read_every_sample_once(dataset):
     """Without fork the shared-memory ring is off: batches go through the queue in groups."""
     code = f"""
 import multiprocessing as mp, sys
-from bionemo_wds.genomic import GenomicWebDataModule
+from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.format import read_manifest
 if __name__ == "__main__":
     mp.set_start_method("spawn")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.splits import length_buckets, split_from_lists, stratified_split
+from bionemo_wds.prepare.splits import length_buckets, split_from_lists, stratified_split
 
 ratios_st = st.tuples(*[st.floats(0, 10) for _ in range(3)]).filter(lambda r: sum(r) > 0.01)
 

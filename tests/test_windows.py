@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.windows import check_stride, window_counts, window_length, window_table
+from bionemo_wds.prepare.windows import check_stride, window_counts, window_length, window_table
 
 
 def eden_count(length: int, window: int, stride: int, tail: str) -> int:

@@ -19,9 +19,9 @@ def _import_everything() -> None:
     import pyfaidx  # noqa: F401
     import webdataset  # noqa: F401
 
-    import bionemo_wds.genomic  # noqa: F401  (lightning, torch)
+    import bionemo_wds.load.genomic  # noqa: F401  (lightning, torch)
     import bionemo_wds.prepare  # noqa: F401
-    import bionemo_wds.webdatamodule  # noqa: F401
+    import bionemo_wds.compat.webdatamodule  # noqa: F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:

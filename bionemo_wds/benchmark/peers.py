@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from bionemo_wds.pipeline import _COMPLEMENT_BYTES
+from bionemo_wds.load.pipeline import _COMPLEMENT_BYTES
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours")
@@ -63,7 +63,7 @@ class _WindowIndex:
     def __init__(self, fasta: Path, seq_length: int, stride: int, tail: str):
         import pyfaidx
 
-        from bionemo_wds.windows import window_length, window_table
+        from bionemo_wds.prepare.windows import window_length, window_table
 
         self.faidx = pyfaidx.Faidx(str(fasta))
         self.names = list(self.faidx.index)
@@ -170,7 +170,7 @@ class PickledInt64(Peer):
 
         import pyfaidx
 
-        from bionemo_wds.webdatamodule import PickledDataWDS, Split
+        from bionemo_wds.compat.webdatamodule import PickledDataWDS, Split
 
         pickles = self.dir / "pickles"
         pickles.mkdir(parents=True, exist_ok=True)
@@ -191,7 +191,7 @@ class PickledInt64(Peer):
         import webdataset as wds
         from webdataset.filters import batched, shuffle
 
-        from bionemo_wds.webdatamodule import Split, WebDataModule
+        from bionemo_wds.compat.webdatamodule import Split, WebDataModule
 
         n = len(self._names())
         untuple = lambda source: (sample for (sample,) in source)  # noqa: E731 - as its docs show
@@ -227,9 +227,9 @@ class RawLimit(Peer):
         np.save(self.dir / "lengths.npy", index.table.length.astype(np.int32))
 
     def batches(self, workers: int) -> Iterator[dict[str, Any]]:
-        from bionemo_wds.pipeline import to_model_inputs
+        from bionemo_wds.load.pipeline import to_model_inputs
 
-        from bionemo_wds.pipeline import keep_numpy
+        from bionemo_wds.load.pipeline import keep_numpy
 
         dataset = _RawBatches(self.dir, self.batch_size)
         # numpy batches, passed through as they are: the cheapest way across the worker boundary
@@ -269,7 +269,7 @@ class Ours(Peer):
         prepare([self.fasta], self.dir, opts)
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
-        from bionemo_wds.genomic import GenomicWebDataModule
+        from bionemo_wds.load.genomic import GenomicWebDataModule
 
         dm = GenomicWebDataModule(str(self.dir), micro_batch_size=self.batch_size, num_workers=workers,
                                   seed=SEED, rc_prob=rc_prob)

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             write_genome(fasta, args.size_mbp, args.seed)
         bases = int(args.size_mbp * 1_000_000)
     if bases is None:
-        from bionemo_wds.sources.fasta import catalog_fasta
+        from bionemo_wds.prepare.sources.fasta import catalog_fasta
 
         bases = catalog_fasta([fasta], workdir / ".catalog", progress=False).total_bases
     peers = [p for p in PEERS if not args.only or p in args.only]

@@ -1,4 +1,4 @@
-"""The bionemo-webdatamodule 1.0 constructors, as thin wrappers over `bionemo_wds.webdatamodule`.
+"""The bionemo-webdatamodule 1.0 constructors, as thin wrappers over `bionemo_wds.compat.webdatamodule`.
 
 That release changed the signatures: `WebDataModule(suffix_keys_wds, dirs_tars_wds, ...)` has no
 `n_samples`/`global_batch_size` (so no pseudo-epoch of its own: use ``invoke_wld`` with
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from bionemo_wds import webdatamodule as _main
-from bionemo_wds.webdatamodule import Invocations, Pipeline, Split, pickles_to_tars
+from bionemo_wds.compat import webdatamodule as _main
+from bionemo_wds.compat.webdatamodule import Invocations, Pipeline, Split, pickles_to_tars
 
 __all__ = ["Split", "WebDataModule", "PickledDataWDS", "pickles_to_tars"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import pyfaidx
 from tqdm import tqdm
 
-from bionemo_wds.catalog import Catalog
+from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.tokenizer import encode_tag, first_invalid
 

@@ -19,9 +19,9 @@ import numpy as np
 from webdataset.filters import pipelinefilter
 
 from bionemo_wds.format import WindowBlock, window_key
-from bionemo_wds.pipeline import (EpochState, _mix, _worker_identity, flip_salt, iter_blocks, reverse_complement_bases,
+from bionemo_wds.load.pipeline import (EpochState, _mix, _worker_identity, flip_salt, iter_blocks, reverse_complement_bases,
                                   salted_flip)
-from bionemo_wds.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.tokenizer import PAD_ID
 
 

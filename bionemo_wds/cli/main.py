@@ -16,11 +16,11 @@ import yaml
 
 from bionemo_wds import __version__
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.lightning_cli import LIGHTNING_COMMANDS
+from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
 from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
-from bionemo_wds.report import inspect_text, verify
-from bionemo_wds.sources.fasta import ON_INVALID, TAG_MODES
-from bionemo_wds.windows import TAIL_MODES
+from bionemo_wds.prepare.report import inspect_text, verify
+from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
+from bionemo_wds.prepare.windows import TAIL_MODES
 
 BUNDLED_GENOME = Path(__file__).parent / "data" / "klebsiella_fragmented_assembly.fa.gz"
 
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `bionemo-wds inspect DIR | head` ends quietly
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
-        from bionemo_wds.lightning_cli import run
+        from bionemo_wds.cli.lightning import run
 
         return run(argv)
     if argv and argv[0] == "benchmark":

@@ -16,7 +16,7 @@ LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 def run(argv: Sequence[str]) -> int:
     from lightning.pytorch.cli import LightningCLI
 
-    from bionemo_wds.genomic import GenomicWebDataModule
+    from bionemo_wds.load.genomic import GenomicWebDataModule
     from bionemo_wds.models.tiny_lm import TinyDNALM
 
     LightningCLI(TinyDNALM, GenomicWebDataModule, args=list(argv), save_config_kwargs={"overwrite": True},

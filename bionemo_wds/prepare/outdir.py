@@ -15,7 +15,7 @@ from typing import Any
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import MANIFEST_NAME
-from bionemo_wds.splits import SPLIT_NAMES
+from bionemo_wds.prepare.splits import SPLIT_NAMES
 
 PLAN_NAME = ".prepare-plan.json"
 CACHE_NAME = ".cache"
@@ -51,12 +51,6 @@ def clear_ours(out: Path, keep_cache: bool = False) -> None:
     for name in ((() if keep_cache else (CACHE_NAME,)) + SPLIT_NAMES):
         if (out / name).is_dir():
             shutil.rmtree(out / name)
-
-
-def remove_stale_temporaries(out: Path) -> None:
-    """Delete hidden temporary files left by a killed run (they never carry a final name)."""
-    for tmp in out.rglob(".*.tmp-*"):
-        tmp.unlink(missing_ok=True)
 
 
 def check_out_dir(out: Path, request: dict[str, Any], overwrite: bool) -> OutState:

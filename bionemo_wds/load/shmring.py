@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.pipeline import _group
+from bionemo_wds.load.pipeline import _group
 
 ARRAYS = ("bases", "lengths", "tags", "tag_lengths", "rc", "start")
 _HEADER = 64  # generation counter, then per (half, worker) released counters

@@ -24,7 +24,7 @@ import torch
 from webdataset.filters import pipelinefilter
 
 from bionemo_wds.format import WindowBlock, decode_record, window_key
-from bionemo_wds.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
 Sample = dict[str, Any]

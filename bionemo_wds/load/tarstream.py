@@ -12,7 +12,7 @@ from webdataset.filters import pipelinefilter
 from webdataset.gopen import gopen
 
 from bionemo_wds.format import TarStreamError, iter_members
-from bionemo_wds.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.shard_errors import ShardErrorPolicy
 
 def _read_records(src: Iterable[dict[str, Any]], suffix: str = "msgpack",
                   policy: ShardErrorPolicy | None = None) -> Iterator[tuple[bytes | None, str | None, str]]:

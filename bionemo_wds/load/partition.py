@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import webdataset as wds
 
-from bionemo_wds.pipeline import EpochState
+from bionemo_wds.load.pipeline import EpochState
 
 
 class EpochShardOrder:

@@ -25,14 +25,14 @@ from typing import Any
 import torch
 import webdataset as wds
 
-from bionemo_wds.blockpath import decode_blocks, shuffle_batch
+from bionemo_wds.load.blockpath import decode_blocks, shuffle_batch
 from bionemo_wds.format import read_manifest
-from bionemo_wds.partition import EpochLoader, EpochShardOrder, shards_for_rank
-from bionemo_wds.pipeline import EpochState, group, keep_numpy, to_model_inputs, to_tensors, ungroup, untuple
-from bionemo_wds.shard_errors import CorruptShardError, ShardErrorPolicy
-from bionemo_wds.shmring import SharedRing, fork_available, from_ring, to_ring
-from bionemo_wds.tarstream import read_records
-from bionemo_wds.webdatamodule import STAGE_SPLITS, Split, WebDataModule
+from bionemo_wds.load.partition import EpochLoader, EpochShardOrder, shards_for_rank
+from bionemo_wds.load.pipeline import EpochState, group, keep_numpy, to_model_inputs, to_tensors, ungroup, untuple
+from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy
+from bionemo_wds.load.shmring import SharedRing, fork_available, from_ring, to_ring
+from bionemo_wds.load.tarstream import read_records
+from bionemo_wds.compat.webdatamodule import STAGE_SPLITS, Split, WebDataModule
 
 
 #: Batches (messages) each loader worker may have in flight; its shared-memory ring has 2 more slots.

@@ -1,0 +1,5 @@
+import sys
+
+from bionemo_wds.cli.main import main
+
+sys.exit(main())

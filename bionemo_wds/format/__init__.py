@@ -1,0 +1,37 @@
+"""The on-disk format: the only package that knows how records, shards and manifests look as bytes.
+
+- `records`: a block of windows as one msgpack tar member (format versions 1 and 2);
+- `tar`: the shard reader (`iter_members`, `iter_records`) and writer (`write_shard`);
+- `manifest`: names, versions, `read_manifest` / `write_manifest`;
+- `atomic`: `atomic_write` (every file this package writes goes through it) and hashing.
+"""
+
+from bionemo_wds.format.atomic import (
+    HashingReader,
+    HashingWriter,
+    atomic_write,
+    file_sha256,
+    remove_stale_temporaries,
+)
+from bionemo_wds.format.manifest import (
+    COMPRESSED_FORMAT_VERSION,
+    DEFAULT_PREFIX,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    READABLE_VERSIONS,
+    ShardInfo,
+    read_manifest,
+    shard_name,
+    write_manifest,
+)
+from bionemo_wds.format.records import CODECS, RECORD_SUFFIX, WindowBlock, decode_record, encode_record, window_key
+from bionemo_wds.format.tar import TAR_MTIME, TarStreamError, iter_members, iter_records, write_shard
+
+__all__ = [
+    "CODECS", "COMPRESSED_FORMAT_VERSION", "DEFAULT_PREFIX", "FORMAT_NAME", "FORMAT_VERSION", "MANIFEST_NAME",
+    "READABLE_VERSIONS", "RECORD_SUFFIX", "TAR_MTIME", "HashingReader", "HashingWriter", "ShardInfo",
+    "TarStreamError", "WindowBlock", "atomic_write", "decode_record", "encode_record", "file_sha256",
+    "iter_members", "iter_records", "read_manifest", "remove_stale_temporaries", "shard_name", "window_key",
+    "write_manifest", "write_shard",
+]

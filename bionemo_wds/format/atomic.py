@@ -1,0 +1,112 @@
+"""Atomic files: the one way this package writes a file that readers may look at.
+
+`atomic_write` writes to a hidden temporary name beside the target (a dot name ending in
+``.tmp-<pid>``, so shard globs and manifest readers never see it), fsyncs the file, renames it onto
+the target and fsyncs the directory, so after a crash the target is either the old file, the
+whole new file, or absent, never a part. `remove_stale_temporaries` clears what a killed run left.
+Hashing wrappers live here too: a writer that hashes what it writes reads nothing twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Iterator
+
+#: Temporary names are ``.<name>.tmp-<pid>``; this glob finds them under a directory.
+TEMPORARY_GLOB = ".*.tmp-*"
+
+
+def temporary_name(final: Path) -> Path:
+    """The hidden temporary path `atomic_write` uses for `final` in this process."""
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb", **open_kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a hidden temporary beside `path`; on a clean exit it replaces `path` durably.
+
+    On any exception the temporary is removed and `path` is left as it was.
+    """
+    final = Path(path)
+    tmp = temporary_name(final)
+    try:
+        with open(tmp, mode, **open_kwargs) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        fsync_directory(final.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str]) -> int:
+    """Delete the hidden temporaries a killed run left under `directory`; returns how many."""
+    removed = 0
+    for tmp in Path(directory).rglob(TEMPORARY_GLOB):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+class HashingWriter(io.RawIOBase):
+    """File wrapper that hashes and counts what goes through, so a written file is never re-read."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+
+class HashingReader:
+    """Read-through wrapper that hashes and counts what is read; `finish` hashes the rest."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.sha.update(data)
+        self.size += len(data)
+        return data
+
+    def finish(self) -> tuple[int, str]:
+        """(size, sha256) of the whole stream, reading what the parser left (tar end padding)."""
+        while self.read(1 << 22):
+            pass
+        return self.size, self.sha.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """(size, sha256) of a file."""
+    with open(path, "rb") as fh:
+        return HashingReader(fh).finish()

@@ -1,0 +1,137 @@
+"""Records: a block of windows as the bytes of one tar member (format versions 1 and 2).
+
+Format version 1. A shard is a plain (USTAR) tar file written by webdataset's `TarWriter`. Each tar
+member ``<key>.msgpack`` is a *record*: a block of up to ``windows_per_record`` windows, stored
+column-wise as a msgpack map:
+
+    tokens   bin     the windows' bases back to back, uint8 byte-level ids, no specials
+    lengths  [int]   bases per window (slices `tokens`)
+    seq_id   [str]   sequence each window comes from
+    start    [int]   0-based offset of the window in its sequence
+    window   [int]   window number within its sequence
+    tag      [str]   control-tag text per window ("" when none)
+
+Why blocks and not one member per window: a tar member costs a 512-byte header plus padding to
+512 bytes, about 9% of an 8 kb window, so one-member-per-window shards need about 1.15 bytes per
+input base at the default stride, and the loader pays tar parsing per window. A block of 16
+windows brings the overhead under 1% and parsing cost per window down 16x. ``--windows-per-record
+1`` gives exactly one member per window. Nothing is pickled: shards load with ``WDS_SECURE=1``.
+
+Each window's key is ``<seq_id>/<window>``; it leads back to the FASTA substring
+``seq_id[start:start + length]``.
+
+Version 2 (``--compress zstd``) adds ``codec: "zstd"`` to each record and stores ``tokens`` as one
+zstd frame; everything else is as in version 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+#: Tar member suffix of a record.
+RECORD_SUFFIX = "msgpack"
+#: Record codecs: "none" (format version 1) or "zstd" (format version 2).
+CODECS = ("none", "zstd")
+
+
+@dataclass
+class WindowBlock:
+    """Decoded record: windows as one uint8 buffer plus per-window columns."""
+
+    tokens: np.ndarray  # uint8, all windows back to back (a view on the record bytes)
+    lengths: np.ndarray  # int64
+    seq_id: list[str]
+    start: np.ndarray  # int64
+    window: np.ndarray  # int64
+    tag: list[str]
+
+    def __len__(self) -> int:
+        return len(self.seq_id)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Start of each window in `tokens` (length n + 1)."""
+        return np.concatenate([[0], np.cumsum(self.lengths)])
+
+    def bases(self, i: int) -> np.ndarray:
+        """Bases of window `i` (a view, no copy)."""
+        off = self.offsets
+        return self.tokens[off[i] : off[i + 1]]
+
+
+def window_key(seq_id: str, window: int) -> str:
+    """Identity of a window across the whole dataset."""
+    return f"{seq_id}/{window}"
+
+
+_ZSTD: dict[str, Any] = {}
+
+
+def _zstd():
+    try:
+        import zstandard
+    except ImportError as exc:  # optional dependency
+        raise ImportError("zstd records need the zstandard package: pip install 'bionemo-wds[zstd]'") from exc
+    return zstandard
+
+
+def _compressor(level: int):
+    key = f"c{level}"
+    if key not in _ZSTD:
+        _ZSTD[key] = _zstd().ZstdCompressor(level=level)
+    return _ZSTD[key]
+
+
+def _decompressor():
+    if "d" not in _ZSTD:
+        _ZSTD["d"] = _zstd().ZstdDecompressor()
+    return _ZSTD["d"]
+
+
+def encode_record(
+    bases: list[bytes], seq_ids: list[str], starts: list[int], windows: list[int], tags: list[str],
+    codec: str = "none", level: int = 17,
+) -> bytes:
+    """Pack a block of windows into record bytes (deterministic for equal input)."""
+    tokens = b"".join(bases)
+    record: dict[str, Any] = {}
+    if codec == "zstd":
+        record["codec"] = "zstd"
+        tokens = _compressor(level).compress(tokens)
+    elif codec != "none":
+        raise ValueError(f"unknown codec {codec!r}; use one of {CODECS}")
+    record.update(tokens=tokens, lengths=[len(b) for b in bases], seq_id=seq_ids, start=starts, window=windows,
+                  tag=tags)
+    return msgpack.packb(record, use_bin_type=True)
+
+
+def decode_record(data: bytes | dict) -> WindowBlock:
+    """Unpack record bytes (or a record webdataset already unpacked, e.g. from a ``.mp`` member);
+    tokens stay a zero-copy view on the record (or on the decompressed bytes)."""
+    obj = data if isinstance(data, dict) else msgpack.unpackb(data, raw=False)
+    tokens = obj["tokens"]
+    codec = obj.get("codec", "none")
+    if codec == "zstd":
+        tokens = _decompressor().decompress(tokens)
+    elif codec != "none":
+        raise ValueError(f"record codec {codec!r} is unknown to this bionemo-wds")
+    block = WindowBlock(
+        tokens=np.frombuffer(tokens, dtype=np.uint8),
+        lengths=np.asarray(obj["lengths"], dtype=np.int64),
+        seq_id=obj["seq_id"],
+        start=np.asarray(obj["start"], dtype=np.int64),
+        window=np.asarray(obj["window"], dtype=np.int64),
+        tag=obj["tag"],
+    )
+    n = len(block.seq_id)
+    if not (len(block.lengths) == len(block.start) == len(block.window) == len(block.tag) == n):
+        raise ValueError("record columns have different lengths")
+    if int(block.lengths.sum()) != len(block.tokens) or (block.lengths < 0).any():
+        raise ValueError(f"record lengths add up to {int(block.lengths.sum())} bases but it holds {len(block.tokens)}")
+    return block
+
+

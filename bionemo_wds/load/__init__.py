@@ -1,0 +1,1 @@
+"""Load: shards -> the epoch's share of this rank and worker -> stages -> compact batches -> model inputs."""

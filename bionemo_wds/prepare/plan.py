@@ -1,0 +1,166 @@
+"""The plan of a prepare run: what the output will hold, computed once, before any shard is written.
+
+From the catalog and the options: the request fingerprint (what decides the output bytes), the
+split of whole sequences, the windows of each split in a seeded global order, and their cut into
+shards. The result is the manifest skeleton and one writer task per shard; it never opens a shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from bionemo_wds import __version__
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.format import (
+    CODECS,
+    COMPRESSED_FORMAT_VERSION,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    ShardInfo,
+    shard_name,
+)
+from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.options import RECORD_TARGET_BYTES, SHARD_TARGET_BYTES, PrepareOptions
+from bionemo_wds.prepare.sources.fasta import input_fingerprint
+from bionemo_wds.prepare.splits import (
+    DEFAULT_BUCKET_EDGES,
+    SPLIT_NAMES,
+    bucket_labels,
+    length_buckets,
+    split_from_lists,
+    stratified_split,
+)
+from bionemo_wds.prepare.windows import TAIL_MODES, WindowTable, check_stride, window_length, window_table
+from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
+
+#: One writer task: (split, shard number, its windows in order, windows per record).
+Task = tuple[str, int, WindowTable, int]
+
+
+def _read_list(path: str) -> list[str]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise BadInputError(f"split list {path} cannot be read: {exc}") from exc
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
+    """The parts of a run that determine its output, as stored in the plan and the manifest."""
+    if opts.compress not in CODECS:
+        raise BadInputError(f"--compress must be one of {', '.join(CODECS)}, got {opts.compress!r}")
+    if opts.compress == "zstd":
+        try:
+            import zstandard  # noqa: F401
+        except ImportError as exc:
+            raise BadInputError("--compress zstd needs the zstandard package: pip install 'bionemo-wds[zstd]'") from exc
+    if opts.tail not in TAIL_MODES:
+        raise BadInputError(f"--tail must be one of {', '.join(TAIL_MODES)}, got {opts.tail!r}")
+    for name, value in (("--seq-length", opts.seq_length), ("--samples-per-shard", opts.samples_per_shard),
+                        ("--windows-per-record", opts.windows_per_record)):
+        if value is not None and value < 1:
+            raise BadInputError(f"{name} must be at least 1, got {value}")
+    lists = None
+    if opts.split_lists:
+        lists = {
+            split: {"path": str(Path(p).resolve()), "sha256": hashlib.sha256("\n".join(_read_list(p)).encode()).hexdigest()}
+            for split, p in sorted(opts.split_lists.items())
+        }
+    return {
+        "inputs": input_fingerprint(inputs),
+        "seq_length": opts.seq_length,
+        "stride": opts.stride,
+        "tail": opts.tail,
+        "split": [float(r) for r in opts.split] if not lists else None,
+        "split_lists": lists,
+        "seed": opts.seed,
+        "tags": opts.tags,
+        "on_invalid": opts.on_invalid,
+        "samples_per_shard": opts.samples_per_shard,
+        "windows_per_record": opts.windows_per_record,
+        "prefix": opts.prefix,
+        "compress": opts.compress,
+        "compress_level": opts.compress_level if opts.compress != "none" else None,
+    }
+
+
+def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
+    if opts.split_lists:
+        lists = {split: _read_list(path) for split, path in opts.split_lists.items()}
+        return split_from_lists(catalog.names, lists)
+    return stratified_split(catalog.lengths, opts.split, opts.seed)
+
+
+def global_order(n: int, seed: int, split: str) -> np.ndarray:
+    """Seeded permutation of a split's windows: shards mix sequences instead of following them."""
+    return np.random.default_rng([seed, SPLIT_NAMES.index(split), 0x0D0E]).permutation(n)
+
+
+def _length_mix(lengths: np.ndarray) -> dict[str, dict[str, int]]:
+    buckets = length_buckets(lengths)
+    return {
+        label: {"sequences": int((buckets == b).sum()), "bases": int(lengths[buckets == b].sum())}
+        for b, label in enumerate(bucket_labels())
+    }
+
+
+def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tuple[dict[str, Any], list[Task]]:
+    """Manifest skeleton (sizes and hashes still empty) and one writer task per shard."""
+    max_tag = catalog.max_tag_bytes()
+    window = window_length(opts.seq_length, max_tag)
+    check_stride(opts.stride, window, opts.seq_length, max_tag)
+    per_shard = opts.samples_per_shard or max(1, SHARD_TARGET_BYTES // window)
+    per_record = min(opts.windows_per_record or max(1, RECORD_TARGET_BYTES // window), per_shard)
+    assignment = _assign_splits(catalog, opts)
+    manifest: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": COMPRESSED_FORMAT_VERSION if opts.compress != "none" else FORMAT_VERSION,
+        "package_version": __version__,
+        "request": request,
+        "params": {
+            "seq_length": opts.seq_length,
+            "stride": opts.stride,
+            "window_length": window,
+            "tail": opts.tail,
+            "tags": opts.tags,
+            "max_tag_bytes": max_tag,
+            "seed": opts.seed,
+            "samples_per_shard": per_shard,
+            "windows_per_record": per_record,
+            "prefix": opts.prefix,
+            "codec": opts.compress,
+            "length_buckets": list(DEFAULT_BUCKET_EDGES),
+            "tokenizer": {"kind": "byte", "case": "upper", "eos": EOS_ID, "pad": PAD_ID, "bos": BOS_ID,
+                          "sep": SEP_ID, "unk": UNK_ID},
+        },
+        "splits": {},
+        "skipped": catalog.skipped,
+        "unassigned_sequences": int((assignment < 0).sum()),
+    }
+    tasks: list[Task] = []
+    for code, split in enumerate(SPLIT_NAMES):
+        rows = np.flatnonzero(assignment == code)
+        if len(rows) == 0:
+            continue
+        lengths = catalog.lengths[rows]
+        table = window_table(rows, lengths, window, opts.stride, opts.tail)
+        table = table.take(global_order(len(table), opts.seed, split))
+        shards = []
+        for shard, lo in enumerate(range(0, len(table), per_shard)):
+            part = table.take(np.arange(lo, min(lo + per_shard, len(table))))
+            rel = f"{split}/{shard_name(shard, opts.prefix)}"
+            shards.append(ShardInfo(rel, len(part), int(part.length.sum()), 0, "").as_dict())
+            tasks.append((split, shard, part, per_record))
+        manifest["splits"][split] = {
+            "n_samples": len(table),
+            "n_sequences": len(rows),
+            "n_bases": int(lengths.sum()),
+            "n_tokens": int(table.length.sum()),
+            "length_mix": _length_mix(lengths),
+            "shards": shards,
+        }
+    return manifest, tasks

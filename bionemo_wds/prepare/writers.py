@@ -1,0 +1,86 @@
+"""Shard writers: one task writes one shard, in a process pool; state arrives once per process.
+
+A shard's bytes depend only on its planned windows, so the output is identical for any number of
+workers. Each shard goes through `format.write_shard` (atomic: its name appears only when complete).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from bionemo_wds.format import encode_record, shard_name, write_shard
+from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.plan import Task
+from bionemo_wds.prepare.sources.fasta import read_span
+from bionemo_wds.prepare.windows import WindowTable
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_writer(root: Path, catalog: Catalog, table: bytes, prefix: str, codec: tuple[str, int]) -> None:
+    _WORKER.clear()
+    _WORKER.update(root=root, catalog=catalog, table=table, prefix=prefix, codec=codec, handles={})
+
+
+def _window_bases(row_seq: int, start: int, length: int) -> bytes:
+    cat: Catalog = _WORKER["catalog"]
+    handles: dict[int, Any] = _WORKER["handles"]
+    f = int(cat.file_index[row_seq])
+    if f not in handles:
+        handles[f] = open(cat.files[f], "rb")
+    raw = read_span(handles[f], int(cat.offsets[row_seq]), start, start + length,
+                    int(cat.line_bases[row_seq]), int(cat.line_bytes[row_seq]))
+    if len(raw) != length:
+        raise RuntimeError(f"sequence {cat.names[row_seq]!r} in {cat.files[f]} changed while preparing")
+    return raw.translate(_WORKER["table"])
+
+
+def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tuple[str, bytes]]:
+    cat: Catalog = _WORKER["catalog"]
+    for rec, lo in enumerate(range(0, len(windows), per_record)):
+        part = windows.take(np.arange(lo, min(lo + per_record, len(windows))))
+        seqs = part.seq_index.tolist()
+        bases = [_window_bases(s, st, ln) for s, st, ln in zip(seqs, part.start.tolist(), part.length.tolist())]
+        codec, level = _WORKER["codec"]
+        yield f"{shard:06d}-{rec:06d}", encode_record(
+            bases, [cat.names[s] for s in seqs], part.start.tolist(), part.window_index.tolist(),
+            [cat.tags[s] for s in seqs], codec, level,
+        )
+
+
+def _write_task(task: Task) -> tuple[str, int, int, str]:
+    split, shard, windows, per_record = task
+    final = _WORKER["root"] / split / shard_name(shard, _WORKER["prefix"])
+    size, sha = write_shard(final, _records(shard, windows, per_record))
+    return split, shard, size, sha
+
+
+def run_writers(root: Path, tasks: list[Task], catalog: Catalog, table: bytes, prefix: str, codec: tuple[str, int],
+                 workers: int, progress: bool) -> dict:
+    done: dict[tuple[str, int], tuple[int, str]] = {}
+    bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
+    if workers <= 1 or len(tasks) <= 1:
+        _init_writer(root, catalog, table, prefix, codec)
+        try:
+            for task in tasks:
+                split, shard, size, sha = _write_task(task)
+                done[(split, shard)] = (size, sha)
+                bar.update()
+        finally:  # in this process the handles would outlive the run (and the cache they point into)
+            for handle in _WORKER.get("handles", {}).values():
+                handle.close()
+            _WORKER.clear()
+    else:
+        with ProcessPoolExecutor(workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec)) as pool:
+            for split, shard, size, sha in pool.map(_write_task, tasks, chunksize=1):
+                done[(split, shard)] = (size, sha)
+                bar.update()
+    bar.close()
+    return done
+
+
