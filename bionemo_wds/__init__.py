@@ -14,7 +14,7 @@ _LAZY = {
     "Split": "bionemo_wds.compat.webdatamodule",
     "WebDataModule": "bionemo_wds.compat.webdatamodule",
     "PickledDataWDS": "bionemo_wds.compat.webdatamodule",
-    "pickles_to_tars": "bionemo_wds.compat.webdatamodule",
+    "pickles_to_tars": "bionemo_wds.compat.pickles",
     "GenomicWebDataModule": "bionemo_wds.load.genomic",
     "to_model_inputs": "bionemo_wds.load.pipeline",
 }

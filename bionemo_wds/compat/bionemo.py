@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from bionemo_wds.compat import webdatamodule as _main
-from bionemo_wds.compat.webdatamodule import Invocations, Pipeline, Split, pickles_to_tars
+from bionemo_wds.compat.pickles import pickles_to_tars
+from bionemo_wds.compat.webdatamodule import Invocations, Pipeline, Split
 
 __all__ = ["Split", "WebDataModule", "PickledDataWDS", "pickles_to_tars"]
 

@@ -14,8 +14,6 @@ Pickled shards (`PickledDataWDS`) execute code when loaded: use them only with t
 from __future__ import annotations
 
 import math
-import os
-import pickle
 from enum import Enum, auto
 from fnmatch import fnmatch
 from pathlib import Path
@@ -23,9 +21,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import lightning as L
 import webdataset as wds
-from webdataset import TarWriter
 
-from bionemo_wds.format import TAR_MTIME
+from bionemo_wds.compat.pickles import pickles_to_tars
 from bionemo_wds.storage import list_shards
 
 Composable = Callable[[Iterable[Any]], Iterable[Any]]
@@ -209,55 +206,6 @@ class WebDataModule(L.LightningDataModule):
 
     def predict_dataloader(self):
         return self._setup_dataloader(Split.test)
-
-
-def pickles_to_tars(
-    dir_input: str,
-    input_prefix_subset: Sequence[str],
-    input_suffix: str | Iterable[str],
-    dir_output: str,
-    output_prefix: str,
-    func_output_data: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda prefix, data: {"__key__": prefix, **data},
-    min_num_shards: int | None = None,
-) -> list[str]:
-    """Write ``{dir_input}/{name}.{suffix}`` pickles into ``{dir_output}/{output_prefix}-%06d.tar``.
-
-    Keys are ``name.replace(".", "-")``; at least `min_num_shards` shards when there are that many
-    samples. Each shard appears atomically and the bytes are reproducible (fixed member times).
-    """
-    suffixes = [input_suffix] if isinstance(input_suffix, str) else list(input_suffix)
-    if min_num_shards is not None and min_num_shards <= 0:
-        raise ValueError(f"min_num_shards must be positive, got {min_num_shards}")
-    names = list(input_prefix_subset)
-    per_shard = 100_000 if min_num_shards is None else max(1, len(names) // min_num_shards)
-    os.makedirs(dir_output, exist_ok=True)
-    written = []
-    for shard, lo in enumerate(range(0, len(names), per_shard)):
-        final = Path(dir_output) / f"{output_prefix}-{shard:06d}.tar"
-        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-        try:
-            with TarWriter(str(tmp), encoder=False, mtime=TAR_MTIME) as sink:
-                for name in names[lo : lo + per_shard]:
-                    data = {}
-                    for suffix in suffixes:
-                        path = Path(dir_input) / f"{name}.{suffix}"
-                        try:
-                            raw = path.read_bytes()
-                            pickle.loads(raw)  # refuse unreadable pickles now, not at training time
-                            # the file's own bytes, not a re-pickle: torch tensors pickle with a fresh
-                            # serialization id each time, which would make shards differ run to run
-                            data[suffix] = raw
-                        except Exception as exc:
-                            raise RuntimeError(f"cannot read pickle {path}: {exc}") from exc
-                    sink.write(func_output_data(name.replace(".", "-"), data))
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
-        written.append(str(final))
-    for stale in Path(dir_output).glob(f"{output_prefix}-*.tar"):  # shards of an earlier, larger run
-        if str(stale) not in written:
-            stale.unlink()
-    return written
 
 
 class PickledDataWDS(WebDataModule):
