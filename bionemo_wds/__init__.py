@@ -11,12 +11,17 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Split": "bionemo_wds.compat.webdatamodule",
+    "Split": "bionemo_wds.load.loaders",
     "WebDataModule": "bionemo_wds.compat.webdatamodule",
     "PickledDataWDS": "bionemo_wds.compat.webdatamodule",
     "pickles_to_tars": "bionemo_wds.compat.pickles",
     "GenomicWebDataModule": "bionemo_wds.load.genomic",
-    "to_model_inputs": "bionemo_wds.load.pipeline",
+    "to_model_inputs": "bionemo_wds.pipeline",
+    "untuple": "bionemo_wds.pipeline",
+    "decode_sample": "bionemo_wds.pipeline",
+    "shuffle": "bionemo_wds.pipeline",
+    "reverse_complement": "bionemo_wds.pipeline",
+    "batch": "bionemo_wds.pipeline",
 }
 
 __all__ = ["__version__", *_LAZY]

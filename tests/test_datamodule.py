@@ -14,7 +14,7 @@ import torch
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import read_manifest
 from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.pipeline import reverse_complement_bases
+from bionemo_wds.tokenizer import reverse_complement_bases
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.compat.webdatamodule import Split
 

@@ -15,7 +15,9 @@ import torch
 from bionemo_wds.format import decode_record, encode_record, read_manifest
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.compat.webdatamodule import Split, pickles_to_tars
+from bionemo_wds.compat.pickles import pickles_to_tars
+from bionemo_wds.load.sharding import loader_workers
+from bionemo_wds.load.world import World
 
 from conftest import KLEBSIELLA, LAMBDA, read_fasta
 
@@ -76,10 +78,9 @@ def test_a_stale_cache_is_not_taken_for_the_input(tmp_path):
     assert {r[0] for r in all_windows(out)["train"]} == {"other_genome"}
 
 
-def test_a_rank_without_train_shards_is_refused(dataset):
-    dm = GenomicWebDataModule(str(dataset))
+def test_a_rank_without_train_shards_is_refused():
     with pytest.raises(ValueError, match="rank 3 would get no data"):
-        dm._workers_for(Split.train, 3, rank=3, world=4)
+        loader_workers("train", 3, World(3, 4), 0, require_data=True)
 
 
 def test_inconsistent_record_is_a_decode_error():

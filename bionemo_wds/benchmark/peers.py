@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from bionemo_wds.load.pipeline import _COMPLEMENT_BYTES
+from bionemo_wds.tokenizer import COMPLEMENT_TABLE
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours")
@@ -92,7 +92,7 @@ class EdenFlyDataset(torch.utils.data.Dataset):
     def __init__(self, fasta: Path, seq_length: int, stride: int, tail: str):
         self.fasta, self.seq_length, self.stride, self.tail = fasta, seq_length, stride, tail
         self.index = _WindowIndex(fasta, seq_length, stride, tail)
-        self._fa = None
+        self._fa: Any = None  # a pyfaidx.Fasta once opened (pyfaidx ships no type hints)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -107,7 +107,7 @@ class EdenFlyDataset(torch.utils.data.Dataset):
         start, n = int(idx.table.start[i]), int(idx.table.length[i])
         bases = self._fa[idx.names[seq]][start : start + n].encode().translate(UPPERCASE_TABLE)
         if random.random() < 0.5:  # Eden's reverse-complement augmentation (global RNG, as Eden)
-            bases = bases[::-1].translate(_COMPLEMENT_BYTES)
+            bases = bases[::-1].translate(COMPLEMENT_TABLE)
         tokens = torch.from_numpy(sample_tokens(bases, self.seq_length))
         labels = torch.full_like(tokens, PAD_ID)
         labels[:-1] = tokens[1:]
@@ -227,9 +227,7 @@ class RawLimit(Peer):
         np.save(self.dir / "lengths.npy", index.table.length.astype(np.int32))
 
     def batches(self, workers: int) -> Iterator[dict[str, Any]]:
-        from bionemo_wds.load.pipeline import to_model_inputs
-
-        from bionemo_wds.load.pipeline import keep_numpy
+        from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs
 
         dataset = _RawBatches(self.dir, self.batch_size)
         # numpy batches, passed through as they are: the cheapest way across the worker boundary

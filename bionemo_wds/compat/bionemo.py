@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from bionemo_wds.compat import webdatamodule as _main
 from bionemo_wds.compat.pickles import pickles_to_tars
-from bionemo_wds.compat.webdatamodule import Invocations, Pipeline, Split
+from bionemo_wds.compat.webdatamodule import Invocations, Pipeline, Split, pickle_splits_to_tars
 
 __all__ = ["Split", "WebDataModule", "PickledDataWDS", "pickles_to_tars"]
 
@@ -36,8 +36,7 @@ class WebDataModule(_main.WebDataModule):
         super().__init__(dirs_tars_wds, None, suffix_keys_wds, 1, prefix_tars_wds, pipeline_wds,
                          pipeline_prebatch_wld, kwargs_wds, kwargs_wld, invoke_wds=invoke_wds, invoke_wld=invoke_wld)
 
-    def _loader_kwargs(self, split: Split) -> dict[str, Any]:
-        return dict(self._kwargs_wld.get(split) or {})  # DataLoader's default batch size
+    LOADER_DEFAULTS: dict[str, Any] = {}  # DataLoader's default batch size
 
 
 class PickledDataWDS(WebDataModule):
@@ -50,4 +49,7 @@ class PickledDataWDS(WebDataModule):
         self._names_subset = names_subset
         self._n_tars_wds = n_tars_wds
 
-    prepare_data = _main.PickledDataWDS.prepare_data
+    def prepare_data(self) -> None:
+        """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
+        pickle_splits_to_tars(self._dir_pickles, self._names_subset, self._suffix_keys_wds, self._dirs_tars_wds,
+                              self._prefix_tars_wds, self._n_tars_wds)

@@ -13,33 +13,29 @@ Pickled shards (`PickledDataWDS`) execute code when loaded: use them only with t
 
 from __future__ import annotations
 
-import math
-from enum import Enum, auto
 from fnmatch import fnmatch
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from functools import partial
+from typing import Any, Iterable, Iterator, Sequence
 
 import lightning as L
 import webdataset as wds
 
 from bionemo_wds.compat.pickles import pickles_to_tars
-from bionemo_wds.storage import list_shards
+from bionemo_wds.load.loaders import (
+    STAGE_SPLITS,
+    Invocations,
+    Pipeline,
+    Split,
+    check_stage,
+    compose,
+    epoch_batches,
+    invoke,
+    make_loader,
+    shard_urls,
+)
 
-Composable = Callable[[Iterable[Any]], Iterable[Any]]
-Pipeline = Composable | Iterable[Composable] | None
-Invocations = Sequence[tuple[str, dict[str, Any]]]
-
-
-class Split(Enum):
-    """Names of the data splits; ``split.name`` is the directory name prepare writes."""
-
-    train = auto()
-    val = auto()
-    test = auto()
-
-
-STAGE_SPLITS = {"fit": (Split.train, Split.val), "validate": (Split.val,), "test": (Split.test,),
-                "predict": (Split.test,)}
+__all__ = ["STAGE_SPLITS", "Invocations", "PickledDataWDS", "Pipeline", "Split", "WebDataModule", "extract_suffixes",
+           "pickle_splits_to_tars", "pickles_to_tars"]
 
 
 def extract_suffixes(src: Iterable[dict], suffixes: Sequence[str]) -> Iterator[tuple]:
@@ -69,28 +65,17 @@ def extract_suffixes(src: Iterable[dict], suffixes: Sequence[str]) -> Iterator[t
         yield tuple(sample[name] for name in chosen)
 
 
-def _compose(pipe, stages: Pipeline):
-    if stages is None:
-        return pipe
-    if isinstance(stages, Iterable) and not callable(stages):
-        return pipe.compose(*stages)
-    return pipe.compose(stages)
-
-
-def _invoke(obj, calls: Invocations | None):
-    for name, kwargs in calls or ():
-        result = getattr(obj, name)(**(kwargs or {}))
-        obj = result if result is not None else obj
-    return obj
-
-
 class WebDataModule(L.LightningDataModule):
     """A LightningDataModule over WebDataset tar shards, one directory (or URL) per split."""
+
+    #: Arguments every WebLoader gets unless `kwargs_wld` says otherwise: the first release hands
+    #: ready-made batches through (``batch_size=None``); 1.0 (`compat.bionemo`) keeps DataLoader's default.
+    LOADER_DEFAULTS: dict[str, Any] = {"batch_size": None}
 
     def __init__(
         self,
         dirs_tars_wds: dict[Split, str],
-        n_samples: dict[Split, int],
+        n_samples: dict[Split, int] | None,
         suffix_keys_wds: str | Iterable[str],
         global_batch_size: int,
         prefix_tars_wds: str = "wdshards",
@@ -103,12 +88,6 @@ class WebDataModule(L.LightningDataModule):
         invoke_wld: dict[Split, Invocations] | None = None,
     ):
         super().__init__()
-        self._configure(dirs_tars_wds, n_samples, suffix_keys_wds, global_batch_size, prefix_tars_wds,
-                        pipeline_wds, pipeline_prebatch_wld, kwargs_wds, kwargs_wld, invoke_wds, invoke_wld)
-
-    def _configure(self, dirs_tars_wds, n_samples, suffix_keys_wds, global_batch_size, prefix_tars_wds="wdshards",
-                   pipeline_wds=None, pipeline_prebatch_wld=None, kwargs_wds=None, kwargs_wld=None,
-                   invoke_wds=None, invoke_wld=None) -> None:
         if n_samples is not None and set(n_samples) != set(dirs_tars_wds):
             raise ValueError(f"n_samples has splits {sorted(s.name for s in n_samples)} but dirs_tars_wds has "
                              f"{sorted(s.name for s in dirs_tars_wds)}; they must name the same splits")
@@ -128,84 +107,51 @@ class WebDataModule(L.LightningDataModule):
         self._invoke_wds = invoke_wds or {}
         self._invoke_wld = invoke_wld or {}
         self._dataset: dict[Split, Any] = {}
-        self._urls: dict[Split, list[str]] = {}
-
-    # -- datasets ---------------------------------------------------------------------------------
 
     def shard_urls(self, split: Split) -> list[str]:
         """The split's shards, sorted; a clear error when the split or its shards are missing."""
         if split not in self._dirs_tars_wds:
             raise ValueError(f"no directory given for the {split.name} split (dirs_tars_wds has "
                              f"{', '.join(s.name for s in self._dirs_tars_wds) or 'none'})")
-        directory = self._dirs_tars_wds[split]
-        urls = list_shards(directory, self._prefix_tars_wds)
-        if not urls:
-            raise FileNotFoundError(f"no shards match {directory}/{self._prefix_tars_wds}-*.tar for the "
-                                    f"{split.name} split")
-        return urls
-
-    def _build_dataset(self, split: Split):
-        urls = self._urls[split] = self.shard_urls(split)
-        kwargs = dict(self._kwargs_wds.get(split) or {})
-        kwargs.setdefault("shardshuffle", False)  # webdataset warns when left unset
-        dataset = wds.WebDataset(urls, **kwargs).decode()
-        dataset = dataset.compose(lambda src: extract_suffixes(src, self._suffix_keys_wds))
-        dataset = _compose(dataset, self._pipeline_wds.get(split))
-        return _invoke(dataset, self._invoke_wds.get(split))
+        return shard_urls(self._dirs_tars_wds[split], self._prefix_tars_wds, split)
 
     def setup(self, stage: str) -> None:
         """Build the datasets `stage` needs: fit -> train+val, validate -> val, test/predict -> test."""
-        if stage not in STAGE_SPLITS:
-            raise NotImplementedError(f"Data setup with stage={stage!r} is not implemented "
-                                      f"(use one of {', '.join(STAGE_SPLITS)})")
-        for split in STAGE_SPLITS[stage]:
-            self._dataset[split] = self._build_dataset(split)
+        for split in check_stage(stage):
+            kwargs = dict(self._kwargs_wds.get(split) or {})
+            kwargs.setdefault("shardshuffle", False)  # webdataset warns when left unset
+            # webdataset's own checks stay on: a worker left without shards raises its
+            # "... fewer shards than workers" error when the loader is iterated, as upstream
+            dataset = wds.WebDataset(self.shard_urls(split), **kwargs).decode()
+            dataset = dataset.compose(partial(extract_suffixes, suffixes=self._suffix_keys_wds))
+            dataset = compose(dataset, self._pipeline_wds.get(split))
+            self._dataset[split] = invoke(dataset, self._invoke_wds.get(split))
 
-    # -- loaders ----------------------------------------------------------------------------------
-
-    def _loader_kwargs(self, split: Split) -> dict[str, Any]:
-        return {"batch_size": None, **(self._kwargs_wld.get(split) or {})}
-
-    def _check_workers(self, split: Split, kwargs: dict[str, Any]) -> None:
-        workers = int(kwargs.get("num_workers") or 0)
-        n_shards = len(self._urls[split])
-        if workers > n_shards:
-            raise ValueError(
-                f"the {split.name} split has fewer shards ({n_shards}) than workers (num_workers={workers}): "
-                "each worker reads whole shards, so some would get none; lower num_workers or write more shards"
-            )
-
-    def _epoch_batches(self, split: Split) -> int | None:
-        if self._n_samples is None:
-            return None
-        return math.ceil(self._n_samples[split] / self._global_batch_size)
-
-    def _make_loader(self, dataset, kwargs: dict[str, Any]):
-        return wds.WebLoader(dataset, **kwargs)
-
-    def _setup_dataloader(self, split: Split):
+    def _dataloader(self, split: Split) -> wds.WebLoader:
         if split not in self._dataset:
             raise ValueError(f"the {split.name} dataloader was asked for before setup() built the {split.name} dataset")
-        kwargs = self._loader_kwargs(split)
-        self._check_workers(split, kwargs)
-        loader = self._make_loader(self._dataset[split], kwargs)
-        loader = _compose(loader, self._pipeline_prebatch_wld.get(split))
-        n_batches = self._epoch_batches(split)
-        if n_batches is not None:
-            loader = loader.with_epoch(n_batches)
-        return _invoke(loader, self._invoke_wld.get(split))
+        n_batches = epoch_batches(self._n_samples[split], self._global_batch_size) if self._n_samples else None
+        return make_loader(self._dataset[split], {**self.LOADER_DEFAULTS, **(self._kwargs_wld.get(split) or {})},
+                           self._pipeline_prebatch_wld.get(split), n_batches, self._invoke_wld.get(split))
 
-    def train_dataloader(self):
-        return self._setup_dataloader(Split.train)
+    def train_dataloader(self) -> wds.WebLoader:
+        return self._dataloader(Split.train)
 
-    def val_dataloader(self):
-        return self._setup_dataloader(Split.val)
+    def val_dataloader(self) -> wds.WebLoader:
+        return self._dataloader(Split.val)
 
-    def test_dataloader(self):
-        return self._setup_dataloader(Split.test)
+    def test_dataloader(self) -> wds.WebLoader:
+        return self._dataloader(Split.test)
 
-    def predict_dataloader(self):
-        return self._setup_dataloader(Split.test)
+    def predict_dataloader(self) -> wds.WebLoader:
+        return self._dataloader(Split.test)
+
+
+def pickle_splits_to_tars(dir_pickles: str, names_subset: dict[Split, list[str]], suffixes: Sequence[str],
+                          dirs_tars_wds: dict[Split, str], prefix: str, n_tars_wds: int | None) -> None:
+    """`PickledDataWDS.prepare_data`: every split's pickles into its tar directory (rewritten each call)."""
+    for split, names in names_subset.items():
+        pickles_to_tars(dir_pickles, names, suffixes, dirs_tars_wds[split], prefix, min_num_shards=n_tars_wds)
 
 
 class PickledDataWDS(WebDataModule):
@@ -217,7 +163,7 @@ class PickledDataWDS(WebDataModule):
     """
 
     def __init__(self, dir_pickles: str, suffix_pickles: str, names_subset: dict[Split, list[str]],
-                 prefix_dir_tars_wds: str, *args, n_tars_wds: int | None = None, **kwargs):
+                 prefix_dir_tars_wds: str, *args: Any, n_tars_wds: int | None = None, **kwargs: Any):
         dirs = {split: f"{prefix_dir_tars_wds}{split.name}" for split in names_subset}
         n_samples = {split: len(names) for split, names in names_subset.items()}
         super().__init__(dirs, n_samples, suffix_pickles, *args, **kwargs)
@@ -227,6 +173,5 @@ class PickledDataWDS(WebDataModule):
 
     def prepare_data(self) -> None:
         """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
-        for split, names in self._names_subset.items():
-            pickles_to_tars(self._dir_pickles, names, self._suffix_keys_wds, self._dirs_tars_wds[split],
-                            self._prefix_tars_wds, min_num_shards=self._n_tars_wds)
+        pickle_splits_to_tars(self._dir_pickles, self._names_subset, self._suffix_keys_wds, self._dirs_tars_wds,
+                              self._prefix_tars_wds, self._n_tars_wds)

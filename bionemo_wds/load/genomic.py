@@ -1,17 +1,17 @@
 """`GenomicWebDataModule`: prepared genome shards (or FASTA) to model-ready batches in Lightning.
 
-Reads the manifest (sample counts, window parameters), checks the shards on disk against it, and
-assembles the default pipelines through `WebDataModule`:
+A `LightningDataModule` composed from the public building blocks in `loaders`, `sharding`,
+`stages`, `transfer` and `model_inputs`. Per split it builds one dataset:
 
-    train:    untuple -> decode_sample -> shuffle -> reverse_complement -> batch   (in workers)
-    val/test: untuple -> decode_sample -> batch
+    shard list -> RankShards (this rank's and worker's shards for the epoch) -> read_records
+      -> decode_sample -> shuffle -> reverse_complement -> batch        (train)
+      -> decode_sample -> batch                                         (val / test)
+      [-> transfer.to_main: with loader workers, batches cross in shared memory]
 
-(run as their fused, equivalent form `decode_blocks -> shuffle_batch`, see blockpath.py).
-
-Loaders yield compact uint8 batches (what crosses the worker boundary); `on_after_batch_transfer`
-expands them with `to_model_inputs` on the device. Users who iterate a loader themselves call
-`model_inputs(batch)`. Given ``fasta=[...]``, `prepare_data` runs the preparer once (under a
-file lock, so nodes sharing a filesystem do not race) and reuses a complete output.
+and loaders yield compact uint8 batches; `on_after_batch_transfer` expands them with
+`to_model_inputs` on the device. Users who iterate a loader themselves call `model_inputs(batch)`.
+Given ``fasta=[...]``, `prepare_data` runs the preparer once (under a file lock, so nodes sharing
+a filesystem do not race) and reuses a complete output.
 """
 
 from __future__ import annotations
@@ -22,24 +22,27 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
+import lightning as L
 import webdataset as wds
 
-from bionemo_wds.load.blockpath import decode_blocks, shuffle_batch
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.partition import EpochLoader, EpochShardOrder, shards_for_rank
-from bionemo_wds.load.pipeline import EpochState, group, keep_numpy, to_model_inputs, to_tensors, ungroup, untuple
+from bionemo_wds.load.epochs import EpochState
+from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loader, shard_urls
+from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs, to_tensors
+from bionemo_wds.load.reading import read_records
 from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy
-from bionemo_wds.load.shmring import SharedRing, fork_available, from_ring, to_ring
-from bionemo_wds.load.tarstream import read_records
-from bionemo_wds.compat.webdatamodule import STAGE_SPLITS, Split, WebDataModule
+from bionemo_wds.load.sharding import RankShards, loader_workers
+from bionemo_wds.load.stages import batch, decode_sample, reverse_complement, shuffle
+from bionemo_wds.load.transfer import BatchTransfer
+from bionemo_wds.load.world import World
 
-
-#: Batches (messages) each loader worker may have in flight; its shared-memory ring has 2 more slots.
+#: Batch messages each loader worker may have in flight; its transfer ring has 2 more slots.
 PREFETCH = 2
+#: The splits a stage needs to exist (fit trains without val: a dataset prepared with --split 1,0,0).
+REQUIRED_SPLITS = {"fit": ("train",), "validate": ("val",), "test": ("test",), "predict": ("test",)}
 
 
-class GenomicWebDataModule(WebDataModule):
+class GenomicWebDataModule(L.LightningDataModule):
     """Lightning data module over `bionemo-wds prepare` output.
 
     Args:
@@ -57,8 +60,10 @@ class GenomicWebDataModule(WebDataModule):
         fasta: FASTA inputs to prepare into `shards` when no complete manifest is there.
         prepare_options: further `PrepareOptions` for that (e.g. stride, tail, split, tags).
         pin_memory: pin loader memory (GPU training).
-        transfer_bytes: with workers, compact batches are sent to the main process in groups of
-            about this many token bytes (one message per group; see `pipeline.group`).
+        transfer_bytes: with workers, compact batches cross to the main process in groups of about
+            this many token bytes (one message per group; see `transfer`).
+        transfer_timeout: seconds a loader worker waits for the main process to take a batch before
+            it stops with an error.
     """
 
     def __init__(
@@ -77,8 +82,9 @@ class GenomicWebDataModule(WebDataModule):
         prepare_options: dict[str, Any] | None = None,
         pin_memory: bool = False,
         transfer_bytes: int = 512 << 10,
+        transfer_timeout: float = 600.0,
     ):
-        super().__init__({}, {}, "msgpack", global_batch_size or micro_batch_size)
+        super().__init__()
         if not 0 <= rc_prob <= 1:
             raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
         if fasta and seq_length is None:
@@ -98,11 +104,15 @@ class GenomicWebDataModule(WebDataModule):
         self.prepare_options = dict(prepare_options or {})
         self.pin_memory = pin_memory
         self.transfer_bytes = transfer_bytes
+        self.transfer_timeout = transfer_timeout
         self.manifest: dict[str, Any] | None = None
+        self.world = World()
+        self.global_batch_size = global_batch_size or micro_batch_size
         self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
-        self._epochs = {split: EpochState() for split in Split}
-        self._rings: dict[Split, SharedRing] = {}
-        self._shard_orders: dict[Split, EpochShardOrder] = {}
+        self.epochs = {split: EpochState() for split in Split}
+        self.datasets: dict[Split, Any] = {}
+        self.transfers: dict[Split, BatchTransfer] = {}
+        self.loader_kwargs: dict[Split, dict[str, Any]] = {}
 
     # -- preparing --------------------------------------------------------------------------------
 
@@ -123,15 +133,16 @@ class GenomicWebDataModule(WebDataModule):
 
     # -- setup ------------------------------------------------------------------------------------
 
-    def _rank_world(self) -> tuple[int, int]:
-        trainer = getattr(self, "trainer", None)
-        if trainer is not None:
-            return trainer.global_rank, trainer.world_size
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size()
-        return 0, 1
-
-    def _check_files(self, manifest: dict[str, Any]) -> None:
+    def read_checked_manifest(self) -> dict[str, Any]:
+        """The manifest, checked against the request (seq_length) and the shard files (presence, size)."""
+        manifest = read_manifest(self.root)
+        params = manifest["params"]
+        if self.seq_length is not None and self.seq_length != params["seq_length"]:
+            raise ValueError(
+                f"{self.root} was cut for seq_length {params['seq_length']} (windows of {params['window_length']} "
+                f"bases); seq_length={self.seq_length} was asked for. Use seq_length={params['seq_length']} or "
+                f"prepare again with --seq-length {self.seq_length}"
+            )
         for info in manifest["splits"].values():
             for shard in info["shards"]:
                 path = self.root / shard["path"]
@@ -141,134 +152,95 @@ class GenomicWebDataModule(WebDataModule):
                 if size != shard["bytes"]:
                     raise CorruptShardError(f"shard {path} has {size} bytes but the manifest lists {shard['bytes']}: "
                                             "the manifest disagrees with the file (run `bionemo-wds verify`)")
-
-    def _read_manifest(self) -> dict[str, Any]:
-        manifest = read_manifest(self.root)
-        params = manifest["params"]
-        if self.seq_length is not None and self.seq_length != params["seq_length"]:
-            raise ValueError(
-                f"{self.root} was cut for seq_length {params['seq_length']} (windows of {params['window_length']} "
-                f"bases); seq_length={self.seq_length} was asked for. Use seq_length={params['seq_length']} or "
-                f"prepare again with --seq-length {self.seq_length}"
-            )
-        self._check_files(manifest)
         return manifest
 
     def setup(self, stage: str) -> None:
-        if self.manifest is None:  # configure once; later stages reuse the datasets built so far
-            self._configure_from_manifest()
-        if stage not in STAGE_SPLITS:
-            raise NotImplementedError(f"Data setup with stage={stage!r} is not implemented "
-                                      f"(use one of {', '.join(STAGE_SPLITS)})")
-        # fit needs train; val is optional (a dataset prepared with --split 1,0,0 trains without it)
-        needed = {"fit": ("train",), "validate": ("val",), "test": ("test",), "predict": ("test",)}[stage]
-        missing = [name for name in needed if name not in self.manifest["splits"]]
+        """Read the manifest once, then build the datasets of the splits `stage` reads."""
+        splits = check_stage(stage)
+        if self.manifest is None:  # once; later stages reuse the datasets built so far
+            manifest = self.read_checked_manifest()
+            self.world = World.detect(getattr(self, "trainer", None))
+            self.seq_length = manifest["params"]["seq_length"]
+            self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
+            expected = {str(self.root / sh["path"]): sh["n_samples"]
+                        for info in manifest["splits"].values() for sh in info["shards"]}
+            # the skip counter lives in shared memory of the context the loader workers start with
+            self.policy = ShardErrorPolicy(self.handler, expected, mp.get_context())
+            self.manifest = manifest
+        missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:
             raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
-        for split in STAGE_SPLITS[stage]:
-            if split.name in self.manifest["splits"] and split not in self._dataset:
-                self._dataset[split] = self._build_dataset(split)
+        for split in splits:
+            if split.name in self.manifest["splits"] and split not in self.datasets:
+                self.datasets[split] = self.build_dataset(split)
 
-    def val_dataloader(self):
-        """The val loader, or no batches at all when the dataset has no val split."""
-        return super().val_dataloader() if "val" in self.manifest["splits"] else []
-
-    def _configure_from_manifest(self) -> None:
-        manifest = self._read_manifest()
-        params = manifest["params"]
-        self.seq_length = params["seq_length"]
-        rank, world = self._rank_world()
-        splits = {Split[name]: info for name, info in manifest["splits"].items()}
-        expected = {str(self.root / sh["path"]): sh["n_samples"] for info in splits.values() for sh in info["shards"]}
-        context = mp.get_context()  # loader workers start with it; the skip counter must match
-        self.policy = ShardErrorPolicy(self.handler, expected, context)
+    def build_dataset(self, split: Split) -> wds.DataPipeline:
+        """The split's dataset: its shards for this rank and worker, read, decoded, shuffled, batched."""
+        assert self.manifest is not None
+        params, info = self.manifest["params"], self.manifest["splits"][split.name]
+        train = split is Split.train
+        workers = loader_workers(split.name, len(info["shards"]), self.world, self.num_workers, require_data=train)
+        epoch = self.epochs[split]
+        stages: list[Any] = [
+            wds.SimpleShardList(shard_urls(str(self.root / split.name), params["prefix"], split)),
+            RankShards(self.seed, epoch, shuffle=train, world=self.world),
+            read_records(policy=self.policy),
+            decode_sample(self.policy),
+        ]
+        if train:
+            stages += [shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), self.seed, epoch, self.world.rank),
+                       reverse_complement(self.rc_prob, self.seed, epoch)]
         window, max_tag = params["window_length"], params["max_tag_bytes"]
-        pipelines, prebatch, kwargs_wld = {}, {}, {}
-        for split, info in splits.items():
-            train = split is Split.train
-            # the fused form of decode_sample -> shuffle -> reverse_complement -> batch (blockpath.py)
-            stages = [untuple, decode_blocks(self.policy),
-                      shuffle_batch(self.micro_batch_size, window, max_tag,
-                                    bufsize=self.shuffle_buffer if train else 0,
-                                    initial=min(self.shuffle_buffer, 100), seed=self.seed,
-                                    epoch=self._epochs[split], rank=rank, rc_prob=self.rc_prob if train else 0.0)]
-            workers = self._workers_for(split, len(info["shards"]), rank, world)
-            per_message = max(1, self.transfer_bytes // max(1, self.micro_batch_size * window)) if workers else 1
-            prebatch[split] = []
-            if workers and fork_available():
-                # groups of batches through shared memory; only small columns cross the queue
-                per_batch = self.micro_batch_size * (window + max_tag + 4 + 4 + 1 + 8) + 6 * 8
-                ring = SharedRing(workers, slots=PREFETCH + 2, slot_bytes=per_message * per_batch)
-                self._rings[split] = ring
-                stages.append(to_ring(ring, per_message))
-                prebatch[split].append(from_ring(ring))
-            elif per_message > 1:
-                stages.append(group(per_message))
-                prebatch[split].append(ungroup())
-            pipelines[split] = stages
-            self._shard_orders[split] = EpochShardOrder(self.seed, self._epochs[split], shuffle=train, rank=rank,
-                                                        world_size=world)
-            # batches stay numpy until the main process (keep_numpy: no per-tensor shared-memory
-            # segments); to_tensors wraps them there, zero-copy
-            kwargs_wld[split] = {"num_workers": workers, "collate_fn": keep_numpy,
-                                 **({"prefetch_factor": PREFETCH, "multiprocessing_context": context}
-                                    if workers else {})}
-            prebatch[split].append(to_tensors(pin_memory=self.pin_memory))
-        self._configure(
-            {split: str(self.root / split.name) for split in splits},
-            {split: info["n_samples"] for split, info in splits.items()},
-            ["msgpack", "__key__", "__url__"],
-            self.requested_global_batch_size or self.micro_batch_size * world,
-            params["prefix"], pipelines, prebatch, None, kwargs_wld,
-        )
-        self.manifest = manifest
-
-    def _build_dataset(self, split: Split):
-        """Shard list -> rank's share -> worker's share -> our tar reader -> the split's stages.
-
-        The same stages as `WebDataModule` builds, but tar members are read by `tarstream` instead
-        of webdataset's tarfile-based expander (faster; see tarstream.py), and the records reach
-        the stages as ``(bytes, key, url)`` so errors can name shard and key.
-        """
-        urls = self._urls[split] = self.shard_urls(split)
-        return wds.DataPipeline(
-            wds.SimpleShardList(urls),
-            self._shard_orders[split],
-            wds.split_by_worker,
-            read_records("msgpack", self.policy),
-            *self._pipeline_wds[split],
-        )
-
-    def _workers_for(self, split: Split, n_shards: int, rank: int, world: int) -> int:
-        share = shards_for_rank(n_shards, rank, world)
-        if share == 0 and split is Split.train:
-            # an empty rank would wait for the others at the first gradient all-reduce, forever
-            raise ValueError(f"{self.root}: the train split has {n_shards} shard(s) for {world} ranks, so rank {rank} "
-                             f"would get no data; prepare with a smaller --samples-per-shard (at least {world} shards)")
-        if self.num_workers > share:
-            warnings.warn(f"{split.name}: rank {rank} reads {share} shard(s), so it uses {share} loader worker(s) "
-                          f"instead of num_workers={self.num_workers} (each worker reads whole shards)")
-            return share
-        return self.num_workers
+        stages.append(batch(self.micro_batch_size, window, max_tag))
+        kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}
+        if workers:
+            per_message = max(1, self.transfer_bytes // max(1, self.micro_batch_size * window))
+            per_batch = self.micro_batch_size * (window + max_tag + 4 + 4 + 1 + 8) + 6 * 8
+            context = mp.get_context()
+            transfer = BatchTransfer(workers, PREFETCH + 2, per_message * per_batch, context, self.transfer_timeout)
+            self.transfers[split] = transfer
+            stages.append(transfer.to_main(per_message))
+            kwargs.update(prefetch_factor=PREFETCH, multiprocessing_context=context)
+        self.loader_kwargs[split] = kwargs
+        return wds.DataPipeline(*stages)
 
     # -- loaders ----------------------------------------------------------------------------------
 
-    def _epoch_batches(self, split: Split) -> int | None:
-        """Training keeps the pseudo-epoch; validation and test read every sample exactly once."""
-        return super()._epoch_batches(split) if split is Split.train else None
+    def loader(self, split: Split) -> wds.WebLoader:
+        """A loader over the split: training keeps bionemo's pseudo-epoch; val and test read every sample once."""
+        if split not in self.datasets:
+            raise ValueError(f"the {split.name} dataloader was asked for before setup() built the {split.name} dataset")
+        assert self.manifest is not None
+        transfer = self.transfers.get(split)
+        prebatch = ([transfer.from_workers()] if transfer else []) + [to_tensors(pin_memory=self.pin_memory)]
+        n_batches = (epoch_batches(self.manifest["splits"][split.name]["n_samples"], self.global_batch_size)
+                     if split is Split.train else None)
+        return make_loader(self.datasets[split], self.loader_kwargs[split], prebatch, n_batches,
+                           epoch=self.epochs[split], epoch_source=self.trainer_epoch,
+                           before_pass=transfer.new_generation if transfer else None)
 
-    def _make_loader(self, dataset, kwargs):
-        split = next(s for s, d in self._dataset.items() if d is dataset)
-        ring = self._rings.get(split)
-        return EpochLoader(dataset, epoch_state=self._epochs[split], epoch_source=self._trainer_epoch,
-                           before_pass=ring.new_generation if ring else None, **kwargs)
+    def train_dataloader(self) -> wds.WebLoader:
+        return self.loader(Split.train)
 
-    def _trainer_epoch(self) -> int | None:
+    def val_dataloader(self) -> Any:
+        """The val loader, or no batches at all when the dataset has no val split."""
+        assert self.manifest is not None, "setup() first"
+        return self.loader(Split.val) if "val" in self.manifest["splits"] else []
+
+    def test_dataloader(self) -> wds.WebLoader:
+        return self.loader(Split.test)
+
+    def predict_dataloader(self) -> wds.WebLoader:
+        return self.loader(Split.test)
+
+    def trainer_epoch(self) -> int | None:
+        """The trainer's current epoch (None without a trainer: passes are then counted)."""
         trainer = getattr(self, "trainer", None)
         return trainer.current_epoch if trainer is not None else None
 
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (for users iterating loaders)."""
+        assert self.seq_length is not None, "setup() first"
         return to_model_inputs(compact, self.seq_length, self.control_tags)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -284,4 +256,5 @@ class GenomicWebDataModule(WebDataModule):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("seed", self.seed) != self.seed:
-            warnings.warn(f"checkpoint was made with seed {state['seed']}; this data module uses {self.seed}")
+            warnings.warn(f"checkpoint was made with seed {state['seed']}; this data module uses {self.seed}",
+                          stacklevel=2)

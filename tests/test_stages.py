@@ -9,20 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.format import encode_record
-from bionemo_wds.load.pipeline import (
-    COMPLEMENT,
-    EpochState,
-    _decode_sample,
-    _reverse_complement,
-    _shuffle,
-    collate_compact,
-    flips,
-    _model_inputs_device,
-    reverse_complement_bases,
-    tensors,
-    to_model_inputs,
-    untuple,
-)
+from bionemo_wds.load.epochs import EpochState
+from bionemo_wds.load.model_inputs import model_inputs_gather, tensors, to_model_inputs
+from bionemo_wds.load.stages import collate_compact, decode_sample, reverse_complement, shuffle, untuple
+from bionemo_wds.seeds import flips
+from bionemo_wds.tokenizer import COMPLEMENT, reverse_complement_bases
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
 # U (RNA) complements to A, which complements to T: double RC is the identity on DNA codes only.
@@ -60,15 +51,15 @@ def test_flip_probability_edges_and_rate():
 
 def test_reverse_complement_stage_flips_bases_not_tags():
     samples = [{**s, "tag": b"|d__X|"} for s in _samples(200)]
-    out = list(_reverse_complement(iter(samples), p=1.0, seed=3, epoch=EpochState(0)))
+    out = list(reverse_complement(p=1.0, seed=3, epoch=EpochState(0))(iter(samples)))
     assert all(o["bases"].tobytes() == b"CGTT" and o["rc"] and o["tag"] == b"|d__X|" for o in out)
-    out = list(_reverse_complement(iter(_samples(200)), p=0.0, seed=3, epoch=EpochState(0)))
+    out = list(reverse_complement(p=0.0, seed=3, epoch=EpochState(0))(iter(_samples(200))))
     assert all(o["bases"].tobytes() == b"AACG" and not o["rc"] for o in out)
 
 
 def test_shuffle_is_seeded_and_a_permutation():
     def run(seed, epoch):
-        return [s["key"] for s in _shuffle(iter(_samples(500)), bufsize=64, initial=16, seed=seed, epoch=EpochState(epoch))]
+        return [s["key"] for s in shuffle(bufsize=64, initial=16, seed=seed, epoch=EpochState(epoch))(iter(_samples(500)))]
 
     a = run(1, 0)
     assert sorted(a) == sorted(s["key"] for s in _samples(500))
@@ -79,7 +70,7 @@ def test_shuffle_is_seeded_and_a_permutation():
 
 def test_untuple_and_decode():
     rec = encode_record([b"ACGT", b"GG"], ["c1", "c2"], [5, 0], [1, 0], ["", "|t|"])
-    samples = list(_decode_sample(untuple(iter([(rec,)]))))
+    samples = list(decode_sample()(untuple(iter([(rec,)]))))
     assert [s["key"] for s in samples] == ["c1/1", "c2/0"]
     assert samples[0]["bases"].tobytes() == b"ACGT" and samples[1]["tag"] == b"|t|"
     assert samples[0]["start"] == 5
@@ -94,7 +85,7 @@ def test_to_model_inputs_hand_computed(form):
     if form != "numpy":
         batch = tensors(batch)
     # the accelerator path (whole-batch gather/where) must agree with the CPU path exactly
-    convert = _model_inputs_device if form == "device_path" else None
+    convert = model_inputs_gather if form == "device_path" else None
 
     def run(control_tags, seq_length=10):
         if convert is None:
@@ -127,6 +118,6 @@ def test_to_model_inputs_uniform_fast_path_matches_row_path():
     samples = [{"key": f"k{i}/0", "seq_id": f"k{i}", "start": 0, "rc": False, "tag": b"|ab|",
                 "bases": rng.choice(np.frombuffer(b"ACGT", np.uint8), 50)} for i in range(6)]
     full = to_model_inputs(collate_compact(samples, window=50, max_tag=4), seq_length=60)
-    rowwise = _model_inputs_device(tensors(collate_compact(samples, window=50, max_tag=4)), 60, True)
+    rowwise = model_inputs_gather(tensors(collate_compact(samples, window=50, max_tag=4)), 60, True)
     for key in ("tokens", "labels", "loss_mask", "position_ids"):
         assert torch.equal(full[key], rowwise[key]), key

@@ -1,0 +1,48 @@
+"""Which epoch a loader pass belongs to, set in the main process before its workers start.
+
+`EpochState` is shared by a split's stages (shard order, shuffle, reverse complement); `EpochLoader`
+sets it at the start of every pass, from the trainer's epoch when there is a trainer (Lightning's
+extra ``iter()`` calls and resumed runs do not shift it), else by counting passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import webdataset as wds
+
+
+class EpochState:
+    """The epoch that seeds this pass, and the one the next pass gets when no trainer says otherwise."""
+
+    def __init__(self, epoch: int = 0):
+        self.epoch = epoch
+        self.next_epoch = epoch
+
+
+class EpochLoader(wds.WebLoader):
+    """WebLoader whose every pass (``iter``) is one epoch: it sets the shared `EpochState` first.
+
+    `before_pass` runs right before the pass's workers start (the batch transfer opens a new
+    generation there).
+    """
+
+    def __init__(self, *args: Any, epoch_state: EpochState, epoch_source: Callable[[], int | None] | None = None,
+                 before_pass: Callable[[], None] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.epoch_state = epoch_state
+        self.epoch_source = epoch_source
+        self.before_pass = before_pass
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = self.epoch_source() if self.epoch_source is not None else None
+        epoch = self.epoch_state.next_epoch if epoch is None else epoch
+        self.epoch_state.epoch = epoch
+        self.epoch_state.next_epoch = epoch + 1
+        return self.run_pass()
+
+    def run_pass(self) -> Iterator[Any]:
+        """One pass; a generator, so `before_pass` runs when iteration starts, right before the workers start."""
+        if self.before_pass is not None:
+            self.before_pass()
+        yield from super().__iter__()

@@ -1,0 +1,91 @@
+"""The building blocks both data modules are made of: splits, shard listing, epoch length, loaders.
+
+`WebDataModule` (compat) and `GenomicWebDataModule` are each a `LightningDataModule` composed from
+these public functions; neither reaches into the other.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum, auto
+from typing import Any, Callable, Iterable, Sequence
+
+import webdataset as wds
+
+from bionemo_wds.load.epochs import EpochLoader, EpochState
+from bionemo_wds.storage import list_shards
+
+Composable = Callable[[Iterable[Any]], Iterable[Any]]
+Pipeline = Composable | Iterable[Composable] | None
+Invocations = Sequence[tuple[str, dict[str, Any]]]
+
+
+class Split(Enum):
+    """Names of the data splits; ``split.name`` is the directory name prepare writes."""
+
+    train = auto()
+    val = auto()
+    test = auto()
+
+
+#: The splits each Lightning stage reads.
+STAGE_SPLITS = {"fit": (Split.train, Split.val), "validate": (Split.val,), "test": (Split.test,),
+                "predict": (Split.test,)}
+
+
+def check_stage(stage: str) -> tuple[Split, ...]:
+    """The splits of a Lightning stage; an unknown stage is not implemented."""
+    if stage not in STAGE_SPLITS:
+        raise NotImplementedError(f"Data setup with stage={stage!r} is not implemented "
+                                  f"(use one of {', '.join(STAGE_SPLITS)})")
+    return STAGE_SPLITS[stage]
+
+
+def shard_urls(directory: str, prefix: str, split: Split) -> list[str]:
+    """The split's shards ``{directory}/{prefix}-*.tar``, sorted; a clear error when there are none."""
+    urls = list_shards(directory, prefix)
+    if not urls:
+        raise FileNotFoundError(f"no shards match {directory}/{prefix}-*.tar for the {split.name} split")
+    return urls
+
+
+def epoch_batches(n_samples: int, global_batch_size: int) -> int:
+    """Batches in bionemo's pseudo-epoch: ``ceil(n_samples / global_batch_size)``."""
+    if global_batch_size < 1:
+        raise ValueError(f"global_batch_size must be at least 1, got {global_batch_size}")
+    return math.ceil(n_samples / global_batch_size)
+
+
+def compose(pipe: Any, stages: Pipeline) -> Any:
+    """`pipe` with one stage or a list of stages composed onto it (webdataset's ``compose``)."""
+    if stages is None:
+        return pipe
+    if isinstance(stages, Iterable) and not callable(stages):
+        return pipe.compose(*stages)
+    return pipe.compose(stages)
+
+
+def invoke(obj: Any, calls: Invocations | None) -> Any:
+    """Call named methods on `obj` in turn (bionemo's ``invoke_wds``/``invoke_wld``); a method that
+    returns None keeps the object."""
+    for name, kwargs in calls or ():
+        result = getattr(obj, name)(**(kwargs or {}))
+        obj = result if result is not None else obj
+    return obj
+
+
+def make_loader(dataset: Any, loader_kwargs: dict[str, Any], prebatch: Pipeline = None,
+                n_batches: int | None = None, calls: Invocations | None = None,
+                epoch: EpochState | None = None, epoch_source: Callable[[], int | None] | None = None,
+                before_pass: Callable[[], None] | None = None) -> wds.WebLoader:
+    """A WebLoader over `dataset`: `prebatch` stages composed on it, ``with_epoch(n_batches)`` when
+    given, then `calls` invoked. With an `epoch` state, every pass sets it first (`EpochLoader`)."""
+    if epoch is not None:
+        loader: Any = EpochLoader(dataset, epoch_state=epoch, epoch_source=epoch_source, before_pass=before_pass,
+                                  **loader_kwargs)
+    else:
+        loader = wds.WebLoader(dataset, **loader_kwargs)
+    loader = compose(loader, prebatch)
+    if n_batches is not None:
+        loader = loader.with_epoch(n_batches)
+    return invoke(loader, calls)

@@ -1,0 +1,159 @@
+"""Compact batches to model inputs: Eden's token layout, on whatever device the batch is on.
+
+Loaders yield compact uint8 batches (`stages.collate_compact`); `to_model_inputs` expands them
+where they are going to be used (the data modules call it in ``on_after_batch_transfer``), so the
+int64 tensors, 8x larger, never cross a process boundary or the host-to-device copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import torch
+from webdataset.filters import pipelinefilter
+
+from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
+
+
+def keep_numpy(batch: Any) -> Any:
+    """DataLoader ``collate_fn`` for ready-made batches: leave numpy arrays as they are.
+
+    The default would turn them into tensors in the worker, and each tensor then crosses the
+    process boundary through its own shared-memory segment (measured: ~1.3 ms per compact batch);
+    a pickled numpy batch crosses as one message.
+    """
+    return batch
+
+
+def tensors(batch: dict[str, Any], pin_memory: bool = False) -> dict[str, Any]:
+    """numpy arrays of a batch as torch tensors (zero-copy; pinned on request); lists unchanged."""
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, np.ndarray):
+            v = torch.from_numpy(v)
+            if pin_memory:
+                v = v.pin_memory()
+        out[k] = v
+    return out
+
+
+def _to_tensors(src: Iterable[dict[str, Any]], pin_memory: bool = False) -> Iterator[dict[str, Any]]:
+    for item in src:
+        yield tensors(item, pin_memory)
+
+
+def to_model_inputs(batch: dict[str, Any], seq_length: int, control_tags: bool = True) -> dict[str, Any]:
+    """Compact batch -> Eden's layout, on whatever device the batch is on.
+
+    ``BOS + tag + SEP + bases + EOS`` padded with PAD to `seq_length` (``BOS + bases + EOS`` when
+    `control_tags` is False); ``labels`` are the tokens shifted left by one with PAD last;
+    ``loss_mask`` is 1 exactly where the label is a base; ``position_ids`` count from 0 (an expanded
+    view, no memory per row). Keys, seq ids, starts and rc flags pass through for tracing.
+    """
+    bases = batch["bases"]
+    on_cpu = isinstance(bases, np.ndarray) or bases.device.type == "cpu"
+    out = model_inputs_cpu(batch, seq_length, control_tags) if on_cpu else model_inputs_gather(batch, seq_length, control_tags)
+    for passthrough in ("keys", "seq_id", "start", "rc", "lengths"):
+        if passthrough in batch:
+            value = batch[passthrough]
+            out[passthrough] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+    return out
+
+
+def _np(x: Any) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.numpy()
+
+
+def _layout(lengths: np.ndarray, tag_lengths: np.ndarray, seq_length: int, control_tags: bool) -> np.ndarray:
+    """First base column of each row; refuses rows that do not fit."""
+    prefix = tag_lengths + 2 if control_tags else np.ones_like(lengths)
+    if len(lengths):
+        needed = int((prefix + lengths).max()) + 1
+        if needed > seq_length:
+            raise ValueError(f"a sample needs {needed} tokens but seq_length is {seq_length}")
+    return prefix
+
+
+def model_inputs_cpu(batch: dict[str, Any], seq_length: int, control_tags: bool) -> dict[str, Any]:
+    """numpy slices over the whole batch, the fastest form on a CPU.
+
+    When every row has the same tag length (always so without tags) the rows differ only in where
+    EOS goes: the PAD-padded bases are copied as one block, EOS is placed with one fancy index and
+    the loss mask is one comparison. Measured on 8 kb windows: the vectorised gather/where form
+    below runs ~4x slower on a CPU (a dozen full-size torch kernels), a per-row loop ~3x slower on
+    batches mixing full and short windows.
+    """
+    bases, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
+    tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
+    if not control_tags:
+        tlen = np.zeros_like(lengths)
+    n = len(lengths)
+    prefix = _layout(lengths, tlen, seq_length, control_tags)
+    tokens = np.empty((n, seq_length), dtype=np.int64)
+    tokens[:, 0] = BOS_ID
+    # the mask by row slices on zeroed memory: half the cost of a (columns < stop) comparison
+    loss_mask = np.zeros((n, seq_length), dtype=np.float32)
+    if n and (tlen == tlen[0]).all():
+        p, t = int(prefix[0]), int(tlen[0])
+        if control_tags:
+            tokens[:, 1 : 1 + t] = tags[:, :t]
+            tokens[:, 1 + t] = SEP_ID
+        end = min(p + bases.shape[1], seq_length)
+        tokens[:, p:end] = bases[:, : end - p]  # rows shorter than the window carry PAD already
+        tokens[:, end:] = PAD_ID
+        tokens[np.arange(n), p + lengths] = EOS_ID
+        for i, m in enumerate(lengths.tolist()):
+            loss_mask[i, p - 1 : p - 1 + m] = 1.0
+    else:
+        for i in range(n):
+            p, m, t = int(prefix[i]), int(lengths[i]), int(tlen[i])
+            if control_tags:
+                tokens[i, 1 : 1 + t] = tags[i, :t]
+                tokens[i, 1 + t] = SEP_ID
+            tokens[i, p : p + m] = bases[i, :m]
+            tokens[i, p + m] = EOS_ID
+            tokens[i, p + m + 1 :] = PAD_ID
+            loss_mask[i, p - 1 : p - 1 + m] = 1.0
+    labels = np.empty_like(tokens)
+    labels[:, :-1] = tokens[:, 1:]
+    labels[:, -1] = PAD_ID
+    return {
+        "tokens": torch.from_numpy(tokens),
+        "labels": torch.from_numpy(labels),
+        "loss_mask": torch.from_numpy(loss_mask),
+        "position_ids": torch.arange(seq_length).expand(n, seq_length),
+    }
+
+
+def model_inputs_gather(batch: dict[str, Any], seq_length: int, control_tags: bool) -> dict[str, Any]:
+    """Whole-batch tensor ops (gather/where): no per-row work, which is what an accelerator wants."""
+    bases, lengths = batch["bases"], batch["lengths"].long()
+    device = bases.device
+    n = bases.shape[0]
+    col = torch.arange(seq_length, device=device).expand(n, seq_length)
+    tlen = batch["tag_lengths"].long() if control_tags else torch.zeros_like(lengths)
+    tags = batch["tags"]
+    prefix = torch.from_numpy(_layout(lengths.cpu().numpy(), tlen.cpu().numpy(), seq_length, control_tags)).to(device)
+    tokens = torch.full((n, seq_length), PAD_ID, dtype=torch.int64, device=device)
+    tokens[:, 0] = BOS_ID
+    p = prefix[:, None]
+    is_base = (col >= p) & (col < p + lengths[:, None])
+    if bases.shape[1]:
+        base_idx = (col - p).clamp(0, bases.shape[1] - 1)
+        tokens = torch.where(is_base, bases.long().gather(1, base_idx), tokens)
+    if control_tags:
+        if tags.shape[1]:
+            is_tag = (col >= 1) & (col < 1 + tlen[:, None])
+            tag_idx = (col - 1).clamp(0, tags.shape[1] - 1)
+            tokens = torch.where(is_tag, tags.long().gather(1, tag_idx), tokens)
+        tokens = torch.where(col == 1 + tlen[:, None], torch.full_like(tokens, SEP_ID), tokens)
+    tokens = torch.where(col == p + lengths[:, None], torch.full_like(tokens, EOS_ID), tokens)
+    labels = torch.full_like(tokens, PAD_ID)
+    labels[:, :-1] = tokens[:, 1:]
+    label_is_base = torch.zeros_like(is_base)
+    label_is_base[:, :-1] = is_base[:, 1:]
+    return {"tokens": tokens, "labels": labels, "loss_mask": label_is_base.to(torch.float32), "position_ids": col}
+
+
+to_tensors = pipelinefilter(_to_tensors)

@@ -1,0 +1,222 @@
+"""The stage chain, in the shape of `webdataset/filters.py`: one form for every loader.
+
+    untuple -> decode_sample -> shuffle -> reverse_complement -> batch
+
+Each stage is a generator function ``stage(src, ...)``; `pipelinefilter` curries it so that
+``stage(...)`` (without `src`) is a composable a `WebDataModule` pipeline can hold.
+`GenomicWebDataModule` runs exactly this chain (validation and test without shuffle and reverse
+complement), so what the tests check is what training runs.
+
+A window travels as a `Window`: a read-only mapping view of one row of a decoded record
+(``key``, ``seq_id``, ``start``, ``bases``, ``tag``, ``rc``), so no bases are copied and no dict
+is built per window until `collate_compact` copies each row once into the batch. Reverse
+complement only marks the view; its bases are complemented when read. Stages also take plain dicts
+with those keys. Every random choice comes from `bionemo_wds.seeds`: the shuffle from the
+``shuffle`` stream of (seed, epoch, rank, worker), the reverse-complement coin from
+(seed, epoch, window key), so it never depends on how windows are scheduled across workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Iterable, Iterator, TypeVar
+
+import numpy as np
+from webdataset.filters import pipelinefilter
+
+from bionemo_wds.format import WindowBlock, window_key
+from bionemo_wds.load.epochs import EpochState
+from bionemo_wds.load.reading import iter_blocks
+from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.world import Worker
+from bionemo_wds.seeds import flip_salt, python_rng, salted_flip
+from bionemo_wds.tokenizer import PAD_ID, reverse_complement_bases
+
+T = TypeVar("T")
+
+#: The fields of a window, as a mapping.
+WINDOW_FIELDS = ("key", "seq_id", "start", "bases", "tag", "rc")
+
+
+class BlockRows:
+    """A decoded record with the per-window columns as Python lists (read once per record, not per window)."""
+
+    __slots__ = ("tokens", "offsets", "seq_id", "start", "window", "tag")
+
+    def __init__(self, block: WindowBlock):
+        self.tokens = block.tokens
+        self.offsets: list[int] = block.offsets.tolist()
+        self.seq_id: list[str] = block.seq_id
+        self.start: list[int] = block.start.tolist()
+        self.window: list[int] = block.window.tolist()
+        self.tag = [t.encode("ascii") for t in block.tag]
+
+    def __len__(self) -> int:
+        return len(self.seq_id)
+
+
+class Window(Mapping):
+    """One window: row `row` of a decoded record, on the strand `rc` says."""
+
+    __slots__ = ("block", "row", "rc", "_key")
+
+    def __init__(self, block: BlockRows, row: int, rc: bool = False):
+        self.block, self.row, self.rc = block, row, rc
+        self._key: str | None = None
+
+    @property
+    def key(self) -> str:
+        """``<seq_id>/<window>``: the window's identity across the dataset."""
+        if self._key is None:
+            self._key = window_key(self.block.seq_id[self.row], self.block.window[self.row])
+        return self._key
+
+    @property
+    def seq_id(self) -> str:
+        return self.block.seq_id[self.row]
+
+    @property
+    def start(self) -> int:
+        return self.block.start[self.row]
+
+    @property
+    def tag(self) -> bytes:
+        return self.block.tag[self.row]
+
+    @property
+    def stored_bases(self) -> np.ndarray:
+        """The bases as stored (forward strand), a view into the record."""
+        off = self.block.offsets
+        return self.block.tokens[off[self.row] : off[self.row + 1]]
+
+    @property
+    def bases(self) -> np.ndarray:
+        """The bases on this window's strand (a new array when reverse-complemented)."""
+        return reverse_complement_bases(self.stored_bases) if self.rc else self.stored_bases
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in WINDOW_FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(WINDOW_FIELDS)
+
+    def __len__(self) -> int:
+        return len(WINDOW_FIELDS)
+
+    def __repr__(self) -> str:
+        return f"Window({self.key!r}, start={self.start}, {len(self.stored_bases)} bases, rc={self.rc})"
+
+
+def untuple(src: Iterable[Any]) -> Iterator[Any]:
+    """``(x,)`` -> ``x``; longer tuples pass unchanged. A plain stage: use it uncalled, as upstream does."""
+    for sample in src:
+        yield sample[0] if isinstance(sample, tuple) and len(sample) == 1 else sample
+
+
+def _decode_sample(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[Window]:
+    """Records (bytes, or ``(record, key, url)`` from `reading.read_records`) -> one `Window` per window."""
+    for block in iter_blocks(src, policy):
+        rows = BlockRows(block)
+        for row in range(len(rows)):
+            yield Window(rows, row)
+
+
+def _shuffle(src: Iterable[T], bufsize: int = 1000, initial: int = 100, seed: int = 0,
+             epoch: EpochState | None = None, rank: int = 0) -> Iterator[T]:
+    """Buffer shuffle as webdataset's (output starts once `initial` items are in, one out per two in
+    while the buffer grows to `bufsize`, then one out per one in), drawn from the ``shuffle`` stream
+    of (seed, epoch, rank, worker). ``bufsize=0`` keeps the order."""
+    if bufsize <= 0:
+        yield from src
+        return
+    rng = python_rng(seed, "shuffle", epoch.epoch if epoch else 0, rank, Worker.detect().id)
+    draw = rng.random  # int(random() * n) costs a third of randrange(n)
+    buf: list[T] = []
+    initial = min(initial, bufsize)
+    for seen, item in enumerate(src, 1):
+        buf.append(item)
+        if len(buf) < initial or (len(buf) < bufsize and seen % 2):
+            continue
+        k = int(draw() * len(buf))
+        buf[k], buf[-1] = buf[-1], buf[k]
+        yield buf.pop()
+    while buf:
+        k = int(draw() * len(buf))
+        buf[k], buf[-1] = buf[-1], buf[k]
+        yield buf.pop()
+
+
+def _reverse_complement(src: Iterable[Any], p: float = 0.5, seed: int = 0,
+                        epoch: EpochState | None = None) -> Iterator[Any]:
+    """Flip each window to the other strand with probability `p`, decided by (seed, epoch, key)
+    (`seeds.flips`); tags stay as they are. A `Window` is only marked; a dict gets new bases."""
+    if p <= 0:
+        yield from src
+        return
+    salt, always = flip_salt(seed, epoch.epoch if epoch else 0), p >= 1
+    for sample in src:
+        if isinstance(sample, Window):
+            if always or salted_flip(sample.key, p, salt):
+                sample.rc = not sample.rc
+        elif always or salted_flip(sample["key"], p, salt):
+            sample = {**sample, "bases": reverse_complement_bases(sample["bases"]), "rc": not sample["rc"]}
+        yield sample
+
+
+def chunks(src: Iterable[T], n: int) -> Iterator[list[T]]:
+    """Lists of `n` consecutive items (the last may be shorter)."""
+    buf: list[T] = []
+    for item in src:
+        buf.append(item)
+        if len(buf) == n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def collate_compact(samples: list[Any], window: int | None = None, max_tag: int | None = None) -> dict[str, Any]:
+    """Windows -> a compact batch of numpy arrays: uint8 bases and tags padded with PAD, lengths,
+    reverse-complement flags, starts, seq ids and keys. About 8x smaller than int64 model inputs;
+    this is what crosses the worker boundary, and `model_inputs.to_model_inputs` expands it."""
+    n = len(samples)
+    rows = [_row(s) for s in samples]
+    lengths = np.fromiter((len(r[0]) for r in rows), dtype=np.int32, count=n)
+    tag_lengths = np.fromiter((len(r[1]) for r in rows), dtype=np.int32, count=n)
+    width = window or int(lengths.max(initial=0))
+    tag_width = max(max_tag or 0, int(tag_lengths.max(initial=0)))
+    bases = np.full((n, width), PAD_ID, dtype=np.uint8)
+    tags = np.full((n, tag_width), PAD_ID, dtype=np.uint8)
+    rc = np.zeros(n, dtype=bool)
+    starts = np.empty(n, dtype=np.int64)
+    for i, (row_bases, tag, _, _, start, flipped) in enumerate(rows):
+        bases[i, : len(row_bases)] = row_bases
+        if tag:
+            tags[i, : len(tag)] = np.frombuffer(tag, dtype=np.uint8)
+        starts[i] = start
+        rc[i] = flipped
+    return {"bases": bases, "lengths": lengths, "tags": tags, "tag_lengths": tag_lengths, "rc": rc,
+            "start": starts, "seq_id": [r[3] for r in rows], "keys": [r[2] for r in rows]}
+
+
+def _row(sample: Any) -> tuple[np.ndarray, bytes, str, str, int, bool]:
+    """(bases, tag, key, seq_id, start, rc) of a `Window` (by attribute: the hot path) or a dict."""
+    if isinstance(sample, Window):
+        return sample.bases, sample.tag, sample.key, sample.seq_id, sample.start, sample.rc
+    return (sample["bases"], sample["tag"], sample["key"], sample["seq_id"], sample["start"], sample["rc"])
+
+
+def _batch(src: Iterable[Any], batch_size: int, window: int | None = None, max_tag: int | None = None,
+           partial: bool = True) -> Iterator[dict[str, Any]]:
+    """Group windows into compact batches of `batch_size` (the last one shorter when `partial`)."""
+    for samples in chunks(src, batch_size):
+        if len(samples) == batch_size or partial:
+            yield collate_compact(samples, window, max_tag)
+
+
+decode_sample = pipelinefilter(_decode_sample)
+shuffle = pipelinefilter(_shuffle)
+reverse_complement = pipelinefilter(_reverse_complement)
+batch = pipelinefilter(_batch)

@@ -1,0 +1,28 @@
+"""The composable loading stages, under the name users import them by.
+
+``from bionemo_wds.pipeline import untuple, decode_sample, shuffle, reverse_complement, batch``
+gives exactly the stages `GenomicWebDataModule` runs (they live in `bionemo_wds.load.stages`), for
+`WebDataModule` pipelines of your own; `to_model_inputs` expands their compact batches.
+"""
+
+from bionemo_wds.load.epochs import EpochState
+from bionemo_wds.load.model_inputs import keep_numpy, tensors, to_model_inputs, to_tensors
+from bionemo_wds.load.reading import iter_blocks, read_records
+from bionemo_wds.load.stages import (
+    Window,
+    batch,
+    chunks,
+    collate_compact,
+    decode_sample,
+    reverse_complement,
+    shuffle,
+    untuple,
+)
+from bionemo_wds.seeds import flips
+from bionemo_wds.tokenizer import COMPLEMENT, reverse_complement_bases
+
+__all__ = [
+    "COMPLEMENT", "EpochState", "Window", "batch", "chunks", "collate_compact", "decode_sample", "flips",
+    "iter_blocks", "keep_numpy", "read_records", "reverse_complement", "reverse_complement_bases", "shuffle",
+    "tensors", "to_model_inputs", "to_tensors", "untuple",
+]

@@ -1,0 +1,88 @@
+"""Every random choice of the package, as named streams of one seed.
+
+A stream is a name plus the integers that identify one use of it (epoch, rank, worker, bucket...).
+Its numbers are a pure function of (seed, name, parts), stable across processes and Python versions
+(blake2b, never `hash`), so a choice never depends on scheduling, and two streams never share
+numbers by accident. This module is the only place that turns a seed into random numbers.
+
+The prepare-side streams keep the derivations of the first release (`numpy.random.default_rng`
+over fixed entropy lists), because the bytes of prepared datasets depend on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+import zlib
+
+import numpy as np
+
+_M64 = (1 << 64) - 1
+
+#: The load-side streams, by name (the value is mixed into the seed, so renaming one is harmless).
+LOAD_STREAMS = ("shard_order", "shuffle", "reverse_complement")
+
+
+def stream_seed(seed: int, stream: str, *parts: int) -> int:
+    """A 64-bit seed for one use of a named stream."""
+    h = hashlib.blake2b(stream.encode(), digest_size=8)
+    h.update(struct.pack(f"<{len(parts) + 1}q", seed, *parts))
+    return int.from_bytes(h.digest(), "little")
+
+
+def python_rng(seed: int, stream: str, *parts: int) -> random.Random:
+    """A `random.Random` for one use of a named stream (fast scalar draws in per-window loops)."""
+    return random.Random(stream_seed(seed, stream, *parts))
+
+
+def numpy_rng(seed: int, stream: str, *parts: int) -> np.random.Generator:
+    """A numpy Generator for one use of a named stream (whole-array permutations)."""
+    return np.random.default_rng(stream_seed(seed, stream, *parts))
+
+
+# --- prepare: the derivations prepared datasets were written with ------------------------------
+
+
+def split_rng(seed: int, bucket: int) -> np.random.Generator:
+    """Tie order of the length-stratified split within one length bucket."""
+    return np.random.default_rng([seed, 0x5E11, bucket])
+
+
+def window_order_rng(seed: int, split_index: int) -> np.random.Generator:
+    """The global order of a split's windows across its shards."""
+    return np.random.default_rng([seed, split_index, 0x0D0E])
+
+
+# --- reverse complement: a per-window coin, computed without any generator state -----------------
+
+
+def splitmix64(x: int) -> int:
+    """SplitMix64's finaliser: a cheap, well-mixing 64-bit bijection."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def flip_salt(seed: int, epoch: int) -> int:
+    """The per-(seed, epoch) salt of `salted_flip`; compute once per pass, not per window."""
+    return splitmix64(splitmix64(seed & _M64) ^ (epoch & _M64))
+
+
+def salted_flip(key: str, p: float, salt: int) -> bool:
+    """Whether the window `key` is reverse-complemented, given the pass's salt.
+
+    crc32 of the key mixed with the salt through SplitMix64: about a quarter of the cost of a
+    keyed blake2b, which matters once per window; the mixing keeps epochs independent.
+    """
+    return splitmix64(zlib.crc32(key.encode()) ^ salt) < p * 2.0**64
+
+
+def flips(key: str, p: float, seed: int, epoch: int) -> bool:
+    """Whether the window `key` is reverse-complemented in `epoch`: a pure function of its inputs."""
+    if p <= 0:
+        return False
+    if p >= 1:
+        return True
+    return salted_flip(key, p, flip_salt(seed, epoch))
