@@ -1,41 +1,124 @@
 """`PrepareOptions`: every option of `bionemo-wds prepare`, in one place.
 
-The command line, the YAML config keys and the help text are all derived from this dataclass, so
-they cannot drift from what `prepare` does.
+Each field carries its command-line spelling, parser type, choices and help text as a `CliOption`
+in its metadata (written with `option(...)`). `bionemo_wds.cli.prepare` builds the parser, the
+YAML config keys and `--help` from `dataclasses.fields(PrepareOptions)` alone, so a default, a
+choice or a help line is written once and the command line cannot drift from what `prepare` does.
+The choices are the tuples that the code checking them defines (codecs, tail modes, tag modes, ...).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+import argparse
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
-from bionemo_wds.format import DEFAULT_PREFIX
+from bionemo_wds.format import CODECS, DEFAULT_PREFIX
+from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
+from bionemo_wds.prepare.splits import SPLIT_NAMES
+from bionemo_wds.prepare.windows import TAIL_MODES
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
 SHARD_TARGET_BYTES = 256 << 20
 #: Default record size in token bytes (16 windows at 8 kb; see format/records.py for why blocks).
 RECORD_TARGET_BYTES = 128 << 10
 
+#: Key of the `CliOption` in a `PrepareOptions` field's metadata.
+CLI = "cli"
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """How one `PrepareOptions` field is spelled on the command line and in a YAML config.
+
+    Only what the field's name, type and default cannot say is written here; everything else
+    (the option name `--seq-length` for `seq_length`, the value type `int` for `int | None`, the
+    default shown by `--help`) is derived from the field itself.
+    """
+
+    #: One line for `--help` (without the default, which `--help` adds from the field).
+    help: str
+    #: Option strings when they are not just `--field-name` (e.g. `("--quiet", "-q")`).
+    flags: tuple[str, ...] = ()
+    #: One command-line value -> the field's value; None: the field's type (`int`, `str`).
+    parse: Callable[[str], Any] | None = None
+    #: Allowed values (the tuple the checking code defines).
+    choices: tuple[str, ...] | None = None
+    #: Placeholder for the value in `--help`; None: the option name in capitals.
+    metavar: str | None = None
+    #: The option takes no value and giving it sets the field to this (`--quiet` sets progress=False).
+    switch: bool | None = None
+    #: The option may be repeated; its parsed values, in order, -> the field's value.
+    collect: Callable[[list[Any]], Any] | None = None
+    #: What the default means, for `--help`, when its value alone does not say (e.g. None).
+    default_help: str | None = None
+
+
+def option(default: Any, help: str, **cli: Any) -> Any:
+    """A dataclass field with `default` and its command-line description (`CliOption(help, **cli)`)."""
+    return field(default=default, metadata={CLI: CliOption(help=help, **cli)})
+
+
+def parse_ratios(text: str) -> tuple[float, ...]:
+    """`--split 0.8,0.1,0.1` -> one ratio per split, in `SPLIT_NAMES` order."""
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected {len(SPLIT_NAMES)} comma-separated numbers, got {text!r}") from exc
+    if len(values) != len(SPLIT_NAMES):
+        raise argparse.ArgumentTypeError(f"expected {len(SPLIT_NAMES)} ratios {','.join(SPLIT_NAMES)}, got {text!r}")
+    return values
+
+
+def parse_split_list(text: str) -> tuple[str, str]:
+    """`--split-list train=FILE` -> (split name, file)."""
+    split, sep, path = text.partition("=")
+    if not sep or split not in SPLIT_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"expected SPLIT=FILE with SPLIT one of {', '.join(SPLIT_NAMES)}; got {text!r}"
+        )
+    return split, path
+
 
 @dataclass
 class PrepareOptions:
     """Everything that shapes the output (except `workers`, `overwrite`, `progress`, which do not)."""
 
-    seq_length: int = 8192
-    stride: int = 7992
-    tail: str = "end"
-    split: Sequence[float] = (0.8, 0.1, 0.1)
-    split_lists: dict[str, str] | None = None  # split name -> file with one sequence name per line
-    seed: int = 42
-    tags: str = "none"
-    on_invalid: str = "error"
-    samples_per_shard: int | None = None  # None: about SHARD_TARGET_BYTES per shard
-    windows_per_record: int | None = None  # None: about RECORD_TARGET_BYTES per record
-    prefix: str = DEFAULT_PREFIX
-    compress: str = "none"  # record codec: "none" or "zstd" (format version 2)
-    compress_level: int = 17  # zstd level: 17 stores DNA at ~2 bits/base and decompresses fast
-    workers: int | None = None
-    overwrite: bool = False
-    progress: bool = True
-
-
+    seq_length: int = option(
+        8192, "tokens per model sample; windows hold seq_length - 3 - longest tag bases, "
+              "leaving room for BOS, tag, SEP, EOS")
+    stride: int = option(7992, "bases between window starts (at most the window length)")
+    tail: str = option(
+        "end", "'end': add a last window aligned to the sequence end so no base is lost; "
+               "'drop': Eden's counts, up to stride-1 tail bases dropped", choices=TAIL_MODES)
+    split: Sequence[float] = option(
+        (0.8, 0.1, 0.1), f"{','.join(SPLIT_NAMES)} ratios for the length-stratified split "
+                         "(buckets <10kb, <100kb, longer); 0 leaves a split out",
+        parse=parse_ratios, metavar=",".join(s.upper() for s in SPLIT_NAMES))
+    split_lists: dict[str, str] | None = option(
+        None, f"explicit split: FILE has one sequence name per line; repeat per split "
+              f"({', '.join(SPLIT_NAMES)}); sequences in no list are left out; replaces --split",
+        flags=("--split-list",), parse=parse_split_list, collect=dict, metavar="SPLIT=FILE")
+    seed: int = option(42, "seed of the split and of the window order in shards")
+    tags: str = option(
+        "none", "control tag per sequence: none; description (header text after the name); "
+                "lineage (a d__...;p__... lineage in the header, as |d__...|)", choices=TAG_MODES)
+    on_invalid: str = option(
+        "error", "a base that is not an IUPAC code: error (name sequence and position), "
+                 "skip the sequence, or replace it with N", choices=ON_INVALID)
+    samples_per_shard: int | None = option(
+        None, "windows per shard",
+        default_help=f"about {SHARD_TARGET_BYTES >> 20} MB of tokens per shard, 32k windows at 8 kb")
+    windows_per_record: int | None = option(
+        None, "windows per tar member (1 gives one member per window)",
+        default_help=f"about {RECORD_TARGET_BYTES >> 10} kB, 16 at 8 kb")
+    prefix: str = option(DEFAULT_PREFIX, "shard file name prefix")
+    compress: str = option(
+        "none", "record codec: zstd stores DNA at about 2 bits per base "
+                "(format version 2; needs bionemo-wds[zstd])", choices=CODECS)
+    compress_level: int = option(
+        17, "zstd level (17: ~0.27 bytes/base, ~5 MB/s per core to write, fast to read)")
+    workers: int | None = option(
+        None, "shard writer processes; output does not depend on it", default_help="all cores")
+    overwrite: bool = option(False, "replace an earlier run with different options in --out", switch=True)
+    progress: bool = option(True, "no progress bars", flags=("--quiet", "-q"), switch=False)
