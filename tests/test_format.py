@@ -1,13 +1,25 @@
-"""The shard tar reader against tars written by Python's tarfile in every dialect it writes."""
+"""The shard tar reader against tars written by Python's tarfile in every dialect it writes; atomic
+writes (`atomic_write`, `atomic_path`) and every writer that uses them, against real `kill -9`s."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
+import pickle
+import stat
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from bionemo_wds.format import TarStreamError, iter_members
+from bionemo_wds.compat.pickles import pickles_to_tars
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.format import TarStreamError, atomic, iter_members
+from bionemo_wds.format.atomic import atomic_path, atomic_write, remove_stale_temporaries
+from bionemo_wds.prepare.sources.fasta import catalog_fasta
 
 
 def make_tar(members: list[tuple[str, bytes]], fmt: int) -> bytes:
@@ -44,3 +56,227 @@ def test_truncation_and_corruption_are_named():
     bad[512 * 3 + 10] ^= 0xFF  # inside the second header's name
     with pytest.raises(TarStreamError, match="checksum"):
         list(iter_members(io.BytesIO(bytes(bad))))
+
+
+# --- atomic writes: every writer of the package goes through `atomic_write` / `atomic_path` -------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def hidden_temporaries(directory: Path) -> list[Path]:
+    return sorted(directory.rglob(".*.tmp-*"))
+
+
+def start_and_wait_for(code: str, *args: str) -> subprocess.Popen:
+    """Run `code` in a child Python; returns once the child prints its first line (it then sleeps)."""
+    child = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line.strip():
+        child.kill()
+        child.wait()
+        raise AssertionError("the child died before it got to the point where it is to be killed")
+    return child
+
+
+def kill_9(child: subprocess.Popen) -> None:
+    child.kill()  # SIGKILL: no finally blocks, no cleanup of any kind in the child
+    assert child.wait(timeout=30) == -9
+    if child.stdout is not None:
+        child.stdout.close()
+
+
+def test_atomic_write_body_raises_keeps_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "data.bin"
+    target.write_bytes(b"old contents")
+    with pytest.raises(RuntimeError, match="boom"):
+        with atomic_write(target) as fh:
+            fh.write(b"new contents, half written")
+            raise RuntimeError("boom")
+    assert target.read_bytes() == b"old contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.bin"]
+    # and with no old file: nothing at all appears
+    with pytest.raises(RuntimeError):
+        with atomic_write(tmp_path / "new.bin", "w") as fh:
+            fh.write("partial")
+            raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.bin"]
+
+
+def test_atomic_path_publishes_what_the_body_wrote_and_nothing_on_failure(tmp_path):
+    target = tmp_path / "index.fai"
+    with atomic_path(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".") and not tmp.exists()
+        with open(tmp, "w") as fh:  # a writer that opens the file itself
+            fh.write("chr1\t10\t6\t10\t11\n")
+    assert target.read_text() == "chr1\t10\t6\t10\t11\n"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed indexer")
+    with pytest.raises(FileNotFoundError):  # a body that wrote nothing publishes nothing
+        with atomic_path(tmp_path / "never.fai"):
+            pass
+    assert target.read_text() == "chr1\t10\t6\t10\t11\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.fai"]
+
+
+def test_atomic_write_fsyncs_the_file_then_the_directory(tmp_path, monkeypatch):
+    """A spy on os.fsync (it records what each fd is, then calls the real fsync)."""
+    real_fsync = os.fsync
+    synced: list[tuple[str, int]] = []
+
+    def spy(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append(("dir" if stat.S_ISDIR(st.st_mode) else "file", st.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", spy)
+    target = tmp_path / "shard.tar"
+    with atomic_write(target) as fh:
+        fh.write(b"x" * 1000)
+    assert synced == [("file", target.stat().st_ino), ("dir", tmp_path.stat().st_ino)]
+    synced.clear()
+    with atomic_path(tmp_path / "x.fai") as tmp:
+        tmp.write_text("x\t1\t3\t1\t2\n")
+    assert synced == [("file", (tmp_path / "x.fai").stat().st_ino), ("dir", tmp_path.stat().st_ino)]
+
+
+SLOW_ATOMIC_WRITER = """
+import sys, time
+from bionemo_wds.format.atomic import atomic_write
+with atomic_write(sys.argv[1]) as a, atomic_write(sys.argv[2]) as b:
+    a.write(b"new " * 10000); b.write(b"new " * 10000)
+    a.flush(); b.flush()
+    print("writing", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_kill_9_during_atomic_write_leaves_no_partial_file(tmp_path):
+    absent, present = tmp_path / "absent.bin", tmp_path / "present.bin"
+    present.write_bytes(b"old contents")
+    child = start_and_wait_for(SLOW_ATOMIC_WRITER, str(absent), str(present))
+    try:
+        # the child is inside the `with`, its data in the hidden temporaries
+        assert {p.name for p in hidden_temporaries(tmp_path)} == {
+            f".absent.bin.tmp-{child.pid}", f".present.bin.tmp-{child.pid}"}
+    finally:
+        kill_9(child)
+    assert not absent.exists()
+    assert present.read_bytes() == b"old contents"
+    assert len(hidden_temporaries(tmp_path)) == 2
+    assert remove_stale_temporaries(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["present.bin"]
+
+
+# The first copy of a stream (the gzip decompression, or pyfaidx writing its index) writes a bit
+# and then hangs, to be killed there.
+SLOW_CATALOG = """
+import shutil, sys, time
+from pathlib import Path
+def hang(src, dst, *args):
+    dst.write(src.read(100)); dst.flush()
+    print("copying", flush=True)
+    time.sleep(120)
+shutil.copyfileobj = hang
+from bionemo_wds.prepare.sources.fasta import catalog_fasta
+catalog_fasta([sys.argv[1]], Path(sys.argv[2]), progress=False)
+"""
+
+FASTA = b">one first\n" + b"ACGTACGTAC\n" * 50 + b"ACG\n>two\n" + b"GGGGCCCCAA\n" * 30 + b">three\nTTTT\n"
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain-killed-writing-fai", "gzip-killed-decompressing"])
+def test_kill_9_while_cataloguing_leaves_nothing_a_later_run_trusts(tmp_path, compressed):
+    source = tmp_path / ("in.fa.gz" if compressed else "in.fa")
+    source.write_bytes(gzip.compress(FASTA) if compressed else FASTA)
+    cache = tmp_path / ".cache"  # as prepare names it, inside the output directory
+    child = start_and_wait_for(SLOW_CATALOG, str(source), str(cache))
+    kill_9(child)
+    # only a hidden temporary, never a half-written file under a name a later run looks for
+    assert [p.name for p in cache.iterdir()] == [
+        f".0000-in.fa.tmp-{child.pid}" if compressed else f".0000-in.fa.fai.tmp-{child.pid}"]
+    assert remove_stale_temporaries(tmp_path) == 1  # as prepare calls it on the output directory
+
+    again = catalog_fasta([source], cache, progress=False)
+    clean = catalog_fasta([source], tmp_path / "clean-cache", progress=False)
+    assert again.names == clean.names == ["one", "two", "three"]
+    assert again.lengths.tolist() == clean.lengths.tolist() == [503, 300, 4]
+    assert again.offsets.tolist() == clean.offsets.tolist()
+    fai = cache / ("0000-0000-in.fa.fai" if compressed else "0000-in.fa.fai")  # index of the cached copy
+    assert fai.read_bytes() == (tmp_path / "clean-cache" / fai.name).read_bytes()
+    assert len(fai.read_text().splitlines()) == 3
+    assert hidden_temporaries(cache) == []
+
+
+def test_fai_is_reused_when_fresh_rebuilt_when_stale_and_never_published_when_bad(tmp_path, monkeypatch):
+    import pyfaidx
+
+    source = tmp_path / "in.fa"
+    source.write_bytes(FASTA)
+    cache = tmp_path / "cache"
+    builds = []
+    real_build = pyfaidx.Faidx.build_index
+    monkeypatch.setattr(pyfaidx.Faidx, "build_index", lambda self: (builds.append(self.indexname), real_build(self)))
+    first = catalog_fasta([source], cache, progress=False)
+    assert len(builds) == 1 and Path(builds[0]).name.startswith(".0000-in.fa.fai.tmp-")  # built into the temporary
+    second = catalog_fasta([source], cache, progress=False)
+    assert len(builds) == 1  # the published index is whole: read, not rebuilt
+    assert second.offsets.tolist() == first.offsets.tolist()
+    source.write_bytes(FASTA.replace(b">three\n", b"GG\n>three\n"))  # the input changes
+    os.utime(cache / "0000-in.fa.fai", ns=(0, 0))  # and the index is now older than it
+    third = catalog_fasta([source], cache, progress=False)
+    assert len(builds) == 2
+    assert third.lengths.tolist() == [503, 302, 4]
+
+    duplicate = tmp_path / "dup.fa"
+    duplicate.write_bytes(b">a\nACGT\n>a\nACGT\n")
+    bad_cache = tmp_path / "bad-cache"
+    with pytest.raises(BadInputError, match="unique"):
+        catalog_fasta([duplicate], bad_cache, progress=False)
+    assert list(bad_cache.iterdir()) == []  # pyfaidx wrote the index, but it was never published
+
+
+SLOW_PICKLES_TO_TARS = """
+import sys, time
+from bionemo_wds.compat.pickles import pickles_to_tars
+def slow(key, data):
+    if key == "s-012":  # the first sample of the second shard (12 samples per shard)
+        print("writing shard 1", flush=True)
+        time.sleep(120)
+    return {"__key__": key, **data}
+pickles_to_tars(sys.argv[1], [f"s.{i:03d}" for i in range(25)], ["a.pyd", "b.pyd"], sys.argv[2], "pfx",
+                func_output_data=slow, min_num_shards=2)
+"""
+
+
+def test_pickles_to_tars_after_a_killed_run(tmp_path):
+    src = tmp_path / "pickles"
+    src.mkdir()
+    names = [f"s.{i:03d}" for i in range(25)]
+    for i, name in enumerate(names):
+        (src / f"{name}.a.pyd").write_bytes(pickle.dumps(list(range(i))))
+        (src / f"{name}.b.pyd").write_bytes(pickle.dumps({"i": i}))
+    clean = tmp_path / "clean"
+    expected = pickles_to_tars(str(src), names, ["a.pyd", "b.pyd"], str(clean), "pfx", min_num_shards=2)
+    assert [Path(p).name for p in expected] == ["pfx-000000.tar", "pfx-000001.tar", "pfx-000002.tar"]
+
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / ".someone-elses.txt.tmp-1"  # not a temporary of ours: left alone
+    foreign.write_text("keep")
+    child = start_and_wait_for(SLOW_PICKLES_TO_TARS, str(src), str(out))
+    kill_9(child)
+    # shard 0 is whole and visible; shard 1 exists only as a hidden temporary
+    assert sorted(p.name for p in out.glob("*.tar")) == ["pfx-000000.tar"]
+    assert (out / "pfx-000000.tar").read_bytes() == (clean / "pfx-000000.tar").read_bytes()
+    assert [p.name for p in hidden_temporaries(out)] == [f".pfx-000001.tar.tmp-{child.pid}", foreign.name]
+
+    pickles_to_tars(str(src), names, ["a.pyd", "b.pyd"], str(out), "pfx", min_num_shards=2)
+    assert hidden_temporaries(out) == [foreign]
+    assert sorted(p.name for p in out.glob("*.tar")) == ["pfx-000000.tar", "pfx-000001.tar", "pfx-000002.tar"]
+    for name in ("pfx-000000.tar", "pfx-000001.tar", "pfx-000002.tar"):
+        assert (out / name).read_bytes() == (clean / name).read_bytes()
+        with open(out / name, "rb") as fh:
+            assert len(list(iter_members(fh))) == {"pfx-000002.tar": 2}.get(name, 24)

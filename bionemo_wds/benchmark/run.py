@@ -19,6 +19,7 @@ from tqdm import tqdm
 from bionemo_wds.benchmark.memory import PeakPss
 from bionemo_wds.benchmark.peers import PEERS
 from bionemo_wds.benchmark.synthetic import write_genome
+from bionemo_wds.format.atomic import atomic_write
 
 HELP = """\
 Prepare and load one full training pass for each peer, on the same windows (seq_length 8192,
@@ -213,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in results["targets"]:
         print(f"  [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['value']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        with atomic_write(args.json, "w") as fh:
+            fh.write(json.dumps(results, indent=1) + "\n")
         print(f"\nJSON: {args.json}")
     return 0

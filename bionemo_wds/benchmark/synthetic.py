@@ -14,6 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
+from bionemo_wds.format.atomic import atomic_write
+
 BUCKETS = ((0.46, 200, 10_000), (0.36, 10_000, 100_000), (0.18, 100_000, 400_000))
 GC = 0.57
 LINE = 80
@@ -43,8 +45,7 @@ def write_genome(path: str | Path, size_mbp: float = 32.0, seed: int = 0) -> Pat
     rng = np.random.default_rng([seed, 2])
     alphabet = np.frombuffer(b"ACGT", dtype=np.uint8)
     p = np.array([(1 - GC) / 2, GC / 2, GC / 2, (1 - GC) / 2])
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_write(path) as fh:
         for i, n in enumerate(contig_lengths(total, seed)):
             bases = alphabet[rng.choice(4, size=int(n), p=p)]
             fh.write(f">synthetic_contig_{i:05d} length={n}\n".encode())
@@ -55,7 +56,6 @@ def write_genome(path: str | Path, size_mbp: float = 32.0, seed: int = 0) -> Pat
                 fh.write(block.tobytes())
             if n > full:
                 fh.write(bases[full:].tobytes() + b"\n")
-    tmp.replace(path)
     return path
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from webdataset import TarWriter
 
-from bionemo_wds.format import TAR_MTIME
+from bionemo_wds.format import TAR_MTIME, atomic_write, remove_stale_temporaries
 
 
 def pickles_to_tars(
@@ -27,7 +27,9 @@ def pickles_to_tars(
     """Write ``{dir_input}/{name}.{suffix}`` pickles into ``{dir_output}/{output_prefix}-%06d.tar``.
 
     Keys are ``name.replace(".", "-")``; at least `min_num_shards` shards when there are that many
-    samples. Each shard appears atomically and the bytes are reproducible (fixed member times).
+    samples. Each shard appears atomically (`atomic_write`; a killed run leaves no partial shard under a
+    shard name, and the next run removes its hidden temporaries) and the bytes are reproducible (fixed
+    member times).
     """
     suffixes = [input_suffix] if isinstance(input_suffix, str) else list(input_suffix)
     if min_num_shards is not None and min_num_shards <= 0:
@@ -35,28 +37,25 @@ def pickles_to_tars(
     names = list(input_prefix_subset)
     per_shard = 100_000 if min_num_shards is None else max(1, len(names) // min_num_shards)
     os.makedirs(dir_output, exist_ok=True)
+    # a killed earlier run's temporaries of our shards (only those: the directory may hold other things)
+    remove_stale_temporaries(dir_output, of=f"{output_prefix}-*.tar", recursive=False)
     written = []
     for shard, lo in enumerate(range(0, len(names), per_shard)):
         final = Path(dir_output) / f"{output_prefix}-{shard:06d}.tar"
-        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-        try:
-            with TarWriter(str(tmp), encoder=False, mtime=TAR_MTIME) as sink:
-                for name in names[lo : lo + per_shard]:
-                    data = {}
-                    for suffix in suffixes:
-                        path = Path(dir_input) / f"{name}.{suffix}"
-                        try:
-                            raw = path.read_bytes()
-                            pickle.loads(raw)  # refuse unreadable pickles now, not at training time
-                            # the file's own bytes, not a re-pickle: torch tensors pickle with a fresh
-                            # serialization id each time, which would make shards differ run to run
-                            data[suffix] = raw
-                        except Exception as exc:
-                            raise RuntimeError(f"cannot read pickle {path}: {exc}") from exc
-                    sink.write(func_output_data(name.replace(".", "-"), data))
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_write(final) as fh, TarWriter(fh, encoder=False, mtime=TAR_MTIME) as sink:
+            for name in names[lo : lo + per_shard]:
+                data = {}
+                for suffix in suffixes:
+                    path = Path(dir_input) / f"{name}.{suffix}"
+                    try:
+                        raw = path.read_bytes()
+                        pickle.loads(raw)  # refuse unreadable pickles now, not at training time
+                        # the file's own bytes, not a re-pickle: torch tensors pickle with a fresh
+                        # serialization id each time, which would make shards differ run to run
+                        data[suffix] = raw
+                    except Exception as exc:
+                        raise RuntimeError(f"cannot read pickle {path}: {exc}") from exc
+                sink.write(func_output_data(name.replace(".", "-"), data))
         written.append(str(final))
     for stale in Path(dir_output).glob(f"{output_prefix}-*.tar"):  # shards of an earlier, larger run
         if str(stale) not in written:

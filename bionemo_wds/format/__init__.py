@@ -3,12 +3,13 @@
 - `records`: a block of windows as one msgpack tar member (format versions 1 and 2);
 - `tar`: the shard reader (`iter_members`, `iter_records`) and writer (`write_shard`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
-- `atomic`: `atomic_write` (every file this package writes goes through it) and hashing.
+- `atomic`: `atomic_write` / `atomic_path` (every file this package writes goes through them) and hashing.
 """
 
 from bionemo_wds.format.atomic import (
     HashingReader,
     HashingWriter,
+    atomic_path,
     atomic_write,
     file_sha256,
     remove_stale_temporaries,
@@ -31,7 +32,7 @@ from bionemo_wds.format.tar import TAR_MTIME, TarStreamError, iter_members, iter
 __all__ = [
     "CODECS", "COMPRESSED_FORMAT_VERSION", "DEFAULT_PREFIX", "FORMAT_NAME", "FORMAT_VERSION", "MANIFEST_NAME",
     "READABLE_VERSIONS", "RECORD_SUFFIX", "TAR_MTIME", "HashingReader", "HashingWriter", "ShardInfo",
-    "TarStreamError", "WindowBlock", "atomic_write", "decode_record", "encode_record", "file_sha256",
+    "TarStreamError", "WindowBlock", "atomic_path", "atomic_write", "decode_record", "encode_record", "file_sha256",
     "iter_members", "iter_records", "read_manifest", "remove_stale_temporaries", "shard_name", "window_key",
     "write_manifest", "write_shard",
 ]

@@ -3,7 +3,9 @@
 `atomic_write` writes to a hidden temporary name beside the target (a dot name ending in
 ``.tmp-<pid>``, so shard globs and manifest readers never see it), fsyncs the file, renames it onto
 the target and fsyncs the directory, so after a crash the target is either the old file, the
-whole new file, or absent, never a part. `remove_stale_temporaries` clears what a killed run left.
+whole new file, or absent, never a part. `atomic_path` is the same for writers that open the file
+themselves. Nothing else in the package renames a temporary into place.
+`remove_stale_temporaries` clears what a killed run left.
 Hashing wrappers live here too: a writer that hashes what it writes reads nothing twice.
 """
 
@@ -39,6 +41,12 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename the (already fsynced) temporary onto `final` and make the rename durable."""
+    os.replace(tmp, final)
+    fsync_directory(final.parent)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "wb", **open_kwargs: Any) -> Iterator[IO[Any]]:
     """Open a hidden temporary beside `path`; on a clean exit it replaces `path` durably.
@@ -52,16 +60,44 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb", **open_kwargs: 
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        fsync_directory(final.parent)
+        _publish(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def remove_stale_temporaries(directory: str | os.PathLike[str]) -> int:
-    """Delete the hidden temporaries a killed run left under `directory`; returns how many."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """`atomic_write` for a writer that opens the file itself (pyfaidx writing an index).
+
+    Yields the hidden temporary path (nothing is there yet); on a clean exit the file the body
+    wrote there is fsynced and replaces `path` durably, as `atomic_write` does. On any exception,
+    or when the body wrote no file, the temporary is removed and `path` is left as it was.
+    """
+    final = Path(path)
+    tmp = temporary_name(final)
+    tmp.unlink(missing_ok=True)  # a dead process of the same pid may have left one
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)  # FileNotFoundError when the body wrote nothing
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _publish(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str], of: str = "*", recursive: bool = True) -> int:
+    """Delete the hidden temporaries a killed run left under `directory`; returns how many.
+
+    `of` is a glob of the final names whose temporaries to remove (default: any); `recursive`
+    searches subdirectories too (default), else only `directory` itself.
+    """
+    pattern = f".{of}.tmp-*"
+    found = Path(directory).rglob(pattern) if recursive else Path(directory).glob(pattern)
     removed = 0
-    for tmp in Path(directory).rglob(TEMPORARY_GLOB):
+    for tmp in found:
         if tmp.is_file():
             tmp.unlink(missing_ok=True)
             removed += 1

@@ -52,7 +52,7 @@ def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: P
         return PrepareResult("unchanged", out, read_manifest(out))
     created = _first_missing_ancestor(out)
     out.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(out)
+    remove_stale_temporaries(out)  # recursive: split directories and the cache (gzip copies, .fai indexes)
     if state is not OutState.RESUME:  # a cache left by a run killed before its plan may hold other inputs
         shutil.rmtree(out / CACHE_NAME, ignore_errors=True)
     try:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.errors import BadInputError
+from bionemo_wds.format.atomic import atomic_path, atomic_write
 from bionemo_wds.tokenizer import encode_tag, first_invalid
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
@@ -83,31 +84,36 @@ def _local_copy(path: Path, number: int, cache_dir: Path) -> Path:
     target = cache_dir / f"{number:04d}-{stem}"
     if target.exists():  # written atomically by an earlier run over the same inputs
         return target
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with gzip.open(path, "rb") as src, open(tmp, "wb") as dst:
+        with gzip.open(path, "rb") as src, atomic_write(target) as dst:
             shutil.copyfileobj(src, dst, 1 << 22)
-        os.replace(tmp, target)
     except (OSError, EOFError, zlib.error) as exc:
         raise BadInputError(f"input {path} is not a readable gzip file: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
 
 
 def _index(origin: Path, local: Path, number: int, cache_dir: Path) -> pyfaidx.Faidx:
+    """pyfaidx's index of `local`, kept as ``<number>-<name>.fai`` in the cache.
+
+    pyfaidx writes the file itself, so it writes to `atomic_path`'s temporary and the index is
+    published under its final name only when complete: a run killed while indexing leaves no
+    ``.fai`` for a later run to trust. An index under the final name that is not older than its
+    FASTA is therefore whole, and is read without rebuilding.
+    """
     fai = cache_dir / f"{number:04d}-{local.name}.fai"
     try:
-        return pyfaidx.Faidx(str(local), indexname=str(fai))
+        if fai.exists() and fai.stat().st_mtime >= local.stat().st_mtime:  # pyfaidx's own staleness rule
+            return pyfaidx.Faidx(str(local), indexname=str(fai), build_index=False)
+        with atomic_path(fai) as tmp:
+            faidx = pyfaidx.Faidx(str(local), indexname=str(tmp))
+        faidx.indexname = str(fai)  # where the index now is; pyfaidx reads it no more after building
+        return faidx
     except pyfaidx.FastaIndexingError as exc:
-        fai.unlink(missing_ok=True)
         text = str(exc).replace(str(local), str(origin))
         raise BadInputError(f"input {origin} is not valid FASTA: {text}") from exc
     except UnicodeDecodeError as exc:  # a ValueError too: must come first
-        fai.unlink(missing_ok=True)
         raise BadInputError(f"input {origin} is not FASTA text (binary content)") from exc
     except ValueError as exc:  # pyfaidx reports duplicate names this way
-        fai.unlink(missing_ok=True)
         raise BadInputError(f"input {origin}: {exc} (sequence names must be unique)") from exc
 
 
