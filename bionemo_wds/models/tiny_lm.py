@@ -63,8 +63,8 @@ class TinyDNALM(L.LightningModule):
         return {"keys": batch.get("keys"), "next_token": logits.argmax(-1)}
 
     def configure_optimizers(self):
-        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=0.01)
-        warm = max(1, self.hparams.warmup_steps)
+        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams["lr"], weight_decay=0.01)
+        warm = max(1, self.hparams["warmup_steps"])
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warm))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
