@@ -16,7 +16,7 @@ import hashlib
 import io
 import os
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Iterator
+from typing import IO, Any, Iterator
 
 #: Temporary names are ``.<name>.tmp-<pid>``; this glob finds them under a directory.
 TEMPORARY_GLOB = ".*.tmp-*"
@@ -107,7 +107,7 @@ def remove_stale_temporaries(directory: str | os.PathLike[str], of: str = "*", r
 class HashingWriter(io.RawIOBase):
     """File wrapper that hashes and counts what goes through, so a written file is never re-read."""
 
-    def __init__(self, raw: BinaryIO):
+    def __init__(self, raw: IO[bytes]):
         self.raw = raw
         self.sha = hashlib.sha256()
         self.size = 0
@@ -124,7 +124,7 @@ class HashingWriter(io.RawIOBase):
 class HashingReader:
     """Read-through wrapper that hashes and counts what is read; `finish` hashes the rest."""
 
-    def __init__(self, raw: BinaryIO):
+    def __init__(self, raw: IO[bytes]):
         self.raw = raw
         self.sha = hashlib.sha256()
         self.size = 0

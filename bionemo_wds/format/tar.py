@@ -8,7 +8,7 @@ behind `atomic_write` so a shard's name appears only when the shard is complete.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
 import numpy as np
 from webdataset import TarWriter
@@ -33,6 +33,12 @@ BLOCK = 512
 _ZERO = bytes(BLOCK)
 
 
+class ByteStream(Protocol):
+    """All the reader needs of a stream: ``read(n) -> bytes`` (a binary file, a `HashingReader`, ...)."""
+
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
 class TarStreamError(ValueError):
     """A tar stream that is truncated or whose bytes are not a valid tar header where one should be."""
 
@@ -44,14 +50,14 @@ def _octal(field: bytes) -> int:
     return int(text, 8) if text else 0
 
 
-def _read_exact(stream: BinaryIO, n: int, what: str) -> bytes:
+def _read_exact(stream: ByteStream, n: int, what: str) -> bytes:
     data = stream.read(n)
     if len(data) != n:
         raise TarStreamError(f"unexpected end of data in {what} ({len(data)} of {n} bytes)")
     return data
 
 
-def iter_members(stream: BinaryIO) -> Iterator[tuple[str, bytes]]:
+def iter_members(stream: ByteStream) -> Iterator[tuple[str, bytes]]:
     """(name, data) of every regular file of a tar stream, in order.
 
     Written here rather than with `tarfile`: tarfile builds a TarInfo and parses every field and
@@ -93,7 +99,7 @@ def iter_members(stream: BinaryIO) -> Iterator[tuple[str, bytes]]:
             long_name = None
 
 
-def iter_records(fileobj: BinaryIO, name: str = "<stream>") -> Iterator[tuple[str, WindowBlock]]:
+def iter_records(fileobj: ByteStream, name: str = "<stream>") -> Iterator[tuple[str, WindowBlock]]:
     """(member key, block) for every record of a shard stream; errors name the shard."""
     try:
         for member, data in iter_members(fileobj):

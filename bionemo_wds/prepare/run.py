@@ -45,8 +45,8 @@ def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: P
     t0 = time.perf_counter()
     opts = opts or PrepareOptions()
     out = Path(out)
-    inputs = [str(p) for p in inputs]
-    request = request_of(inputs, opts)
+    paths = [str(p) for p in inputs]
+    request = request_of(paths, opts)
     state = check_out_dir(out, request, opts.overwrite)
     if state is OutState.FINISHED:
         return PrepareResult("unchanged", out, read_manifest(out))
@@ -56,7 +56,7 @@ def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: P
     if state is not OutState.RESUME:  # a cache left by a run killed before its plan may hold other inputs
         shutil.rmtree(out / CACHE_NAME, ignore_errors=True)
     try:
-        catalog = catalog_fasta(inputs, out / CACHE_NAME, opts.tags, opts.on_invalid, opts.progress)
+        catalog = catalog_fasta(paths, out / CACHE_NAME, opts.tags, opts.on_invalid, opts.progress)
         manifest, tasks = plan(catalog, request, opts)
     except BadInputError:
         if created is not None:
