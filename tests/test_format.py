@@ -48,7 +48,7 @@ def test_truncation_and_corruption_are_named():
     # layout: header a | 700 bytes of a, padded to 1024 | header b | b, padded | end blocks
     with pytest.raises(TarStreamError, match="in a header"):
         list(iter_members(io.BytesIO(data[: 512 * 3 + 100])))
-    with pytest.raises(TarStreamError, match="member b.msgpack"):
+    with pytest.raises(TarStreamError, match=r"member b\.msgpack"):
         list(iter_members(io.BytesIO(data[: 512 * 4 + 100])))
     with pytest.raises(TarStreamError, match="no end-of-archive marker"):
         list(iter_members(io.BytesIO(data[: 512 * 6])))
@@ -160,7 +160,9 @@ def test_kill_9_during_atomic_write_leaves_no_partial_file(tmp_path):
     try:
         # the child is inside the `with`, its data in the hidden temporaries
         assert {p.name for p in hidden_temporaries(tmp_path)} == {
-            f".absent.bin.tmp-{child.pid}", f".present.bin.tmp-{child.pid}"}
+            f".absent.bin.tmp-{child.pid}",
+            f".present.bin.tmp-{child.pid}",
+        }
     finally:
         kill_9(child)
     assert not absent.exists()
@@ -196,7 +198,8 @@ def test_kill_9_while_cataloguing_leaves_nothing_a_later_run_trusts(tmp_path, co
     kill_9(child)
     # only a hidden temporary, never a half-written file under a name a later run looks for
     assert [p.name for p in cache.iterdir()] == [
-        f".0000-in.fa.tmp-{child.pid}" if compressed else f".0000-in.fa.fai.tmp-{child.pid}"]
+        f".0000-in.fa.tmp-{child.pid}" if compressed else f".0000-in.fa.fai.tmp-{child.pid}"
+    ]
     assert remove_stale_temporaries(tmp_path) == 1  # as prepare calls it on the output directory
 
     again = catalog_fasta([source], cache, progress=False)

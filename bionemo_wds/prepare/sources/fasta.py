@@ -22,9 +22,9 @@ import numpy as np
 import pyfaidx
 from tqdm import tqdm
 
-from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format.atomic import atomic_path, atomic_write
+from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.tokenizer import encode_tag, first_invalid
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
