@@ -34,6 +34,7 @@ from bionemo_wds.prepare.splits import (
     split_from_lists,
     stratified_split,
 )
+from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.prepare.windows import TAIL_MODES, WindowTable, check_stride, window_length, window_table
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
@@ -97,7 +98,7 @@ def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
 
 def global_order(n: int, seed: int, split: str) -> np.ndarray:
     """Seeded permutation of a split's windows: shards mix sequences instead of following them."""
-    return np.random.default_rng([seed, SPLIT_NAMES.index(split), 0x0D0E]).permutation(n)
+    return window_order_rng(seed, SPLIT_NAMES.index(split)).permutation(n)
 
 
 def _length_mix(lengths: np.ndarray) -> dict[str, dict[str, int]]:

@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from bionemo_wds.errors import BadInputError
+from bionemo_wds.seeds import split_rng
 
 SPLIT_NAMES = ("train", "val", "test")
 #: Upper bounds (exclusive) of the length buckets; the last bucket is open-ended.
@@ -69,7 +70,7 @@ def stratified_split(
     buckets = length_buckets(lengths, edges)
     for bucket in np.unique(buckets):
         members = np.flatnonzero(buckets == bucket)
-        rng = np.random.default_rng([seed, 0x5E11, int(bucket)])
+        rng = split_rng(seed, int(bucket))
         members = members[rng.permutation(len(members))]
         members = members[np.argsort(-lengths[members], kind="stable")]
         given = np.zeros(len(share), dtype=np.float64)
