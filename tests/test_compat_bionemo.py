@@ -403,3 +403,15 @@ def test_upstream_pickleddatawds_train_loader_is_shuffled_and_complete(upstream_
     assert any(p != SPLIT_VALUES[Split.train] for p in passes)  # the shuffles did something
     val = [int(x) for b in dm.val_dataloader() for x in b.reshape(-1)]
     assert sorted(val) == SPLIT_VALUES[Split.val]
+
+
+def test_pickles_to_tars_leaves_no_shards_of_an_earlier_run(tmp_path):
+    import pickle
+
+    for i in range(8):
+        (tmp_path / f"s{i}.x.pyd").write_bytes(pickle.dumps(i))
+    names = [f"s{i}" for i in range(8)]
+    out = tmp_path / "tars"
+    assert len(pickles_to_tars(str(tmp_path), names, "x.pyd", str(out), "p", min_num_shards=4)) == 4
+    assert len(pickles_to_tars(str(tmp_path), names, "x.pyd", str(out), "p", min_num_shards=2)) == 2
+    assert len(list(out.glob("p-*.tar"))) == 2

@@ -18,7 +18,7 @@ from bionemo_wds.tokenizer import reverse_complement_bases
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.compat.webdatamodule import Split
 
-from conftest import KLEBSIELLA
+from conftest import KLEBSIELLA, LAMBDA
 
 SEQ = 1024
 
@@ -209,3 +209,46 @@ def test_abandoned_pass_does_not_corrupt_the_next(dataset):
     again = [(list(b["keys"]), b["bases"].clone()) for b in loader]
     assert [k for k, _ in again] == [k for k, _ in full]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(again, full))
+
+
+# --- regressions found in review ---------------------------------------------------------------
+
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+
+    def training_step(self, batch, idx):
+        return self.layer(batch["loss_mask"].sum(1, keepdim=True)).sum()
+
+    def validation_step(self, batch, idx):
+        pass
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def test_sanity_check_then_training_is_not_a_manifest_mismatch(dataset):
+    """The sanity check reads 2 val batches and drops its iterator; the half-read shard's count was
+    then held against the manifest when training started (0 workers, Lightning's defaults)."""
+    trainer = L.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=3,
+                        val_check_interval=2)
+    trainer.fit(Tiny(), datamodule=GenomicWebDataModule(str(dataset), micro_batch_size=8))
+    assert trainer.global_step == 3
+
+
+def test_passes_without_a_trainer_are_successive_epochs(dataset):
+    dm = GenomicWebDataModule(str(dataset), micro_batch_size=16, seed=3)
+    dm.setup("fit")
+    first = [list(b["keys"]) for b in dm.train_dataloader()]
+    second = [list(b["keys"]) for b in dm.train_dataloader()]  # a new loader object: the next epoch
+    assert first != second
+
+
+def test_prepare_options_may_carry_the_seed(tmp_path):
+    dm = GenomicWebDataModule(str(tmp_path / "ds"), seq_length=1024, fasta=[str(LAMBDA)],
+                              prepare_options={"stride": 1000, "split": [1, 0, 0], "seed": 9, "progress": False})
+    dm.prepare_data()
+    assert read_manifest(tmp_path / "ds")["params"]["seed"] == 9

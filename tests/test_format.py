@@ -17,7 +17,7 @@ import pytest
 
 from bionemo_wds.compat.pickles import pickles_to_tars
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import TarStreamError, atomic, iter_members
+from bionemo_wds.format import TarStreamError, atomic, decode_record, encode_record, iter_members
 from bionemo_wds.format.atomic import atomic_path, atomic_write, remove_stale_temporaries
 from bionemo_wds.prepare.sources.fasta import catalog_fasta
 
@@ -283,3 +283,18 @@ def test_pickles_to_tars_after_a_killed_run(tmp_path):
         assert (out / name).read_bytes() == (clean / name).read_bytes()
         with open(out / name, "rb") as fh:
             assert len(list(iter_members(fh))) == {"pfx-000002.tar": 2}.get(name, 24)
+
+
+def test_inconsistent_record_is_a_decode_error():
+    good = encode_record([b"ACGT", b"GGC"], ["a", "b"], [0, 0], [0, 0], ["", ""])
+    assert len(decode_record(good)) == 2
+    import msgpack
+
+    obj = msgpack.unpackb(good)
+    obj["lengths"] = [4, 9]
+    with pytest.raises(ValueError, match="add up to 13 bases but it holds 7"):
+        decode_record(msgpack.packb(obj, use_bin_type=True))
+    obj["lengths"] = [4, 3]
+    obj["start"] = [0]
+    with pytest.raises(ValueError, match="columns"):
+        decode_record(msgpack.packb(obj, use_bin_type=True))

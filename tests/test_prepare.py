@@ -250,3 +250,36 @@ def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, 
     assert verify(out, progress=False).ok
     plain = read_manifest(kleb_small)
     assert plain["format_version"] == 1 and plain["params"]["codec"] == "none"
+
+
+# --- regressions found in review ---------------------------------------------------------------
+
+REGRESSION_OPTS = dict(seq_length=1024, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False)
+
+
+def test_a_stale_cache_is_not_taken_for_the_input(tmp_path):
+    """A run killed while cataloguing leaves only .cache; a later run with another input of the same
+    name must not read the cached copy of the old one."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "genome.fa.gz").write_bytes(LAMBDA.read_bytes())
+    (b / "genome.fa.gz").write_bytes(gzip.compress(b">other_genome\n" + b"ACGT" * 3000 + b"\n"))
+    out = tmp_path / "out"
+    prepare([a / "genome.fa.gz"], out, PrepareOptions(**{**REGRESSION_OPTS, "split": (1, 0, 0)}))
+    for name in os.listdir(out):  # what a kill during cataloguing leaves: the cache only
+        if name != ".cache":
+            import shutil
+
+            shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink()
+    (out / ".cache").mkdir(exist_ok=True)
+    (out / ".cache" / "0000-genome.fa").write_bytes(gzip.decompress(LAMBDA.read_bytes()))
+    prepare([b / "genome.fa.gz"], out, PrepareOptions(**{**REGRESSION_OPTS, "split": (1, 0, 0)}))
+    assert {r[0] for r in all_windows(out)["train"]} == {"other_genome"}
+
+
+def test_single_process_prepare_closes_its_files(tmp_path):
+    out = tmp_path / "o"
+    prepare([KLEBSIELLA], out, PrepareOptions(**REGRESSION_OPTS, workers=1))
+    open_paths = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert not [p for p in open_paths if str(out) in p]
