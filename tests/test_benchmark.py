@@ -79,6 +79,7 @@ def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
             assert windows_of(batches) == expected, name
 
 
+@pytest.mark.slow
 def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
     out = tmp_path / "r.json"
     code = bench.main(["--size-mbp", "0.2", "--seq-length", str(SEQ), "--stride", str(STRIDE), "--workers", "0",
