@@ -1,0 +1,79 @@
+"""The house rules, checked on the source: compose, don't reach in.
+
+- no module imports another module's underscore names;
+- no class overrides an underscore method of a base class (its own or a library's);
+- every module stays readable (under ~400 lines).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import bionemo_wds
+
+PACKAGE = Path(bionemo_wds.__file__).parent
+MODULES = sorted(
+    name for _, name, _ in pkgutil.walk_packages([str(PACKAGE)], prefix="bionemo_wds.")
+    if not name.endswith("__main__")
+)
+
+
+def _private(name: str) -> bool:
+    """An underscore name that is not a dunder (``__x__``) nor one of Enum's sunders (``_x_``),
+    which the language and the enum machinery define, not a base class's author."""
+    return name.startswith("_") and not name.endswith("_")
+
+
+def _source(module: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_module_imports_another_modules_underscore_names(module):
+    tree = ast.parse(_source(module).read_text())
+    reached = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               for alias in node.names if _private(alias.name)]
+    assert not reached, f"{module} imports private names: {reached}"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_class_overrides_an_underscore_method_of_its_bases(module):
+    mod = importlib.import_module(module)
+    overridden = []
+    for _, cls in inspect.getmembers(mod, inspect.isclass):
+        if cls.__module__ != mod.__name__:
+            continue
+        for name in vars(cls):
+            if _private(name) and callable(vars(cls)[name]):
+                owners = [base.__qualname__ for base in cls.__mro__[1:] if name in vars(base)]
+                if owners:
+                    overridden.append(f"{cls.__qualname__}.{name} (defined by {owners[0]})")
+    assert not overridden, f"{module} overrides private methods: {overridden}"
+
+
+def test_the_check_finds_an_override():
+    """The rule above can fail: a class that overrides a base's underscore method is found."""
+
+    class Base:
+        def _hook(self) -> None:
+            pass
+
+    class Child(Base):
+        def _hook(self) -> None:
+            pass
+
+    assert [b for b in Child.__mro__[1:] if "_hook" in vars(b)] == [Base]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_modules_stay_readable(module):
+    lines = len(_source(module).read_text().splitlines())
+    assert lines <= 420, f"{module} has {lines} lines; split it by job"
