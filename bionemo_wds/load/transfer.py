@@ -108,7 +108,7 @@ def _to_main(src: Iterable[dict[str, Any]], transfer: BatchTransfer, per_message
     for produced, group in enumerate(chunks(src, per_message)):
         if not free.acquire(timeout=transfer.timeout):
             raise RuntimeError(
-                f"loader worker {worker} waited {transfer.timeout:.0f} s for the main process to take one of its "
+                f"loader worker {worker} waited {transfer.timeout:g} s for the main process to take one of its "
                 f"{transfer.slots} batch slots (pass {generation}); the main process has stopped reading batches")
         index = produced % transfer.slots
         view = transfer.slot(generation, worker, index)
