@@ -27,7 +27,8 @@ LOAD_STREAMS = ("shard_order", "shuffle", "reverse_complement")
 def stream_seed(seed: int, stream: str, *parts: int) -> int:
     """A 64-bit seed for one use of a named stream."""
     h = hashlib.blake2b(stream.encode(), digest_size=8)
-    h.update(struct.pack(f"<{len(parts) + 1}q", seed, *parts))
+    # any integer: taken modulo 2**64 (two's complement for negatives, as a signed pack would give)
+    h.update(struct.pack(f"<{len(parts) + 1}Q", *(x & _M64 for x in (seed, *parts))))
     return int.from_bytes(h.digest(), "little")
 
 
