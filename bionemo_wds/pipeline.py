@@ -22,7 +22,22 @@ from bionemo_wds.seeds import flips
 from bionemo_wds.tokenizer import COMPLEMENT, reverse_complement_bases
 
 __all__ = [
-    "COMPLEMENT", "EpochState", "Window", "batch", "chunks", "collate_compact", "decode_sample", "flips",
-    "iter_blocks", "keep_numpy", "read_records", "reverse_complement", "reverse_complement_bases", "shuffle",
-    "tensors", "to_model_inputs", "to_tensors", "untuple",
+    "COMPLEMENT",
+    "EpochState",
+    "Window",
+    "batch",
+    "chunks",
+    "collate_compact",
+    "decode_sample",
+    "flips",
+    "iter_blocks",
+    "keep_numpy",
+    "read_records",
+    "reverse_complement",
+    "reverse_complement_bases",
+    "shuffle",
+    "tensors",
+    "to_model_inputs",
+    "to_tensors",
+    "untuple",
 ]

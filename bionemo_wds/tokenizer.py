@@ -61,16 +61,30 @@ def encode_tag(tag: str, seq_id: str) -> bytes:
     """Tag text as token bytes; only printable ASCII, so no tag byte collides with a special."""
     data = tag.encode("utf-8")
     if any(b < 32 or b > 126 for b in data):
-        raise BadInputError(
-            f"control tag of sequence {seq_id!r} has non-printable or non-ASCII characters: {tag!r}"
-        )
+        raise BadInputError(f"control tag of sequence {seq_id!r} has non-printable or non-ASCII characters: {tag!r}")
     return data
 
 
 def _complement_table() -> np.ndarray:
     table = np.arange(256, dtype=np.uint8)
-    pairs = {"A": "T", "C": "G", "G": "C", "T": "A", "U": "A", "R": "Y", "Y": "R", "S": "S", "W": "W",
-             "K": "M", "M": "K", "B": "V", "V": "B", "D": "H", "H": "D", "N": "N"}
+    pairs = {
+        "A": "T",
+        "C": "G",
+        "G": "C",
+        "T": "A",
+        "U": "A",
+        "R": "Y",
+        "Y": "R",
+        "S": "S",
+        "W": "W",
+        "K": "M",
+        "M": "K",
+        "B": "V",
+        "V": "B",
+        "D": "H",
+        "H": "D",
+        "N": "N",
+    }
     for a, b in pairs.items():
         table[ord(a)] = ord(b)
         table[ord(a.lower())] = ord(b.lower())

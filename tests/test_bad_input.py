@@ -81,7 +81,10 @@ def snapshot(root: Path) -> dict[str, tuple]:
             state[str(path.relative_to(root))] = ("dir",)
         else:
             state[str(path.relative_to(root))] = (
-                "file", st.st_size, st.st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest()
+                "file",
+                st.st_size,
+                st.st_mtime_ns,
+                hashlib.sha256(path.read_bytes()).hexdigest(),
             )
     return state
 
@@ -178,7 +181,8 @@ def test_text_file_without_headers(tmp_path, capsys):
     notes = tmp_path / "assembly_notes.fa"
     notes.write_text(
         "Assembly notes for lambda phage\n"
-        + lambda_bases()[:120] + "\n"  # bases, but no '>' definition line anywhere
+        + lambda_bases()[:120]
+        + "\n"  # bases, but no '>' definition line anywhere
         + "coverage 40x, 1 contig\n"
     )
     out = tmp_path / "out"
@@ -301,8 +305,9 @@ def invalid_fasta(tmp_path: Path, char: str, pos: int, gz: bool = False) -> tupl
     clean = seq[10_000:11_000]
     dirty = clean[:pos] + char + clean[pos + 1 :]
     assert len(dirty) == len(clean)
-    path = write_fasta(tmp_path / ("mixed.fa.gz" if gz else "mixed.fa"),
-                       [("lam_ok", seq[:2000]), ("lam_bad", dirty)], gz=gz)
+    path = write_fasta(
+        tmp_path / ("mixed.fa.gz" if gz else "mixed.fa"), [("lam_ok", seq[:2000]), ("lam_bad", dirty)], gz=gz
+    )
     return path, clean
 
 
@@ -407,8 +412,21 @@ def test_stride_larger_than_window(tmp_path, capsys):
 def test_stride_not_positive(tmp_path, capsys, stride):
     good = good_fasta(tmp_path)
     out = tmp_path / "out"
-    rc, _, err = run(capsys, [good], out, "--quiet", "--workers", "1", "--seq-length", "256",
-                     "--samples-per-shard", "8", *ONE_SPLIT, "--stride", stride)
+    rc, _, err = run(
+        capsys,
+        [good],
+        out,
+        "--quiet",
+        "--workers",
+        "1",
+        "--seq-length",
+        "256",
+        "--samples-per-shard",
+        "8",
+        *ONE_SPLIT,
+        "--stride",
+        stride,
+    )
     assert_refused(rc, err, "--stride", f"got {stride}")
     assert_no_output(out)
 

@@ -12,10 +12,9 @@ import pytest
 from bionemo_wds.benchmark import run as bench
 from bionemo_wds.benchmark.peers import PEERS, make_peer
 from bionemo_wds.benchmark.synthetic import contig_lengths, write_genome
-from bionemo_wds.tokenizer import COMPLEMENT_TABLE
 from bionemo_wds.prepare.splits import length_buckets
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, SEP_ID
 from bionemo_wds.prepare.windows import window_counts
+from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, SEP_ID
 
 SEQ, STRIDE = 512, 480
 
@@ -82,9 +81,25 @@ def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
 @pytest.mark.slow
 def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
     out = tmp_path / "r.json"
-    code = bench.main(["--size-mbp", "0.2", "--seq-length", str(SEQ), "--stride", str(STRIDE), "--workers", "0",
-                       "--only", "ours,raw_limit,eden_fly", "--workdir", str(tmp_path / "w"), "--json", str(out),
-                       "--quiet"])
+    code = bench.main(
+        [
+            "--size-mbp",
+            "0.2",
+            "--seq-length",
+            str(SEQ),
+            "--stride",
+            str(STRIDE),
+            "--workers",
+            "0",
+            "--only",
+            "ours,raw_limit,eden_fly",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     results = json.loads(out.read_text())
     assert set(results["peers"]) == {"ours", "raw_limit", "eden_fly"}

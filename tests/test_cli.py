@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import KLEBSIELLA, LAMBDA
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, PrepareRequest, option_specs, parse_request
@@ -20,8 +21,6 @@ from bionemo_wds.format import CODECS
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
 from bionemo_wds.prepare.windows import TAIL_MODES
-
-from conftest import KLEBSIELLA, LAMBDA
 
 CLI_DIR = Path(__file__).resolve().parents[1] / "bionemo_wds" / "cli"
 
@@ -31,8 +30,11 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
     "stride": (["--stride", "1000"], {"stride": 1000}, 1000),
     "tail": (["--tail", "drop"], {"tail": "drop"}, "drop"),
     "split": (["--split", "0.5,0.25,0.25"], {"split": [0.5, 0.25, 0.25]}, (0.5, 0.25, 0.25)),
-    "split_lists": (["--split-list", "train=a.txt", "--split-list", "val=b.txt"],
-                    {"split_list": {"train": "a.txt", "val": "b.txt"}}, {"train": "a.txt", "val": "b.txt"}),
+    "split_lists": (
+        ["--split-list", "train=a.txt", "--split-list", "val=b.txt"],
+        {"split_list": {"train": "a.txt", "val": "b.txt"}},
+        {"train": "a.txt", "val": "b.txt"},
+    ),
     "seed": (["--seed", "7"], {"seed": 7}, 7),
     "tags": (["--tags", "lineage"], {"tags": "lineage"}, "lineage"),
     "on_invalid": (["--on-invalid", "replace-N"], {"on-invalid": "replace-N"}, "replace-N"),
@@ -121,7 +123,7 @@ def test_every_field_has_one_help_entry_with_its_default_once(capsys):
         else:
             shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else str(f.default)
             assert n_defaults == 1 and f"(default: {shown})" in text, text
-    for flags, text in entries:
+    for _flags, text in entries:
         assert text.count("(default:") <= 1, text
         assert "(default: None)" not in text and "(default: False)" not in text, text
     out_entry = [text for flags, text in entries if "--out" in flags]
@@ -132,8 +134,10 @@ def test_every_field_has_one_help_entry_with_its_default_once(capsys):
 def test_choices_are_the_constants_the_code_checks_against():
     choices = {spec.name: spec.cli.choices for spec in option_specs() if spec.cli.choices}
     assert choices == {"tail": TAIL_MODES, "tags": TAG_MODES, "on_invalid": ON_INVALID, "compress": CODECS}
-    assert all(choices[name] is const for name, const in
-               (("tail", TAIL_MODES), ("tags", TAG_MODES), ("on_invalid", ON_INVALID), ("compress", CODECS)))
+    assert all(
+        choices[name] is const
+        for name, const in (("tail", TAIL_MODES), ("tags", TAG_MODES), ("on_invalid", ON_INVALID), ("compress", CODECS))
+    )
 
 
 def test_config_with_every_key_equals_the_same_command_line(tmp_path):
@@ -145,9 +149,14 @@ def test_config_with_every_key_equals_the_same_command_line(tmp_path):
     assert from_config == from_cli == PrepareRequest(inputs, out, PrepareOptions(**values))
 
 
-@pytest.mark.parametrize("split_list", [
-    {"train": "a.txt", "val": "b.txt"}, ["train=a.txt", "val=b.txt"], [["train", "a.txt"], ["val", "b.txt"]],
-])
+@pytest.mark.parametrize(
+    "split_list",
+    [
+        {"train": "a.txt", "val": "b.txt"},
+        ["train=a.txt", "val=b.txt"],
+        [["train", "a.txt"], ["val", "b.txt"]],
+    ],
+)
 def test_split_list_in_config_as_mapping_or_list(tmp_path, split_list):
     cfg = write_config(tmp_path / "c.yaml", {"split-list": split_list, "out": "x"})
     assert parse_request(["--config", str(cfg)]).options.split_lists == {"train": "a.txt", "val": "b.txt"}
@@ -156,39 +165,89 @@ def test_split_list_in_config_as_mapping_or_list(tmp_path, split_list):
 def test_command_line_beats_config(tmp_path):
     _, config, values = all_samples()
     cfg = write_config(tmp_path / "all.yaml", {"inputs": [str(LAMBDA)], "out": "from-config", **config})
-    request = parse_request(["--config", str(cfg), str(KLEBSIELLA), "-o", "from-cli", "--seq-length", "2048",
-                             "--split", "1,0,0", "--split-list", "test=c.txt", "--tags", "none", "--workers", "3"])
+    request = parse_request(
+        [
+            "--config",
+            str(cfg),
+            str(KLEBSIELLA),
+            "-o",
+            "from-cli",
+            "--seq-length",
+            "2048",
+            "--split",
+            "1,0,0",
+            "--split-list",
+            "test=c.txt",
+            "--tags",
+            "none",
+            "--workers",
+            "3",
+        ]
+    )
     assert request.inputs == [str(KLEBSIELLA)] and request.out == "from-cli"
-    changed = {"seq_length": 2048, "split": (1.0, 0.0, 0.0), "split_lists": {"test": "c.txt"}, "tags": "none",
-               "workers": 3}
+    changed = {
+        "seq_length": 2048,
+        "split": (1.0, 0.0, 0.0),
+        "split_lists": {"test": "c.txt"},
+        "tags": "none",
+        "workers": 3,
+    }
     assert request.options == PrepareOptions(**{**values, **changed})
 
 
 def test_config_run_writes_the_same_shards_as_the_command_line(tmp_path):
-    argv = ["--seq-length", "1024", "--stride", "1000", "--split", "1,0,0", "--samples-per-shard", "16",
-            "--windows-per-record", "4", "--workers", "1", "--quiet"]
+    argv = [
+        "--seq-length",
+        "1024",
+        "--stride",
+        "1000",
+        "--split",
+        "1,0,0",
+        "--samples-per-shard",
+        "16",
+        "--windows-per-record",
+        "4",
+        "--workers",
+        "1",
+        "--quiet",
+    ]
     assert main(["prepare", str(LAMBDA), "--out", str(tmp_path / "cli"), *argv]) == 0
-    cfg = write_config(tmp_path / "p.yaml", {
-        "inputs": [str(LAMBDA)], "out": str(tmp_path / "cfg"), "seq_length": 1024, "stride": 1000,
-        "split": [1, 0, 0], "samples-per-shard": 16, "windows_per_record": 4, "workers": 1, "quiet": True})
+    cfg = write_config(
+        tmp_path / "p.yaml",
+        {
+            "inputs": [str(LAMBDA)],
+            "out": str(tmp_path / "cfg"),
+            "seq_length": 1024,
+            "stride": 1000,
+            "split": [1, 0, 0],
+            "samples-per-shard": 16,
+            "windows_per_record": 4,
+            "workers": 1,
+            "quiet": True,
+        },
+    )
     assert main(["prepare", "--config", str(cfg)]) == 0
     shards = {p.relative_to(tmp_path / "cli"): p.read_bytes() for p in (tmp_path / "cli").rglob("*.tar")}
-    assert shards and shards == {p.relative_to(tmp_path / "cfg"): p.read_bytes()
-                                 for p in (tmp_path / "cfg").rglob("*.tar")}
+    assert shards and shards == {
+        p.relative_to(tmp_path / "cfg"): p.read_bytes() for p in (tmp_path / "cfg").rglob("*.tar")
+    }
 
 
-@pytest.mark.parametrize("text, words", [
-    ("seq_lenght: 10\n", ["unknown option 'seq_lenght'"]),
-    ("config: other.yaml\n", ["unknown option 'config'"]),
-    ("seq_length: [3\n", ["cannot be read"]),
-    ("- 1\n- 2\n", ["must be a mapping"]),
-    ("seq_length: 1.5\n", ["seq_length", "1.5"]),
-    ("tail: sideways\n", ["tail", "sideways", "end, drop"]),
-    ("split: [1, 0]\n", ["split", "3 ratios"]),
-    ("split_list: {holdout: a.txt}\n", ["split_list", "holdout"]),
-    ("quiet: sometimes\n", ["quiet", "true or false"]),
-    ("seq-length: 1\nseq_length: 2\n", ["same option"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("seq_lenght: 10\n", ["unknown option 'seq_lenght'"]),
+        ("config: other.yaml\n", ["unknown option 'config'"]),
+        ("seq_length: [3\n", ["cannot be read"]),
+        ("- 1\n- 2\n", ["must be a mapping"]),
+        ("seq_length: 1.5\n", ["seq_length", "1.5"]),
+        ("tail: sideways\n", ["tail", "sideways", "end, drop"]),
+        ("split: [1, 0]\n", ["split", "3 ratios"]),
+        ("split_list: {holdout: a.txt}\n", ["split_list", "holdout"]),
+        ("quiet: sometimes\n", ["quiet", "true or false"]),
+        ("seq-length: 1\nseq_length: 2\n", ["same option"]),
+    ],
+)
 def test_bad_config_is_one_error_line_exit_2(tmp_path, capsys, text, words):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
@@ -206,7 +265,8 @@ def test_missing_config_file_and_missing_out(tmp_path, capsys):
     assert len(err) == 1 and "cannot be read" in err[0]
     assert main(["prepare", str(LAMBDA)]) == 2
     assert capsys.readouterr().err.strip() == (
-        "bionemo-wds prepare: error: prepare needs --out DIR (or 'out:' in the --config file)")
+        "bionemo-wds prepare: error: prepare needs --out DIR (or 'out:' in the --config file)"
+    )
 
 
 def test_no_inputs_means_the_bundled_genome_which_exists():

@@ -153,7 +153,7 @@ def test_pickles_to_tars_refuses_non_positive_min_num_shards(tmp_path, pickles, 
 
 
 def test_pickles_to_tars_names_a_missing_pickle(tmp_path, pickles):
-    dir_pickles, subsets = pickles
+    dir_pickles, _subsets = pickles
     with pytest.raises(RuntimeError, match=r"cannot read pickle .*sample-9999\.tensor\.pyd"):
         pickles_to_tars(dir_pickles, ["sample-0000", "sample-9999"], "tensor.pyd", str(tmp_path / "t"), "tensor")
     assert not list((tmp_path / "t").glob("*.tar*"))  # nothing half-written left behind
@@ -204,8 +204,11 @@ def test_compat_webdatamodule_two_suffix_keys(tars):
 @pytest.mark.parametrize("nbatches", [5, 13])
 def test_compat_invoke_wld_with_epoch_sets_batches_per_pass(tars, nbatches):
     """Without batch_size there are 10 batches of 1; with_epoch makes every pass exactly nbatches."""
-    dm = compat_module(tars, kwargs_wld={split: {"num_workers": 0} for split in Split},
-                       invoke_wld={split: [("with_epoch", {"nbatches": nbatches})] for split in Split})
+    dm = compat_module(
+        tars,
+        kwargs_wld={split: {"num_workers": 0} for split in Split},
+        invoke_wld={split: [("with_epoch", {"nbatches": nbatches})] for split in Split},
+    )
     dm.setup("fit")
     loader = dm.train_dataloader()
     assert [len(list(loader)) for _ in range(3)] == [nbatches] * 3
@@ -224,8 +227,11 @@ def test_compat_without_with_epoch_reads_each_sample_once(tars):
 
 
 def test_compat_invoke_wds_calls_dataset_methods(tars):
-    dm = compat_module(tars, kwargs_wld={split: {"num_workers": 0} for split in Split},
-                       invoke_wds={Split.val: [("select", {"predicate": lambda t: int(t) % 2 == 0})]})
+    dm = compat_module(
+        tars,
+        kwargs_wld={split: {"num_workers": 0} for split in Split},
+        invoke_wds={Split.val: [("select", {"predicate": lambda t: int(t) % 2 == 0})]},
+    )
     dm.setup("validate")
     assert values(dm.val_dataloader()) == [v for v in SPLIT_VALUES[Split.val] if v % 2 == 0]
 
@@ -241,8 +247,15 @@ def test_compat_more_workers_than_shards(tars):
 
 def test_compat_positional_signature(tars):
     """1.0 order: suffix_keys_wds, dirs_tars_wds, prefix_tars_wds, pipeline_wds, ..."""
-    dm = WebDataModule("tensor.pyd", tars, "wdshards", {split: untuple for split in Split}, None, None,
-                       {split: {"num_workers": 0, "batch_size": 5} for split in Split})
+    dm = WebDataModule(
+        "tensor.pyd",
+        tars,
+        "wdshards",
+        {split: untuple for split in Split},
+        None,
+        None,
+        {split: {"num_workers": 0, "batch_size": 5} for split in Split},
+    )
     dm.setup("validate")
     assert [tuple(b.shape) for b in dm.val_dataloader()] == [(5,), (5,)]
 
@@ -253,9 +266,15 @@ def test_compat_positional_signature(tars):
 def test_compat_pickleddatawds_prepare_and_read_every_sample_once(tmp_path, pickles):
     dir_pickles, subsets = pickles
     dirs = {split: str(tmp_path / f"tars_{split.name}") for split in Split}
-    dm = PickledDataWDS(dir_pickles, subsets, "tensor.pyd", dirs, n_tars_wds=3,
-                        pipeline_wds={split: untuple for split in Split},
-                        kwargs_wld={split: {"num_workers": 2, "batch_size": 2} for split in Split})
+    dm = PickledDataWDS(
+        dir_pickles,
+        subsets,
+        "tensor.pyd",
+        dirs,
+        n_tars_wds=3,
+        pipeline_wds={split: untuple for split in Split},
+        kwargs_wld={split: {"num_workers": 2, "batch_size": 2} for split in Split},
+    )
     dm.prepare_data()
     for split in Split:
         shards = sorted(Path(dirs[split]).glob("wdshards-*.tar"))
@@ -272,8 +291,15 @@ def test_compat_pickleddatawds_prepare_and_read_every_sample_once(tmp_path, pick
 def test_compat_pickleddatawds_two_suffixes_and_prefix(tmp_path, pickles):
     dir_pickles, subsets = pickles
     dirs = {split: str(tmp_path / split.name) for split in Split}
-    dm = PickledDataWDS(dir_pickles, subsets, SUFFIXES, dirs, n_tars_wds=2, prefix_tars_wds="pk",
-                        kwargs_wld={split: {"num_workers": 0, "batch_size": 10} for split in Split})
+    dm = PickledDataWDS(
+        dir_pickles,
+        subsets,
+        SUFFIXES,
+        dirs,
+        n_tars_wds=2,
+        prefix_tars_wds="pk",
+        kwargs_wld={split: {"num_workers": 0, "batch_size": 10} for split in Split},
+    )
     dm.prepare_data()
     assert sorted(p.name for p in Path(dirs[Split.val]).iterdir()) == ["pk-000000.tar", "pk-000001.tar"]
     dm.setup("validate")
@@ -285,8 +311,13 @@ def test_compat_pickleddatawds_two_suffixes_and_prefix(tmp_path, pickles):
 def test_compat_pickleddatawds_more_workers_than_shards(tmp_path, pickles):
     dir_pickles, subsets = pickles
     dirs = {split: str(tmp_path / split.name) for split in Split}
-    dm = PickledDataWDS(dir_pickles, subsets, "tensor.pyd", dirs,  # n_tars_wds=None: one shard
-                        kwargs_wld={split: {"num_workers": 2} for split in Split})
+    dm = PickledDataWDS(
+        dir_pickles,
+        subsets,
+        "tensor.pyd",
+        dirs,  # n_tars_wds=None: one shard
+        kwargs_wld={split: {"num_workers": 2} for split in Split},
+    )
     dm.prepare_data()
     dm.setup("fit")
     loader = dm.train_dataloader()
@@ -332,7 +363,7 @@ def upstream_pickled_wds(tmp_path, pickles):
     dir_pickles, subsets = pickles
     seed = 0
     local_batch_size = global_batch_size = 2
-    collate = lambda list_samples: torch.vstack(list_samples)  # noqa: E731
+    collate = lambda list_samples: torch.vstack(list_samples)
     pipeline_wds = {
         Split.train: [untuple, shuffle(N_PER_SPLIT, rng=random.Random(seed))],
         Split.val: untuple,
@@ -343,21 +374,39 @@ def upstream_pickled_wds(tmp_path, pickles):
         Split.val: batched(local_batch_size, collation_fn=collate),
         Split.test: batched(local_batch_size, collation_fn=collate),
     }
-    kwargs_wds = {split: {"shardshuffle": split == Split.train, "nodesplitter": wds.split_by_node, "seed": seed}
-                  for split in Split}
+    kwargs_wds = {
+        split: {"shardshuffle": split == Split.train, "nodesplitter": wds.split_by_node, "seed": seed}
+        for split in Split
+    }
     kwargs_wld = {split: {"num_workers": 2} for split in Split}
     prefix_dir = f"{tmp_path}/tars_wds_"
     dm = main_api.PickledDataWDS(
-        dir_pickles, "tensor.pyd", subsets, prefix_dir, global_batch_size, n_tars_wds=3,
-        prefix_tars_wds="tensor", pipeline_wds=pipeline_wds, pipeline_prebatch_wld=pipeline_prebatch_wld,
-        kwargs_wds=kwargs_wds, kwargs_wld=kwargs_wld,
+        dir_pickles,
+        "tensor.pyd",
+        subsets,
+        prefix_dir,
+        global_batch_size,
+        n_tars_wds=3,
+        prefix_tars_wds="tensor",
+        pipeline_wds=pipeline_wds,
+        pipeline_prebatch_wld=pipeline_prebatch_wld,
+        kwargs_wds=kwargs_wds,
+        kwargs_wld=kwargs_wld,
     )
     return dm, prefix_dir, global_batch_size
 
 
 def make_trainer() -> L.Trainer:
-    return L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    return L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
 
 
 @pytest.mark.filterwarnings("ignore")

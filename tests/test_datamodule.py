@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import shutil
 from pathlib import Path
 
 import lightning as L
-import numpy as np
 import pytest
 import torch
+from conftest import KLEBSIELLA, LAMBDA
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import read_manifest
 from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.tokenizer import reverse_complement_bases
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.compat.webdatamodule import Split
-
-from conftest import KLEBSIELLA, LAMBDA
+from bionemo_wds.tokenizer import reverse_complement_bases
 
 SEQ = 1024
 
@@ -26,8 +22,13 @@ SEQ = 1024
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dm") / "kleb"
-    prepare([KLEBSIELLA], out, PrepareOptions(seq_length=SEQ, stride=1000, samples_per_shard=400,
-                                              windows_per_record=8, progress=False, workers=2))
+    prepare(
+        [KLEBSIELLA],
+        out,
+        PrepareOptions(
+            seq_length=SEQ, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False, workers=2
+        ),
+    )
     return out
 
 
@@ -133,8 +134,16 @@ class Recorder(L.LightningModule):
 
 def test_trainer_sees_the_same_batches_as_direct_iteration(dataset):
     model = Recorder()
-    trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, num_sanity_val_steps=0, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        enable_model_summary=False,
+    )
     dm = make(dataset, num_workers=2)
     trainer.fit(model, datamodule=dm)
     trainer.validate(model, datamodule=dm)
@@ -152,8 +161,12 @@ def test_trainer_sees_the_same_batches_as_direct_iteration(dataset):
 
 
 def _prepare_in_process(root: str, q) -> None:
-    dm = GenomicWebDataModule(root, seq_length=SEQ, fasta=[str(KLEBSIELLA)],
-                              prepare_options={"stride": 1000, "samples_per_shard": 400, "windows_per_record": 8, "progress": False})
+    dm = GenomicWebDataModule(
+        root,
+        seq_length=SEQ,
+        fasta=[str(KLEBSIELLA)],
+        prepare_options={"stride": 1000, "samples_per_shard": 400, "windows_per_record": 8, "progress": False},
+    )
     dm.prepare_data()
     q.put(read_manifest(Path(root))["splits"]["train"]["shards"][0]["sha256"])
 
@@ -172,10 +185,23 @@ def test_fasta_to_training_in_one_call_and_concurrent_prepare(tmp_path, dataset)
     assert len(hashes) == 1
     # same windows and order as the fixture (which used the same options, except workers)
     assert hashes == {read_manifest(dataset)["splits"]["train"]["shards"][0]["sha256"]}
-    dm = GenomicWebDataModule(str(root), seq_length=SEQ, fasta=[str(KLEBSIELLA)], micro_batch_size=4,
-                              prepare_options={"stride": 1000, "samples_per_shard": 400, "windows_per_record": 8, "progress": False})
-    trainer = L.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, num_sanity_val_steps=0, limit_val_batches=2, enable_model_summary=False)
+    dm = GenomicWebDataModule(
+        str(root),
+        seq_length=SEQ,
+        fasta=[str(KLEBSIELLA)],
+        micro_batch_size=4,
+        prepare_options={"stride": 1000, "samples_per_shard": 400, "windows_per_record": 8, "progress": False},
+    )
+    trainer = L.Trainer(
+        max_steps=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=2,
+        enable_model_summary=False,
+    )
     model = Recorder()
     trainer.fit(model, datamodule=dm)
     assert len(model.seen["train"]) == 3
@@ -187,11 +213,37 @@ def test_seq_length_mismatch_is_refused(dataset):
 
 
 def test_lightning_cli_fit_from_yaml(dataset, tmp_path):
-    code = main(["fit", "--config", "configs/fit_demo.yaml", "--data.shards", str(dataset), "--data.fasta", "null",
-                 "--data.seq_length", str(SEQ), "--model.max_len", str(SEQ), "--model.d_model", "32",
-                 "--model.n_layers", "1", "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",
-                 "--trainer.limit_val_batches", "2", "--trainer.log_every_n_steps", "1",
-                 "--trainer.callbacks.log_every_n_steps", "1", "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")])
+    code = main(
+        [
+            "fit",
+            "--config",
+            "configs/fit_demo.yaml",
+            "--data.shards",
+            str(dataset),
+            "--data.fasta",
+            "null",
+            "--data.seq_length",
+            str(SEQ),
+            "--model.max_len",
+            str(SEQ),
+            "--model.d_model",
+            "32",
+            "--model.n_layers",
+            "1",
+            "--trainer.max_steps",
+            "4",
+            "--trainer.val_check_interval",
+            "2",
+            "--trainer.limit_val_batches",
+            "2",
+            "--trainer.log_every_n_steps",
+            "1",
+            "--trainer.callbacks.log_every_n_steps",
+            "1",
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path / "logs"),
+        ]
+    )
     assert code == 0
     metrics = (next((tmp_path / "logs").rglob("metrics.csv"))).read_text()
     assert "train_loss" in metrics and "val_loss" in metrics and "samples_per_s" in metrics
@@ -232,9 +284,16 @@ class Tiny(L.LightningModule):
 def test_sanity_check_then_training_is_not_a_manifest_mismatch(dataset):
     """The sanity check reads 2 val batches and drops its iterator; the half-read shard's count was
     then held against the manifest when training started (0 workers, Lightning's defaults)."""
-    trainer = L.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=3,
-                        val_check_interval=2)
+    trainer = L.Trainer(
+        max_steps=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=3,
+        val_check_interval=2,
+    )
     trainer.fit(Tiny(), datamodule=GenomicWebDataModule(str(dataset), micro_batch_size=8))
     assert trainer.global_step == 3
 
@@ -248,7 +307,11 @@ def test_passes_without_a_trainer_are_successive_epochs(dataset):
 
 
 def test_prepare_options_may_carry_the_seed(tmp_path):
-    dm = GenomicWebDataModule(str(tmp_path / "ds"), seq_length=1024, fasta=[str(LAMBDA)],
-                              prepare_options={"stride": 1000, "split": [1, 0, 0], "seed": 9, "progress": False})
+    dm = GenomicWebDataModule(
+        str(tmp_path / "ds"),
+        seq_length=1024,
+        fasta=[str(LAMBDA)],
+        prepare_options={"stride": 1000, "split": [1, 0, 0], "seed": 9, "progress": False},
+    )
     dm.prepare_data()
     assert read_manifest(tmp_path / "ds")["params"]["seed"] == 9

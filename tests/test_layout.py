@@ -19,8 +19,7 @@ import bionemo_wds
 
 PACKAGE = Path(bionemo_wds.__file__).parent
 MODULES = sorted(
-    name for _, name, _ in pkgutil.walk_packages([str(PACKAGE)], prefix="bionemo_wds.")
-    if not name.endswith("__main__")
+    name for _, name, _ in pkgutil.walk_packages([str(PACKAGE)], prefix="bionemo_wds.") if not name.endswith("__main__")
 )
 
 
@@ -39,8 +38,13 @@ def _source(module: str) -> Path:
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_imports_another_modules_underscore_names(module):
     tree = ast.parse(_source(module).read_text())
-    reached = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-               for alias in node.names if _private(alias.name)]
+    reached = [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if _private(alias.name)
+    ]
     assert not reached, f"{module} imports private names: {reached}"
 
 

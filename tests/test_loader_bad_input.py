@@ -18,13 +18,13 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import KLEBSIELLA
 
+from bionemo_wds.compat.webdatamodule import Split, WebDataModule
 from bionemo_wds.format import file_sha256, iter_records
 from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.load.shard_errors import CorruptShardError
-from bionemo_wds.compat.webdatamodule import Split, WebDataModule
-from conftest import KLEBSIELLA
+from bionemo_wds.prepare import PrepareOptions, prepare
 
 SEQ_LENGTH = 1024
 OPTS = dict(seq_length=SEQ_LENGTH, stride=1000, samples_per_shard=300, windows_per_record=4, progress=False, workers=1)
@@ -114,8 +114,9 @@ def truncate_mid_member(root: Path, rel: str, index: int = 10) -> int:
 def test_split_directory_without_shards_names_directory_and_pattern(tmp_path, pristine):
     empty = tmp_path / "empty_train"
     empty.mkdir()
-    dm = WebDataModule({Split.train: str(empty), Split.val: str(pristine / "val")},
-                       {Split.train: 10, Split.val: 10}, "msgpack", 2)
+    dm = WebDataModule(
+        {Split.train: str(empty), Split.val: str(pristine / "val")}, {Split.train: 10, Split.val: 10}, "msgpack", 2
+    )
     with pytest.raises(FileNotFoundError) as info:
         dm.setup("fit")
     message = str(info.value)
@@ -140,7 +141,7 @@ def test_split_missing_from_dirs_names_the_split(pristine):
 
 
 def test_n_samples_for_other_splits_than_dirs_is_refused(pristine):
-    with pytest.raises(ValueError, match="n_samples has splits .*val.* but dirs_tars_wds has .*train"):
+    with pytest.raises(ValueError, match=r"n_samples has splits .*val.* but dirs_tars_wds has .*train"):
         WebDataModule({Split.train: str(pristine / "train")}, {Split.val: 10}, "msgpack", 2)
 
 
@@ -219,8 +220,11 @@ def test_truncated_shard_error_says_after_which_sample(root):
         read_split(dm, "val")
     message = str(info.value)
     assert "before its first sample" not in message
-    assert re.search(rf"shard {re.escape(str(root / VAL_SHARD))} is truncated or corrupt "
-                     r"\(after sample 000000-0000\d\d\)", message), message
+    assert re.search(
+        rf"shard {re.escape(str(root / VAL_SHARD))} is truncated or corrupt "
+        r"\(after sample 000000-0000\d\d\)",
+        message,
+    ), message
 
 
 def test_truncated_shard_warn_skips_and_counts(root):
@@ -264,8 +268,10 @@ def test_shard_cut_at_a_member_boundary_is_reported(root):
     dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
         read_split(dm, "val")
-    assert str(info.value) == (f"shard {path} is truncated or corrupt (after sample 000000-000009): "
-                               "unexpected end of data: no end-of-archive marker")
+    assert str(info.value) == (
+        f"shard {path} is truncated or corrupt (after sample 000000-000009): "
+        "unexpected end of data: no end-of-archive marker"
+    )
     assert expected == 300
 
 
@@ -288,8 +294,9 @@ def test_manifest_count_is_the_second_net(root):
     dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
         read_split(dm, "val")
-    assert str(info.value) == (f"shard {path} holds 40 samples but the manifest lists {expected}: "
-                               "the manifest disagrees with the file")
+    assert str(info.value) == (
+        f"shard {path} holds 40 samples but the manifest lists {expected}: the manifest disagrees with the file"
+    )
 
 
 # --- 4: a record that does not decode ------------------------------------------------------------
@@ -369,8 +376,9 @@ def test_shard_in_manifest_but_deleted(root):
     assert str(info.value) == f"shard {root / rel} is listed in {root}/manifest.json but missing"
 
 
-@pytest.mark.parametrize("rel, delta", [("val/wdshards-000000.tar", 3), ("val/wdshards-000001.tar", 3),
-                                        ("test/wdshards-000001.tar", -3)])
+@pytest.mark.parametrize(
+    "rel, delta", [("val/wdshards-000000.tar", 3), ("val/wdshards-000001.tar", 3), ("test/wdshards-000001.tar", -3)]
+)
 def test_manifest_sample_count_disagrees_with_shard(root, rel, delta):
     split = rel.split("/")[0]
     manifest = load_manifest(root)
@@ -415,8 +423,13 @@ def test_plain_module_fails_like_upstream_with_more_workers_than_shards(pristine
     """bionemo-webdatamodule leaves this to webdataset: a worker without shards raises its
     ``ValueError`` (``... fewer shards than workers``) when the loader is iterated, not at setup."""
     n_shards = len(list((pristine / "val").glob("wdshards-*.tar")))
-    dm = WebDataModule({Split.val: str(pristine / "val")}, {Split.val: 10}, "msgpack", 2,
-                       kwargs_wld={Split.val: {"num_workers": n_shards + 1}})
+    dm = WebDataModule(
+        {Split.val: str(pristine / "val")},
+        {Split.val: 10},
+        "msgpack",
+        2,
+        kwargs_wld={Split.val: {"num_workers": n_shards + 1}},
+    )
     dm.setup("validate")
     loader = dm.val_dataloader()
     with pytest.raises(ValueError, match="perhaps you have fewer shards than workers"):
@@ -425,8 +438,13 @@ def test_plain_module_fails_like_upstream_with_more_workers_than_shards(pristine
 
 def test_plain_module_accepts_as_many_workers_as_shards(pristine):
     n_shards = len(list((pristine / "val").glob("wdshards-*.tar")))
-    dm = WebDataModule({Split.val: str(pristine / "val")}, {Split.val: 10}, "msgpack", 2,
-                       kwargs_wld={Split.val: {"num_workers": n_shards}})
+    dm = WebDataModule(
+        {Split.val: str(pristine / "val")},
+        {Split.val: 10},
+        "msgpack",
+        2,
+        kwargs_wld={Split.val: {"num_workers": n_shards}},
+    )
     dm.setup("validate")
     assert len(list(dm.val_dataloader())) == 10 // 2  # every worker has a shard: no error
 
@@ -435,8 +453,11 @@ def test_genomic_caps_workers_at_shards_and_reads_each_sample_once(root):
     manifest = load_manifest(root)
     n_shards = len(manifest["splits"]["val"]["shards"])
     dm = genomic(root, num_workers=n_shards + 2)
-    with pytest.warns(UserWarning, match=rf"val: rank 0 reads {n_shards} shard\(s\), so it uses {n_shards} "
-                                         rf"loader worker\(s\) instead of num_workers={n_shards + 2}"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"val: rank 0 reads {n_shards} shard\(s\), so it uses {n_shards} "
+        rf"loader worker\(s\) instead of num_workers={n_shards + 2}",
+    ):
         dm.setup("validate")
     keys = read_split(dm, "val")
     assert len(keys) == manifest["splits"]["val"]["n_samples"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import shutil
 import signal
@@ -13,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import KLEBSIELLA, LAMBDA
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import iter_records, read_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.report import verify
 from bionemo_wds.prepare.splits import SPLIT_NAMES, length_buckets
-
-from conftest import KLEBSIELLA, LAMBDA
 
 SMALL = dict(seq_length=2048, stride=1900, samples_per_shard=150, windows_per_record=7, progress=False)
 
@@ -35,8 +35,15 @@ def all_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]]]
             with open(root / shard["path"], "rb") as fh:
                 for _, block in iter_records(fh, shard["path"]):
                     for i in range(len(block)):
-                        rows.append((block.seq_id[i], int(block.start[i]), int(block.window[i]),
-                                     block.bases(i).tobytes(), block.tag[i]))
+                        rows.append(
+                            (
+                                block.seq_id[i],
+                                int(block.start[i]),
+                                int(block.window[i]),
+                                block.bases(i).tobytes(),
+                                block.tag[i],
+                            )
+                        )
         out[split] = rows
     return out
 
@@ -102,7 +109,7 @@ def test_no_sequence_in_two_splits_and_length_mix(kleb_small, klebsiella_seqs):
 def test_windows_are_in_seeded_global_order(kleb_small):
     rows = all_windows(kleb_small)["train"]
     seq_ids = [r[0] for r in rows]
-    changes = sum(a != b for a, b in zip(seq_ids, seq_ids[1:]))
+    changes = sum(a != b for a, b in itertools.pairwise(seq_ids))
     assert changes > len(rows) // 2, "shards mix sequences instead of following contig order"
 
 
@@ -153,8 +160,19 @@ def test_lineage_tags_shrink_the_window_and_travel_with_each_window(tmp_path, la
 
 def test_rerun_is_a_no_op_and_other_options_are_refused(tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["prepare", str(LAMBDA), "--out", str(out), "--seq-length", "1024", "--stride", "1000",
-            "--split", "1,0,0", "--quiet"]
+    args = [
+        "prepare",
+        str(LAMBDA),
+        "--out",
+        str(out),
+        "--seq-length",
+        "1024",
+        "--stride",
+        "1000",
+        "--split",
+        "1,0,0",
+        "--quiet",
+    ]
     assert main(args) == 0
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.tar")}
     capsys.readouterr()
@@ -190,10 +208,21 @@ def test_kill_9_then_rerun_gives_the_same_bytes(tmp_path, kleb_small):
     """A real SIGKILL mid-write: no partial shard is visible, and the rerun completes the same bytes."""
     out = tmp_path / "out"
     opts = ["--seq-length", "2048", "--stride", "1900", "--samples-per-shard", "150", "--windows-per-record", "7"]
-    cmd = [sys.executable, "-m", "bionemo_wds.cli", "prepare", str(KLEBSIELLA), "--out", str(out), "--quiet",
-           "--workers", "1", *opts]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bionemo_wds.cli",
+        "prepare",
+        str(KLEBSIELLA),
+        "--out",
+        str(out),
+        "--quiet",
+        "--workers",
+        "1",
+        *opts,
+    ]
     # slow the writer down only enough to be caught mid-run: many tiny shards, one fsync each
-    slow = [*cmd[:-len(opts)], *opts[:4], "--samples-per-shard", "3", "--windows-per-record", "1"]
+    slow = [*cmd[: -len(opts)], *opts[:4], "--samples-per-shard", "3", "--windows-per-record", "1"]
     proc = subprocess.Popen(slow, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     deadline = time.time() + 60
     while time.time() < deadline and len(list(out.glob("train/*.tar"))) < 5:
@@ -231,17 +260,34 @@ def test_help_explains_every_option(capsys):
     with pytest.raises(SystemExit):
         main(["prepare", "--help"])
     text = capsys.readouterr().out
-    for option in ("--seq-length", "--stride", "--tail", "--split", "--split-list", "--seed", "--tags",
-                   "--on-invalid", "--samples-per-shard", "--windows-per-record", "--workers", "--overwrite",
-                   "--config", "--prefix", "--quiet"):
+    for option in (
+        "--seq-length",
+        "--stride",
+        "--tail",
+        "--split",
+        "--split-list",
+        "--seed",
+        "--tags",
+        "--on-invalid",
+        "--samples-per-shard",
+        "--windows-per-record",
+        "--workers",
+        "--overwrite",
+        "--config",
+        "--prefix",
+        "--quiet",
+    ):
         assert option in text
 
 
 def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, kleb_small, klebsiella_seqs):
     out = tmp_path / "z"
     # fewer, larger records and shards than SMALL: per-shard tar padding would dominate 0.3 bytes/base
-    prepare([KLEBSIELLA], out, PrepareOptions(**{**SMALL, "samples_per_shard": 5000, "windows_per_record": 64},
-                                             workers=2, compress="zstd"))
+    prepare(
+        [KLEBSIELLA],
+        out,
+        PrepareOptions(**{**SMALL, "samples_per_shard": 5000, "windows_per_record": 64}, workers=2, compress="zstd"),
+    )
     manifest = read_manifest(out)
     assert manifest["format_version"] == 2 and manifest["params"]["codec"] == "zstd"
     assert all_windows(out) == all_windows(kleb_small)
@@ -280,6 +326,9 @@ def test_a_stale_cache_is_not_taken_for_the_input(tmp_path):
 def test_single_process_prepare_closes_its_files(tmp_path):
     out = tmp_path / "o"
     prepare([KLEBSIELLA], out, PrepareOptions(**REGRESSION_OPTS, workers=1))
-    open_paths = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
-                  if os.path.exists(f"/proc/self/fd/{fd}")]
+    open_paths = [
+        os.readlink(f"/proc/self/fd/{fd}")
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    ]
     assert not [p for p in open_paths if str(out) in p]

@@ -20,8 +20,14 @@ EPOCHS = st.integers(0, 10_000)
 
 
 @settings(max_examples=300, deadline=None)
-@given(n_shards=st.integers(1, 200), size=st.integers(1, 8), workers=st.integers(1, 4), seed=SEEDS,
-       epoch=EPOCHS, shuffle=st.booleans())
+@given(
+    n_shards=st.integers(1, 200),
+    size=st.integers(1, 8),
+    workers=st.integers(1, 4),
+    seed=SEEDS,
+    epoch=EPOCHS,
+    shuffle=st.booleans(),
+)
 def test_every_shard_read_exactly_once_over_all_ranks_and_workers(n_shards, size, workers, seed, epoch, shuffle):
     read: list[int] = []
     for rank in range(size):
@@ -123,5 +129,9 @@ def test_rank_shards_stage_follows_the_epoch_state():
     assert second == [f"shard-{i:02d}.tar" for i in shards_of(12, 7, 1, True, World(2, 3))]
     assert second != first
     unshuffled = RankShards(7, epoch, shuffle=False, world=World(2, 3))
-    assert [u["url"] for u in unshuffled(iter(urls))] == ["shard-02.tar", "shard-05.tar", "shard-08.tar",
-                                                          "shard-11.tar"]
+    assert [u["url"] for u in unshuffled(iter(urls))] == [
+        "shard-02.tar",
+        "shard-05.tar",
+        "shard-08.tar",
+        "shard-11.tar",
+    ]

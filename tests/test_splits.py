@@ -14,8 +14,11 @@ ratios_st = st.tuples(*[st.floats(0, 10) for _ in range(3)]).filter(lambda r: su
 
 
 @settings(max_examples=200, deadline=None)
-@given(lengths=st.lists(st.integers(1, 300_000), min_size=3, max_size=200), ratios=ratios_st,
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    lengths=st.lists(st.integers(1, 300_000), min_size=3, max_size=200),
+    ratios=ratios_st,
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_every_sequence_in_exactly_one_wanted_split(lengths, ratios, seed):
     lengths = np.array(lengths)
     assignment = stratified_split(lengths, ratios, seed)

@@ -41,8 +41,17 @@ def test_reverse_complement_values():
 
 
 def _samples(n):
-    return [{"key": f"s{i}/0", "seq_id": f"s{i}", "start": 0, "bases": np.frombuffer(b"AACG", np.uint8),
-             "tag": b"", "rc": False} for i in range(n)]
+    return [
+        {
+            "key": f"s{i}/0",
+            "seq_id": f"s{i}",
+            "start": 0,
+            "bases": np.frombuffer(b"AACG", np.uint8),
+            "tag": b"",
+            "rc": False,
+        }
+        for i in range(n)
+    ]
 
 
 def test_flip_probability_edges_and_rate():
@@ -66,7 +75,9 @@ def test_reverse_complement_stage_flips_bases_not_tags():
 
 def test_shuffle_is_seeded_and_a_permutation():
     def run(seed, epoch):
-        return [s["key"] for s in shuffle(bufsize=64, initial=16, seed=seed, epoch=EpochState(epoch))(iter(_samples(500)))]
+        return [
+            s["key"] for s in shuffle(bufsize=64, initial=16, seed=seed, epoch=EpochState(epoch))(iter(_samples(500)))
+        ]
 
     a = run(1, 0)
     assert sorted(a) == sorted(s["key"] for s in _samples(500))
@@ -85,7 +96,14 @@ def test_untuple_and_decode():
 
 @pytest.mark.parametrize("form", ["numpy", "cpu_tensors", "device_path"])
 def test_to_model_inputs_hand_computed(form):
-    tagged = {"key": "a/0", "seq_id": "a", "start": 0, "bases": np.frombuffer(b"ACG", np.uint8), "tag": b"|x|", "rc": False}
+    tagged = {
+        "key": "a/0",
+        "seq_id": "a",
+        "start": 0,
+        "bases": np.frombuffer(b"ACG", np.uint8),
+        "tag": b"|x|",
+        "rc": False,
+    }
     plain = {"key": "b/0", "seq_id": "b", "start": 7, "bases": np.frombuffer(b"TTAC", np.uint8), "tag": b"", "rc": True}
     batch = collate_compact([tagged, plain], window=5, max_tag=3)
     assert batch["bases"].dtype == np.uint8 and batch["bases"].shape == (2, 5)
@@ -102,12 +120,10 @@ def test_to_model_inputs_hand_computed(form):
     out = run(True)
     P, B, S, E = PAD_ID, BOS_ID, SEP_ID, EOS_ID
     A, C, G, T, bar, x = 65, 67, 71, 84, ord("|"), ord("x")
-    tokens = [[B, bar, x, bar, S, A, C, G, E, P],
-              [B, S, T, T, A, C, E, P, P, P]]
+    tokens = [[B, bar, x, bar, S, A, C, G, E, P], [B, S, T, T, A, C, E, P, P, P]]
     assert out["tokens"].tolist() == tokens
-    assert out["labels"].tolist() == [row[1:] + [P] for row in tokens]
-    assert out["loss_mask"].tolist() == [[0, 0, 0, 0, 1, 1, 1, 0, 0, 0],
-                                         [0, 1, 1, 1, 1, 0, 0, 0, 0, 0]]
+    assert out["labels"].tolist() == [[*row[1:], P] for row in tokens]
+    assert out["loss_mask"].tolist() == [[0, 0, 0, 0, 1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 0, 0, 0, 0, 0]]
     assert out["loss_mask"].dtype == torch.float32 and out["tokens"].dtype == torch.int64
     assert out["position_ids"].tolist() == [list(range(10))] * 2
     if convert is None:
@@ -122,8 +138,17 @@ def test_to_model_inputs_hand_computed(form):
 
 def test_to_model_inputs_uniform_fast_path_matches_row_path():
     rng = np.random.default_rng(0)
-    samples = [{"key": f"k{i}/0", "seq_id": f"k{i}", "start": 0, "rc": False, "tag": b"|ab|",
-                "bases": rng.choice(np.frombuffer(b"ACGT", np.uint8), 50)} for i in range(6)]
+    samples = [
+        {
+            "key": f"k{i}/0",
+            "seq_id": f"k{i}",
+            "start": 0,
+            "rc": False,
+            "tag": b"|ab|",
+            "bases": rng.choice(np.frombuffer(b"ACGT", np.uint8), 50),
+        }
+        for i in range(6)
+    ]
     full = to_model_inputs(collate_compact(samples, window=50, max_tag=4), seq_length=60)
     rowwise = model_inputs_gather(tensors(collate_compact(samples, window=50, max_tag=4)), 60, True)
     for key in ("tokens", "labels", "loss_mask", "position_ids"):
@@ -136,8 +161,13 @@ def test_to_model_inputs_uniform_fast_path_matches_row_path():
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("stages") / "kleb"
-    prepare([KLEBSIELLA], out, PrepareOptions(seq_length=1024, stride=1000, samples_per_shard=400,
-                                              windows_per_record=8, progress=False, workers=1))
+    prepare(
+        [KLEBSIELLA],
+        out,
+        PrepareOptions(
+            seq_length=1024, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False, workers=1
+        ),
+    )
     return out
 
 
@@ -151,9 +181,16 @@ def window_dicts(records: list[bytes]) -> list[dict]:
     for record in records:
         block = decode_record(record)
         for i in range(len(block)):
-            out.append({"key": window_key(block.seq_id[i], int(block.window[i])), "seq_id": block.seq_id[i],
-                        "start": int(block.start[i]), "bases": block.bases(i), "tag": block.tag[i].encode(),
-                        "rc": False})
+            out.append(
+                {
+                    "key": window_key(block.seq_id[i], int(block.window[i])),
+                    "seq_id": block.seq_id[i],
+                    "start": int(block.start[i]),
+                    "bases": block.bases(i),
+                    "tag": block.tag[i].encode(),
+                    "rc": False,
+                }
+            )
     return out
 
 
@@ -223,8 +260,7 @@ def by_hand(root: Path, seed: int, micro: int, buffer: int, rc_prob: float, epoc
 
 
 def test_the_module_runs_the_stages_composed_by_hand(dataset):
-    dm = GenomicWebDataModule(str(dataset), micro_batch_size=16, seed=7, shuffle_buffer=256, rc_prob=0.5,
-                              num_workers=0)
+    dm = GenomicWebDataModule(str(dataset), micro_batch_size=16, seed=7, shuffle_buffer=256, rc_prob=0.5, num_workers=0)
     dm.setup("fit")
     from_module = list(dm.train_dataloader())
     expected = by_hand(dataset, seed=7, micro=16, buffer=256, rc_prob=0.5)
@@ -232,8 +268,9 @@ def test_the_module_runs_the_stages_composed_by_hand(dataset):
     assert len(expected) == -(-n // 16)
     assert_batches_equal(from_module, expected)
     # a different seed composes to different batches (the comparison can tell them apart)
-    assert [b["keys"] for b in by_hand(dataset, seed=8, micro=16, buffer=256, rc_prob=0.5)[:3]] != \
-        [list(b["keys"]) for b in from_module[:3]]
+    assert [b["keys"] for b in by_hand(dataset, seed=8, micro=16, buffer=256, rc_prob=0.5)[:3]] != [
+        list(b["keys"]) for b in from_module[:3]
+    ]
 
 
 # The house redesign (one shuffle, named seed streams in `bionemo_wds.seeds`) set this training
@@ -243,40 +280,64 @@ def test_the_module_runs_the_stages_composed_by_hand(dataset):
 PINNED_FIRST_BATCHES = [
     (
         [
-            "NODE_37_length_42457_cov_0.480095_ID_5369/16", "NODE_8_length_186453_cov_0.773424_ID_5311/121",
-            "NODE_1_length_365645_cov_0.644189_ID_5297/296", "NODE_11_length_163578_cov_0.584402_ID_5317/43",
-            "NODE_14_length_143143_cov_0.760008_ID_5323/141", "NODE_29_length_57418_cov_0.75236_ID_5353/55",
-            "NODE_2_length_269481_cov_0.451855_ID_5299/211", "NODE_72_length_6562_cov_0.666254_ID_5439/4",
-            "NODE_2_length_269481_cov_0.451855_ID_5299/216", "NODE_2_length_269481_cov_0.451855_ID_5299/11",
-            "NODE_1_length_365645_cov_0.644189_ID_5297/106", "NODE_5_length_217745_cov_0.730804_ID_5305/43",
-            "NODE_37_length_42457_cov_0.480095_ID_5369/25", "NODE_4_length_233213_cov_1.01295_ID_5303/211",
-            "NODE_10_length_166024_cov_0.726975_ID_5315/126", "NODE_5_length_217745_cov_0.730804_ID_5305/114",
+            "NODE_37_length_42457_cov_0.480095_ID_5369/16",
+            "NODE_8_length_186453_cov_0.773424_ID_5311/121",
+            "NODE_1_length_365645_cov_0.644189_ID_5297/296",
+            "NODE_11_length_163578_cov_0.584402_ID_5317/43",
+            "NODE_14_length_143143_cov_0.760008_ID_5323/141",
+            "NODE_29_length_57418_cov_0.75236_ID_5353/55",
+            "NODE_2_length_269481_cov_0.451855_ID_5299/211",
+            "NODE_72_length_6562_cov_0.666254_ID_5439/4",
+            "NODE_2_length_269481_cov_0.451855_ID_5299/216",
+            "NODE_2_length_269481_cov_0.451855_ID_5299/11",
+            "NODE_1_length_365645_cov_0.644189_ID_5297/106",
+            "NODE_5_length_217745_cov_0.730804_ID_5305/43",
+            "NODE_37_length_42457_cov_0.480095_ID_5369/25",
+            "NODE_4_length_233213_cov_1.01295_ID_5303/211",
+            "NODE_10_length_166024_cov_0.726975_ID_5315/126",
+            "NODE_5_length_217745_cov_0.730804_ID_5305/114",
         ],
         [0, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 0],
     ),
     (
         [
-            "NODE_42_length_35323_cov_1.56167_ID_5379/6", "NODE_14_length_143143_cov_0.760008_ID_5323/137",
-            "NODE_7_length_202368_cov_0.568997_ID_5309/156", "NODE_43_length_34923_cov_0.576167_ID_5381/30",
-            "NODE_15_length_138644_cov_0.879911_ID_5325/107", "NODE_23_length_88049_cov_0.838238_ID_5341/32",
-            "NODE_19_length_126646_cov_0.478801_ID_5333/82", "NODE_52_length_20400_cov_0.620793_ID_5399/2",
-            "NODE_16_length_130912_cov_0.851965_ID_5327/13", "NODE_40_length_39005_cov_0.53419_ID_5375/6",
-            "NODE_16_length_130912_cov_0.851965_ID_5327/108", "NODE_7_length_202368_cov_0.568997_ID_5309/143",
-            "NODE_10_length_166024_cov_0.726975_ID_5315/25", "NODE_31_length_50960_cov_0.732553_ID_5357/39",
-            "NODE_9_length_172303_cov_0.609606_ID_5313/88", "NODE_33_length_46494_cov_0.546164_ID_5361/46",
+            "NODE_42_length_35323_cov_1.56167_ID_5379/6",
+            "NODE_14_length_143143_cov_0.760008_ID_5323/137",
+            "NODE_7_length_202368_cov_0.568997_ID_5309/156",
+            "NODE_43_length_34923_cov_0.576167_ID_5381/30",
+            "NODE_15_length_138644_cov_0.879911_ID_5325/107",
+            "NODE_23_length_88049_cov_0.838238_ID_5341/32",
+            "NODE_19_length_126646_cov_0.478801_ID_5333/82",
+            "NODE_52_length_20400_cov_0.620793_ID_5399/2",
+            "NODE_16_length_130912_cov_0.851965_ID_5327/13",
+            "NODE_40_length_39005_cov_0.53419_ID_5375/6",
+            "NODE_16_length_130912_cov_0.851965_ID_5327/108",
+            "NODE_7_length_202368_cov_0.568997_ID_5309/143",
+            "NODE_10_length_166024_cov_0.726975_ID_5315/25",
+            "NODE_31_length_50960_cov_0.732553_ID_5357/39",
+            "NODE_9_length_172303_cov_0.609606_ID_5313/88",
+            "NODE_33_length_46494_cov_0.546164_ID_5361/46",
         ],
         [0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1],
     ),
     (
         [
-            "NODE_14_length_143143_cov_0.760008_ID_5323/92", "NODE_45_length_26636_cov_0.480457_ID_5385/17",
-            "NODE_24_length_85729_cov_0.907094_ID_5343/3", "NODE_11_length_163578_cov_0.584402_ID_5317/40",
-            "NODE_51_length_20619_cov_1.38783_ID_5397/5", "NODE_48_length_24091_cov_1.17393_ID_5391/14",
-            "NODE_5_length_217745_cov_0.730804_ID_5305/84", "NODE_2_length_269481_cov_0.451855_ID_5299/226",
-            "NODE_33_length_46494_cov_0.546164_ID_5361/29", "NODE_21_length_101449_cov_1.08169_ID_5337/99",
-            "NODE_40_length_39005_cov_0.53419_ID_5375/15", "NODE_19_length_126646_cov_0.478801_ID_5333/24",
-            "NODE_9_length_172303_cov_0.609606_ID_5313/157", "NODE_36_length_42955_cov_0.72049_ID_5367/6",
-            "NODE_27_length_75440_cov_0.520688_ID_5349/57", "NODE_10_length_166024_cov_0.726975_ID_5315/44",
+            "NODE_14_length_143143_cov_0.760008_ID_5323/92",
+            "NODE_45_length_26636_cov_0.480457_ID_5385/17",
+            "NODE_24_length_85729_cov_0.907094_ID_5343/3",
+            "NODE_11_length_163578_cov_0.584402_ID_5317/40",
+            "NODE_51_length_20619_cov_1.38783_ID_5397/5",
+            "NODE_48_length_24091_cov_1.17393_ID_5391/14",
+            "NODE_5_length_217745_cov_0.730804_ID_5305/84",
+            "NODE_2_length_269481_cov_0.451855_ID_5299/226",
+            "NODE_33_length_46494_cov_0.546164_ID_5361/29",
+            "NODE_21_length_101449_cov_1.08169_ID_5337/99",
+            "NODE_40_length_39005_cov_0.53419_ID_5375/15",
+            "NODE_19_length_126646_cov_0.478801_ID_5333/24",
+            "NODE_9_length_172303_cov_0.609606_ID_5313/157",
+            "NODE_36_length_42955_cov_0.72049_ID_5367/6",
+            "NODE_27_length_75440_cov_0.520688_ID_5349/57",
+            "NODE_10_length_166024_cov_0.726975_ID_5315/44",
         ],
         [0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0],
     ),
@@ -284,8 +345,7 @@ PINNED_FIRST_BATCHES = [
 
 
 def test_training_order_is_pinned(dataset):
-    dm = GenomicWebDataModule(str(dataset), micro_batch_size=16, seed=7, shuffle_buffer=256, rc_prob=0.5,
-                              num_workers=0)
+    dm = GenomicWebDataModule(str(dataset), micro_batch_size=16, seed=7, shuffle_buffer=256, rc_prob=0.5, num_workers=0)
     dm.setup("fit")
     it = iter(dm.train_dataloader())
     got = [(list(b["keys"]), b["rc"].tolist()) for b in (next(it) for _ in range(3))]

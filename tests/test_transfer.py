@@ -29,8 +29,13 @@ MICRO = 16
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("transfer") / "kleb"
-    prepare([KLEBSIELLA], out, PrepareOptions(seq_length=1024, stride=1000, samples_per_shard=400,
-                                              windows_per_record=8, progress=False, workers=1))
+    prepare(
+        [KLEBSIELLA],
+        out,
+        PrepareOptions(
+            seq_length=1024, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False, workers=1
+        ),
+    )
     return out
 
 
@@ -79,8 +84,9 @@ def test_forked_workers_read_every_val_sample_once(dataset, fork_default, transf
     on_disk = []
     for shard in manifest["splits"]["val"]["shards"]:
         with open(dataset / shard["path"], "rb") as fh:
-            on_disk += [f"{s}/{w}" for _, block in iter_records(fh)
-                        for s, w in zip(block.seq_id, block.window.tolist())]
+            on_disk += [
+                f"{s}/{w}" for _, block in iter_records(fh) for s, w in zip(block.seq_id, block.window.tolist())
+            ]
     assert sorted(keys) == sorted(on_disk)
 
 
@@ -97,8 +103,9 @@ def test_transferred_batches_equal_the_in_process_ones(dataset, fork_default):
 
 
 def test_an_abandoned_pass_does_not_disturb_the_next(dataset, fork_default):
-    dm = GenomicWebDataModule(str(dataset), micro_batch_size=MICRO, num_workers=2, transfer_bytes=MICRO * 1021,
-                              transfer_timeout=20)
+    dm = GenomicWebDataModule(
+        str(dataset), micro_batch_size=MICRO, num_workers=2, transfer_bytes=MICRO * 1021, transfer_timeout=20
+    )
     dm.setup("validate")
     loader = dm.val_dataloader()
     it = iter(loader)
@@ -120,9 +127,17 @@ def real_batches(dataset: Path, n: int) -> list[dict]:
     shard = read_manifest(dataset)["splits"]["val"]["shards"][0]
     with open(dataset / shard["path"], "rb") as fh:
         _, block = next(iter_records(fh))
-    rows = [{"key": f"{block.seq_id[i]}/{int(block.window[i])}", "seq_id": block.seq_id[i],
-             "start": int(block.start[i]), "bases": block.bases(i), "tag": block.tag[i].encode(), "rc": False}
-            for i in range(4)]
+    rows = [
+        {
+            "key": f"{block.seq_id[i]}/{int(block.window[i])}",
+            "seq_id": block.seq_id[i],
+            "start": int(block.start[i]),
+            "bases": block.bases(i),
+            "tag": block.tag[i].encode(),
+            "rc": False,
+        }
+        for i in range(4)
+    ]
     return [collate_compact(rows, window=1021, max_tag=0) for _ in range(n)]
 
 
@@ -140,9 +155,15 @@ def test_a_worker_whose_slots_are_never_freed_fails_naming_itself(dataset):
     batches = real_batches(dataset, 3)
     transfer = BatchTransfer(workers=1, slots=1, slot_bytes=8 << 10, context=mp.get_context("fork"), timeout=0.5)
     try:
-        loader = torch.utils.data.DataLoader(Batches(batches, transfer), batch_size=None, num_workers=1,
-                                             collate_fn=lambda x: x, prefetch_factor=2, timeout=10,
-                                             multiprocessing_context=mp.get_context("fork"))
+        loader = torch.utils.data.DataLoader(
+            Batches(batches, transfer),
+            batch_size=None,
+            num_workers=1,
+            collate_fn=lambda x: x,
+            prefetch_factor=2,
+            timeout=10,
+            multiprocessing_context=mp.get_context("fork"),
+        )
         it = iter(loader)
         message = next(it)  # read raw, never handed to from_workers: its slot stays taken
         assert message[0] == "batches" and message[2:4] == (0, 0)
@@ -163,9 +184,14 @@ def test_slots_are_reused_once_the_main_process_takes_the_batches(dataset):
         b["start"] = b["start"] + i  # tell the batches apart
     transfer = BatchTransfer(workers=1, slots=1, slot_bytes=8 << 10, context=mp.get_context("fork"), timeout=5)
     try:
-        loader = torch.utils.data.DataLoader(Batches(batches, transfer), batch_size=None, num_workers=1,
-                                             collate_fn=lambda x: x, prefetch_factor=2,
-                                             multiprocessing_context=mp.get_context("fork"))
+        loader = torch.utils.data.DataLoader(
+            Batches(batches, transfer),
+            batch_size=None,
+            num_workers=1,
+            collate_fn=lambda x: x,
+            prefetch_factor=2,
+            multiprocessing_context=mp.get_context("fork"),
+        )
         got = list(transfer.from_workers()(iter(loader)))
     finally:
         transfer.close()
@@ -180,8 +206,13 @@ def test_an_array_too_large_for_its_slot_travels_in_the_message(dataset):
     (big,) = real_batches(dataset, 1)  # 4 x 1021 bases do not fit a 1 kB slot
     transfer = BatchTransfer(workers=1, slots=2, slot_bytes=1024, context=mp.get_context("fork"), timeout=5)
     try:
-        loader = torch.utils.data.DataLoader(Batches([big, big], transfer), batch_size=None, num_workers=1,
-                                             collate_fn=lambda x: x, multiprocessing_context=mp.get_context("fork"))
+        loader = torch.utils.data.DataLoader(
+            Batches([big, big], transfer),
+            batch_size=None,
+            num_workers=1,
+            collate_fn=lambda x: x,
+            multiprocessing_context=mp.get_context("fork"),
+        )
         got = list(transfer.from_workers()(iter(loader)))
     finally:
         transfer.close()
@@ -233,13 +264,18 @@ def test_messages_of_an_abandoned_pass_are_dropped_unread():
 def test_passes_use_alternate_halves_of_the_segment():
     transfer = BatchTransfer(workers=2, slots=3, slot_bytes=16)
     try:
+
         def where(view):
             return np.frombuffer(view, np.uint8).__array_interface__["data"][0]
 
         g = transfer.generation
         base = where(transfer.segment.buf)
-        starts = {(gen, w, i): where(transfer.slot(gen, w, i)) - base
-                  for gen in (g, g + 1) for w in range(2) for i in range(3)}
+        starts = {
+            (gen, w, i): where(transfer.slot(gen, w, i)) - base
+            for gen in (g, g + 1)
+            for w in range(2)
+            for i in range(3)
+        }
         assert sorted(starts.values()) == list(range(0, 2 * 2 * 3 * 16, 16))  # disjoint, all of it
         old = transfer.free
         transfer.new_generation()
@@ -289,8 +325,13 @@ if __name__ == "__main__":
 def test_spawned_workers_read_every_val_sample_once(dataset, tmp_path):
     script = tmp_path / "spawn_transfer.py"
     script.write_text(SPAWN_SCRIPT.format(root=str(dataset), micro=MICRO))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     n = read_manifest(dataset)["splits"]["val"]["n_samples"]
     assert done.stdout.split() == ["ok", str(n)]

@@ -25,8 +25,9 @@ geometry = st.integers(1, 400).flatmap(lambda w: st.tuples(st.just(w), st.intege
 
 
 @settings(max_examples=300, deadline=None)
-@given(lengths=st.lists(st.integers(1, 5000), min_size=1, max_size=30), wg=geometry,
-       tail=st.sampled_from(["end", "drop"]))
+@given(
+    lengths=st.lists(st.integers(1, 5000), min_size=1, max_size=30), wg=geometry, tail=st.sampled_from(["end", "drop"])
+)
 def test_counts_match_formula(lengths, wg, tail):
     window, stride = wg
     counts = window_counts(np.array(lengths), window, stride, tail)
@@ -34,8 +35,9 @@ def test_counts_match_formula(lengths, wg, tail):
 
 
 @settings(max_examples=300, deadline=None)
-@given(lengths=st.lists(st.integers(1, 3000), min_size=1, max_size=20), wg=geometry,
-       tail=st.sampled_from(["end", "drop"]))
+@given(
+    lengths=st.lists(st.integers(1, 3000), min_size=1, max_size=20), wg=geometry, tail=st.sampled_from(["end", "drop"])
+)
 def test_table_geometry(lengths, wg, tail):
     window, stride = wg
     lengths = np.array(lengths)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """bionemo-wds beside the loaders it replaces, in one run (see --help for what each timing includes)."""
+
 import sys
 
 from bionemo_wds.benchmark.run import main

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Write a seeded synthetic genome with a realistic contig-length mix (see --help)."""
+
 import sys
 
 from bionemo_wds.benchmark.synthetic import main

@@ -9,8 +9,8 @@ import argparse
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bionemo_wds.benchmark.peers import PEERS, make_peer
 
@@ -19,9 +19,9 @@ def _import_everything() -> None:
     import pyfaidx  # noqa: F401
     import webdataset  # noqa: F401
 
-    import bionemo_wds.load.genomic  # noqa: F401  (lightning, torch)
+    import bionemo_wds.compat.webdatamodule
+    import bionemo_wds.load.genomic
     import bionemo_wds.prepare  # noqa: F401
-    import bionemo_wds.compat.webdatamodule  # noqa: F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,8 +38,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--compress", default=None)
     args = p.parse_args(argv)
     _import_everything()  # module imports are start-up cost, outside every peer's timing
-    peer = make_peer(args.peer, Path(args.fasta), Path(args.workdir), args.seq_length, args.stride, args.tail,
-                     args.batch_size, compress=args.compress)
+    peer = make_peer(
+        args.peer,
+        Path(args.fasta),
+        Path(args.workdir),
+        args.seq_length,
+        args.stride,
+        args.tail,
+        args.batch_size,
+        compress=args.compress,
+    )
     if args.action == "prepare":
         shutil.rmtree(peer.dir, ignore_errors=True)  # every prepare starts from nothing
         t0 = time.perf_counter()

@@ -23,14 +23,14 @@ import math
 import os
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
-from bionemo_wds.tokenizer import COMPLEMENT_TABLE
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
+from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours")
 SEED = 1234
@@ -111,8 +111,12 @@ class EdenFlyDataset(torch.utils.data.Dataset):
         tokens = torch.from_numpy(sample_tokens(bases, self.seq_length))
         labels = torch.full_like(tokens, PAD_ID)
         labels[:-1] = tokens[1:]
-        return {"tokens": tokens, "labels": labels, "loss_mask": (labels > SEP_ID + 1).float(),
-                "position_ids": torch.arange(self.seq_length)}
+        return {
+            "tokens": tokens,
+            "labels": labels,
+            "loss_mask": (labels > SEP_ID + 1).float(),
+            "position_ids": torch.arange(self.seq_length),
+        }
 
 
 # --- the peers -----------------------------------------------------------------------------------
@@ -124,8 +128,16 @@ class Peer:
 
     name = ""
 
-    def __init__(self, fasta: Path, workdir: Path, seq_length: int, stride: int, tail: str, batch_size: int,
-                 compress: str | None = None):
+    def __init__(
+        self,
+        fasta: Path,
+        workdir: Path,
+        seq_length: int,
+        stride: int,
+        tail: str,
+        batch_size: int,
+        compress: str | None = None,
+    ):
         self.fasta, self.dir = Path(fasta), Path(workdir) / self.name
         self.seq_length, self.stride, self.tail, self.batch_size = seq_length, stride, tail, batch_size
         self.compress = compress
@@ -149,13 +161,20 @@ class EdenFly(Peer):
         self.dir.mkdir(parents=True, exist_ok=True)
         local = self.dir / self.fasta.name
         if not local.exists():
-            os.link(self.fasta, local) if self.fasta.stat().st_dev == self.dir.stat().st_dev else shutil.copy(self.fasta, local)
+            os.link(self.fasta, local) if self.fasta.stat().st_dev == self.dir.stat().st_dev else shutil.copy(
+                self.fasta, local
+            )
         pyfaidx.Faidx(str(local))  # builds the .fai
 
     def batches(self, workers: int) -> Iterator[dict[str, Any]]:
         dataset = EdenFlyDataset(self.dir / self.fasta.name, self.seq_length, self.stride, self.tail)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=self.batch_size, shuffle=True, num_workers=workers,
-                                             generator=torch.Generator().manual_seed(SEED))
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=True,
+            num_workers=workers,
+            generator=torch.Generator().manual_seed(SEED),
+        )
         return iter(loader)
 
 
@@ -180,10 +199,18 @@ class PickledInt64(Peer):
         for i in range(len(index)):
             bases = index.bases(fa, i)
             name = f"w{i:08d}"
-            (pickles / f"{name}.tensor.pyd").write_bytes(pickle.dumps(torch.from_numpy(sample_tokens(bases, self.seq_length))))
+            (pickles / f"{name}.tensor.pyd").write_bytes(
+                pickle.dumps(torch.from_numpy(sample_tokens(bases, self.seq_length)))
+            )
             names.append(name)
-        module = PickledDataWDS(str(pickles), "tensor.pyd", {Split.train: names}, str(self.dir / "tars-"),
-                                self.batch_size, n_tars_wds=max(4, len(names) // 1000))
+        module = PickledDataWDS(
+            str(pickles),
+            "tensor.pyd",
+            {Split.train: names},
+            str(self.dir / "tars-"),
+            self.batch_size,
+            n_tars_wds=max(4, len(names) // 1000),
+        )
         module.prepare_data()
         shutil.rmtree(pickles)  # the loader reads only the tars
 
@@ -194,13 +221,20 @@ class PickledInt64(Peer):
         from bionemo_wds.compat.webdatamodule import Split, WebDataModule
 
         n = len(self._names())
-        untuple = lambda source: (sample for (sample,) in source)  # noqa: E731 - as its docs show
+        untuple = lambda source: (sample for (sample,) in source)
         tars = str(self.dir / "tars-train")
         module = WebDataModule(  # fit needs a val split too; it is never read here
-            {Split.train: tars, Split.val: tars}, {Split.train: n, Split.val: n}, "tensor.pyd", self.batch_size,
+            {Split.train: tars, Split.val: tars},
+            {Split.train: n, Split.val: n},
+            "tensor.pyd",
+            self.batch_size,
             pipeline_wds={Split.train: [untuple, shuffle(1000, rng=random.Random(SEED))]},
-            pipeline_prebatch_wld={Split.train: [shuffle(1000, rng=random.Random(SEED)),
-                                                 batched(self.batch_size, collation_fn=torch.vstack)]},
+            pipeline_prebatch_wld={
+                Split.train: [
+                    shuffle(1000, rng=random.Random(SEED)),
+                    batched(self.batch_size, collation_fn=torch.vstack),
+                ]
+            },
             kwargs_wds={Split.train: {"shardshuffle": 100, "nodesplitter": wds.split_by_node, "seed": SEED}},
             kwargs_wld={Split.train: {"num_workers": workers}},
         )
@@ -217,8 +251,9 @@ class RawLimit(Peer):
         self.dir.mkdir(parents=True, exist_ok=True)
         index = _WindowIndex(self.fasta, self.seq_length, self.stride, self.tail)
         fa = pyfaidx.Fasta(str(self.fasta), as_raw=True)
-        mm = np.lib.format.open_memmap(self.dir / "windows.npy", mode="w+", dtype=np.uint8,
-                                       shape=(len(index), index.window))
+        mm = np.lib.format.open_memmap(
+            self.dir / "windows.npy", mode="w+", dtype=np.uint8, shape=(len(index), index.window)
+        )
         mm[:] = PAD_ID
         for i in range(len(index)):
             bases = index.bases(fa, i)
@@ -250,8 +285,12 @@ class _RawBatches(torch.utils.data.IterableDataset):
         n_batches = math.ceil(len(lengths) / self.batch_size)
         for b in range(wid, n_batches, nw):
             rows = np.sort(order[b * self.batch_size : (b + 1) * self.batch_size])
-            yield {"bases": mm[rows], "lengths": lengths[rows], "tags": np.zeros((len(rows), 0), dtype=np.uint8),
-                   "tag_lengths": np.zeros(len(rows), dtype=np.int32)}
+            yield {
+                "bases": mm[rows],
+                "lengths": lengths[rows],
+                "tags": np.zeros((len(rows), 0), dtype=np.uint8),
+                "tag_lengths": np.zeros(len(rows), dtype=np.int32),
+            }
 
 
 class Ours(Peer):
@@ -260,17 +299,25 @@ class Ours(Peer):
     def prepare(self, workers: int) -> None:
         from bionemo_wds.prepare import PrepareOptions, prepare
 
-        opts = PrepareOptions(seq_length=self.seq_length, stride=self.stride, tail=self.tail, split=(1, 0, 0),
-                              workers=max(workers, 1), progress=False, overwrite=True,
-                              samples_per_shard=SAMPLES_PER_SHARD,
-                              compress=self.compress or "none")
+        opts = PrepareOptions(
+            seq_length=self.seq_length,
+            stride=self.stride,
+            tail=self.tail,
+            split=(1, 0, 0),
+            workers=max(workers, 1),
+            progress=False,
+            overwrite=True,
+            samples_per_shard=SAMPLES_PER_SHARD,
+            compress=self.compress or "none",
+        )
         prepare([self.fasta], self.dir, opts)
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
         from bionemo_wds.load.genomic import GenomicWebDataModule
 
-        dm = GenomicWebDataModule(str(self.dir), micro_batch_size=self.batch_size, num_workers=workers,
-                                  seed=SEED, rc_prob=rc_prob)
+        dm = GenomicWebDataModule(
+            str(self.dir), micro_batch_size=self.batch_size, num_workers=workers, seed=SEED, rc_prob=rc_prob
+        )
         dm.setup("fit")
         return (dm.model_inputs(compact) for compact in dm.train_dataloader())
 

@@ -11,8 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tqdm import tqdm
 
@@ -49,12 +50,29 @@ the fastest run is reported; run nothing else on the machine meanwhile.
 """
 
 
-def _measure(action: str, peer: str, args: argparse.Namespace, fasta: Path, workers: int,
-             compress: str | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bionemo_wds.benchmark.child", action, "--peer", peer, "--fasta", str(fasta),
-           "--workdir", str(args.workdir if not compress else Path(args.workdir) / "compressed"),
-           "--seq-length", str(args.seq_length), "--stride", str(args.stride), "--batch-size", str(args.batch_size),
-           "--workers", str(workers)]
+def _measure(
+    action: str, peer: str, args: argparse.Namespace, fasta: Path, workers: int, compress: str | None = None
+) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "bionemo_wds.benchmark.child",
+        action,
+        "--peer",
+        peer,
+        "--fasta",
+        str(fasta),
+        "--workdir",
+        str(args.workdir if not compress else Path(args.workdir) / "compressed"),
+        "--seq-length",
+        str(args.seq_length),
+        "--stride",
+        str(args.stride),
+        "--batch-size",
+        str(args.batch_size),
+        "--workers",
+        str(workers),
+    ]
     if compress:
         cmd += ["--compress", compress]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -98,16 +116,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workers = [int(w) for w in args.workers.split(",")]
     tasks = [(p, w) for p in peers for w in workers]
     compress_runs = [("ours", w) for w in workers] if args.compress and "ours" in peers else []
-    bar = tqdm(total=len(peers) + len(tasks) + (1 + len(compress_runs) if compress_runs else 0),
-               desc="benchmark", unit="run", disable=args.quiet)
-    results: dict[str, Any] = {"fasta": str(fasta), "bases": bases, "seq_length": args.seq_length,
-                               "stride": args.stride, "batch_size": args.batch_size, "peers": {}}
+    bar = tqdm(
+        total=len(peers) + len(tasks) + (1 + len(compress_runs) if compress_runs else 0),
+        desc="benchmark",
+        unit="run",
+        disable=args.quiet,
+    )
+    results: dict[str, Any] = {
+        "fasta": str(fasta),
+        "bases": bases,
+        "seq_length": args.seq_length,
+        "stride": args.stride,
+        "batch_size": args.batch_size,
+        "peers": {},
+    }
     for peer in peers:
         bar.set_postfix_str(f"{peer} prepare")
         prep = _measure("prepare", peer, args, fasta, max(workers))
-        results["peers"][peer] = {"prepare_s": prep["seconds"], "prepare_mbp_s": bases / 1e6 / prep["seconds"],
-                                  "disk_bytes": prep["disk_bytes"], "bytes_per_base": prep["disk_bytes"] / bases,
-                                  "load": {}}
+        results["peers"][peer] = {
+            "prepare_s": prep["seconds"],
+            "prepare_mbp_s": bases / 1e6 / prep["seconds"],
+            "disk_bytes": prep["disk_bytes"],
+            "bytes_per_base": prep["disk_bytes"] / bases,
+            "load": {},
+        }
         bar.update()
     for peer, w in tasks:
         bar.set_postfix_str(f"{peer} load workers={w}")
@@ -119,9 +151,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if compress_runs:
         name = f"ours+{args.compress}"
         prep = _measure("prepare", "ours", args, fasta, max(workers), compress=args.compress)
-        results["peers"][name] = {"prepare_s": prep["seconds"], "prepare_mbp_s": bases / 1e6 / prep["seconds"],
-                                  "disk_bytes": prep["disk_bytes"], "bytes_per_base": prep["disk_bytes"] / bases,
-                                  "load": {}}
+        results["peers"][name] = {
+            "prepare_s": prep["seconds"],
+            "prepare_mbp_s": bases / 1e6 / prep["seconds"],
+            "disk_bytes": prep["disk_bytes"],
+            "bytes_per_base": prep["disk_bytes"] / bases,
+            "load": {},
+        }
         bar.update()
         for _, w in compress_runs:
             load = _measure("load", "ours", args, fasta, w, compress=args.compress)
@@ -140,20 +176,44 @@ def _best(peer: dict[str, Any]) -> float:
 def table(results: dict[str, Any]) -> str:
     peers = results["peers"]
     base = peers.get("eden_fly")
-    header = ["peer", "workers", "prepare s", "prep Mbp/s", "bytes/base", "samples/s", "tokens/s", "peak PSS MB",
-              "x eden_fly"]
+    header = [
+        "peer",
+        "workers",
+        "prepare s",
+        "prep Mbp/s",
+        "bytes/base",
+        "samples/s",
+        "tokens/s",
+        "peak PSS MB",
+        "x eden_fly",
+    ]
     rows = []
     for name, peer in peers.items():
         for w, load in peer["load"].items():
             ref = base["load"].get(w, {}).get("samples_per_s") if base else None
-            rows.append([name, w, f"{peer['prepare_s']:.2f}", f"{peer['prepare_mbp_s']:.1f}", f"{peer['bytes_per_base']:.3f}",
-                         f"{load['samples_per_s']:,.0f}", f"{load['tokens_per_s'] / 1e6:,.1f}M",
-                         f"{load['peak_pss_bytes'] / 1e6:,.0f}", f"{load['samples_per_s'] / ref:.2f}" if ref else "-"])
+            rows.append(
+                [
+                    name,
+                    w,
+                    f"{peer['prepare_s']:.2f}",
+                    f"{peer['prepare_mbp_s']:.1f}",
+                    f"{peer['bytes_per_base']:.3f}",
+                    f"{load['samples_per_s']:,.0f}",
+                    f"{load['tokens_per_s'] / 1e6:,.1f}M",
+                    f"{load['peak_pss_bytes'] / 1e6:,.0f}",
+                    f"{load['samples_per_s'] / ref:.2f}" if ref else "-",
+                ]
+            )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    lines = [f"{results['fasta']}: {results['bases'] / 1e6:.1f} Mbp, seq_length {results['seq_length']}, "
-             f"stride {results['stride']}, batch {results['batch_size']}", "", fmt(header),
-             "  ".join("-" * w for w in widths), *map(fmt, rows)]
+    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    lines = [
+        f"{results['fasta']}: {results['bases'] / 1e6:.1f} Mbp, seq_length {results['seq_length']}, "
+        f"stride {results['stride']}, batch {results['batch_size']}",
+        "",
+        fmt(header),
+        "  ".join("-" * w for w in widths),
+        *map(fmt, rows),
+    ]
     return "\n".join(lines)
 
 
@@ -174,21 +234,30 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
         a, b = p["ours"]["load"]["2"]["samples_per_s"], p["ours"]["load"]["0"]["samples_per_s"]
         out.append(("load: ours with 2 workers >= with 0", a >= b, f"{a:,.0f} vs {b:,.0f} samples/s"))
     if "ours" in p:
-        out.append(("disk: ours <= 1.15 bytes/base", p["ours"]["bytes_per_base"] <= 1.15,
-                    f"{p['ours']['bytes_per_base']:.3f}"))
-        out.append(("prepare: ours >= 20 Mbp/s", p["ours"]["prepare_mbp_s"] >= 20, f"{p['ours']['prepare_mbp_s']:.1f} Mbp/s"))
+        out.append(
+            ("disk: ours <= 1.15 bytes/base", p["ours"]["bytes_per_base"] <= 1.15, f"{p['ours']['bytes_per_base']:.3f}")
+        )
+        out.append(
+            ("prepare: ours >= 20 Mbp/s", p["ours"]["prepare_mbp_s"] >= 20, f"{p['ours']['prepare_mbp_s']:.1f} Mbp/s")
+        )
     zname = next((n for n in p if n.startswith("ours+")), None)
     if zname and "ours" in p:
         slow = 1 - _best(p[zname]) / _best(p["ours"])
-        out.append((f"disk: {zname} <= 0.35 bytes/base", p[zname]["bytes_per_base"] <= 0.35,
-                    f"{p[zname]['bytes_per_base']:.3f}"))
+        out.append(
+            (
+                f"disk: {zname} <= 0.35 bytes/base",
+                p[zname]["bytes_per_base"] <= 0.35,
+                f"{p[zname]['bytes_per_base']:.3f}",
+            )
+        )
         out.append((f"load: {zname} slowdown <= 15%", slow <= 0.15, f"{slow:.1%}"))
     return out
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bionemo-wds benchmark", description=HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bionemo-wds benchmark", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--fasta", help="FASTA to use (default: a seeded synthetic genome of --size-mbp)")
     p.add_argument("--size-mbp", type=float, default=32.0, help="size of the synthetic genome, in Mbp")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic genome")

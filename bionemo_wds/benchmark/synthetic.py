@@ -9,8 +9,8 @@ at the assembly's GC content (57%).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -51,8 +51,9 @@ def write_genome(path: str | Path, size_mbp: float = 32.0, seed: int = 0) -> Pat
             fh.write(f">synthetic_contig_{i:05d} length={n}\n".encode())
             full = (n // LINE) * LINE
             if full:
-                block = np.concatenate([bases[:full].reshape(-1, LINE),
-                                        np.full((full // LINE, 1), ord("\n"), np.uint8)], axis=1)
+                block = np.concatenate(
+                    [bases[:full].reshape(-1, LINE), np.full((full // LINE, 1), ord("\n"), np.uint8)], axis=1
+                )
                 fh.write(block.tobytes())
             if n > full:
                 fh.write(bases[full:].tobytes() + b"\n")
@@ -60,8 +61,9 @@ def write_genome(path: str | Path, size_mbp: float = 32.0, seed: int = 0) -> Pat
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write a seeded synthetic genome (plain FASTA) with a "
-                                                 "draft-assembly contig-length mix.")
+    parser = argparse.ArgumentParser(
+        description="Write a seeded synthetic genome (plain FASTA) with a draft-assembly contig-length mix."
+    )
     parser.add_argument("out", help="output FASTA path")
     parser.add_argument("--size-mbp", type=float, default=32.0, help="total bases, in millions")
     parser.add_argument("--seed", type=int, default=0, help="seed for lengths and bases")

@@ -8,7 +8,7 @@ configs/fit_demo.yaml``) or on the command line (``--data.micro_batch_size 16``)
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -19,6 +19,11 @@ def run(argv: Sequence[str]) -> int:
     from bionemo_wds.load.genomic import GenomicWebDataModule
     from bionemo_wds.models.tiny_lm import TinyDNALM
 
-    LightningCLI(TinyDNALM, GenomicWebDataModule, args=list(argv), save_config_kwargs={"overwrite": True},
-                 parser_kwargs={"description": "Train or evaluate TinyDNALM on bionemo-wds shards."})
+    LightningCLI(
+        TinyDNALM,
+        GenomicWebDataModule,
+        args=list(argv),
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={"description": "Train or evaluate TinyDNALM on bionemo-wds shards."},
+    )
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from bionemo_wds import __version__
 from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
@@ -35,26 +35,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return benchmark(argv[1:])
     parser = argparse.ArgumentParser(
         prog="bionemo-wds",
-        description="Genomes to WebDataset shards for DNA language models. Exit codes: 0 ok, 1 verify found problems, 2 bad input.",
+        description=(
+            "Genomes to WebDataset shards for DNA language models. "
+            "Exit codes: 0 ok, 1 verify found problems, 2 bad input."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"bionemo-wds {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_prepare_parser(sub)
-    ins = sub.add_parser("inspect", help="table of splits, shards, samples, tokens, bytes/token and length mix",
-                         description="Summarise a prepared dataset from its manifest (reads no shard).")
+    ins = sub.add_parser(
+        "inspect",
+        help="table of splits, shards, samples, tokens, bytes/token and length mix",
+        description="Summarise a prepared dataset from its manifest (reads no shard).",
+    )
     ins.add_argument("dataset", help="directory holding manifest.json")
-    ver = sub.add_parser("verify", help="re-read every shard and check it against the manifest",
-                         description="Check every shard's size, sha256, records, sample and token counts against "
-                                     "manifest.json; exit 1 naming each bad shard.")
+    ver = sub.add_parser(
+        "verify",
+        help="re-read every shard and check it against the manifest",
+        description="Check every shard's size, sha256, records, sample and token counts against "
+        "manifest.json; exit 1 naming each bad shard.",
+    )
     ver.add_argument("dataset", help="directory holding manifest.json")
     ver.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    sub.add_parser("benchmark", add_help=False,
-                   help="prepare and load the same windows with bionemo-wds and the loaders it replaces; "
-                        "one table of speed, disk and memory (`bionemo-wds benchmark --help`)")
+    sub.add_parser(
+        "benchmark",
+        add_help=False,
+        help="prepare and load the same windows with bionemo-wds and the loaders it replaces; "
+        "one table of speed, disk and memory (`bionemo-wds benchmark --help`)",
+    )
     for command in LIGHTNING_COMMANDS:
-        sub.add_parser(command, add_help=False,
-                       help=f"LightningCLI {command} of the tiny DNA LM on prepared shards "
-                            f"(`bionemo-wds {command} --help` lists trainer/model/data options)")
+        sub.add_parser(
+            command,
+            add_help=False,
+            help=f"LightningCLI {command} of the tiny DNA LM on prepared shards "
+            f"(`bionemo-wds {command} --help` lists trainer/model/data options)",
+        )
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":
@@ -65,8 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = verify(args.dataset, progress=not args.quiet)
         for problem in report.problems:
             print(f"BAD {problem}", file=sys.stderr)
-        print(f"verified {report.checked} shard(s), {report.samples} samples: "
-              f"{'ok' if report.ok else f'{len(report.problems)} problem(s)'}")
+        print(
+            f"verified {report.checked} shard(s), {report.samples} samples: "
+            f"{'ok' if report.ok else f'{len(report.problems)} problem(s)'}"
+        )
         return 0 if report.ok else 1
     except BadInputError as exc:
         print(f"bionemo-wds {args.command}: error: {exc}", file=sys.stderr)

@@ -20,9 +20,10 @@ import dataclasses
 import functools
 import types
 import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -123,13 +124,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     holds only what was given and `request_from` can tell it from the config and the defaults.
     """
     run = parser.add_argument_group("inputs and output (--out is required, here or as 'out:' in --config)")
-    run.add_argument("inputs", nargs="*", metavar="INPUTS",
-                     help=f"FASTA files or directories (default: the bundled {BUNDLED_GENOME.name})")
-    run.add_argument("--out", "-o", metavar="DIR",
-                     help="output directory (new, empty, or an earlier run's); required for the run")
-    run.add_argument("--config", metavar="FILE.yaml",
-                     help="YAML file with any of these options, keys like seq_length, split, inputs, out; "
-                          "the command line wins")
+    run.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="INPUTS",
+        help=f"FASTA files or directories (default: the bundled {BUNDLED_GENOME.name})",
+    )
+    run.add_argument(
+        "--out", "-o", metavar="DIR", help="output directory (new, empty, or an earlier run's); required for the run"
+    )
+    run.add_argument(
+        "--config",
+        metavar="FILE.yaml",
+        help="YAML file with any of these options, keys like seq_length, split, inputs, out; the command line wins",
+    )
     group = parser.add_argument_group("prepare options (also the --config keys, with - or _)")
     for spec in option_specs():
         kwargs: dict[str, Any] = {"dest": spec.name, "help": help_text(spec)}
@@ -147,15 +155,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_prepare_parser(subparsers: Any) -> argparse.ArgumentParser:
     """The `prepare` subcommand of `bionemo-wds`, added to its `add_subparsers()` action."""
-    parser = subparsers.add_parser("prepare", help=HELP, description=DESCRIPTION,
-                                   argument_default=argparse.SUPPRESS)
+    parser = subparsers.add_parser("prepare", help=HELP, description=DESCRIPTION, argument_default=argparse.SUPPRESS)
     return add_arguments(parser)
 
 
 def prepare_parser() -> argparse.ArgumentParser:
     """A stand-alone `bionemo-wds prepare` parser (for `parse_request` and tests)."""
-    parser = argparse.ArgumentParser(prog="bionemo-wds prepare", description=DESCRIPTION,
-                                     argument_default=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(
+        prog="bionemo-wds prepare", description=DESCRIPTION, argument_default=argparse.SUPPRESS
+    )
     return add_arguments(parser)
 
 
@@ -266,9 +274,11 @@ def print_summary(result: PrepareResult) -> None:
         print(f"{result.out}: already prepared with these options; nothing to do")
     else:
         rate = n_bases / 1e6 / max(result.seconds, 1e-9)
-        print(f"{result.status} {result.shards_written} shard(s)"
-              f"{f', reused {result.shards_reused}' if result.shards_reused else ''} in {result.seconds:.2f} s "
-              f"({rate:.1f} Mbp/s); {size / max(n_bases, 1):.3f} bytes on disk per input base")
+        print(
+            f"{result.status} {result.shards_written} shard(s)"
+            f"{f', reused {result.shards_reused}' if result.shards_reused else ''} in {result.seconds:.2f} s "
+            f"({rate:.1f} Mbp/s); {size / max(n_bases, 1):.3f} bytes on disk per input base"
+        )
     print(inspect_text(result.out))
 
 

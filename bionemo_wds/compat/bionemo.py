@@ -9,13 +9,14 @@ the output directories per split. The behaviour is the same code as the main API
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
 from bionemo_wds.compat import webdatamodule as _main
 from bionemo_wds.compat.pickles import pickles_to_tars
 from bionemo_wds.compat.webdatamodule import Invocations, Pipeline, Split, pickle_splits_to_tars
 
-__all__ = ["Split", "WebDataModule", "PickledDataWDS", "pickles_to_tars"]
+__all__ = ["PickledDataWDS", "Split", "WebDataModule", "pickles_to_tars"]
 
 
 class WebDataModule(_main.WebDataModule):
@@ -33,17 +34,29 @@ class WebDataModule(_main.WebDataModule):
         invoke_wds: dict[Split, Invocations] | None = None,
         invoke_wld: dict[Split, Invocations] | None = None,
     ):
-        super().__init__(dirs_tars_wds, None, suffix_keys_wds, 1, prefix_tars_wds, pipeline_wds,
-                         pipeline_prebatch_wld, kwargs_wds, kwargs_wld, invoke_wds=invoke_wds, invoke_wld=invoke_wld)
+        super().__init__(
+            dirs_tars_wds,
+            None,
+            suffix_keys_wds,
+            1,
+            prefix_tars_wds,
+            pipeline_wds,
+            pipeline_prebatch_wld,
+            kwargs_wds,
+            kwargs_wld,
+            invoke_wds=invoke_wds,
+            invoke_wld=invoke_wld,
+        )
 
-    LOADER_DEFAULTS: dict[str, Any] = {}  # DataLoader's default batch size
+    LOADER_DEFAULTS: ClassVar[dict[str, Any]] = {}  # DataLoader's default batch size
 
 
 class PickledDataWDS(WebDataModule):
     """bionemo-webdatamodule 1.0 `PickledDataWDS`: pickles to tars in `prepare_data`. Trusted input only."""
 
-    def __init__(self, dir_pickles: str, names_subset: dict[Split, list[str]], *args,
-                 n_tars_wds: int | None = None, **kwargs):
+    def __init__(
+        self, dir_pickles: str, names_subset: dict[Split, list[str]], *args, n_tars_wds: int | None = None, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self._dir_pickles = dir_pickles
         self._names_subset = names_subset
@@ -51,5 +64,11 @@ class PickledDataWDS(WebDataModule):
 
     def prepare_data(self) -> None:
         """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
-        pickle_splits_to_tars(self._dir_pickles, self._names_subset, self._suffix_keys_wds, self._dirs_tars_wds,
-                              self._prefix_tars_wds, self._n_tars_wds)
+        pickle_splits_to_tars(
+            self._dir_pickles,
+            self._names_subset,
+            self._suffix_keys_wds,
+            self._dirs_tars_wds,
+            self._prefix_tars_wds,
+            self._n_tars_wds,
+        )

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from webdataset import TarWriter
 
@@ -21,7 +22,10 @@ def pickles_to_tars(
     input_suffix: str | Iterable[str],
     dir_output: str,
     output_prefix: str,
-    func_output_data: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda prefix, data: {"__key__": prefix, **data},
+    func_output_data: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda prefix, data: {
+        "__key__": prefix,
+        **data,
+    },
     min_num_shards: int | None = None,
 ) -> list[str]:
     """Write ``{dir_input}/{name}.{suffix}`` pickles into ``{dir_output}/{output_prefix}-%06d.tar``.

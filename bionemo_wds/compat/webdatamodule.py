@@ -13,9 +13,10 @@ Pickled shards (`PickledDataWDS`) execute code when loaded: use them only with t
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from fnmatch import fnmatch
 from functools import partial
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, ClassVar
 
 import lightning as L
 import webdataset as wds
@@ -34,8 +35,17 @@ from bionemo_wds.load.loaders import (
     shard_urls,
 )
 
-__all__ = ["STAGE_SPLITS", "Invocations", "PickledDataWDS", "Pipeline", "Split", "WebDataModule", "extract_suffixes",
-           "pickle_splits_to_tars", "pickles_to_tars"]
+__all__ = [
+    "STAGE_SPLITS",
+    "Invocations",
+    "PickledDataWDS",
+    "Pipeline",
+    "Split",
+    "WebDataModule",
+    "extract_suffixes",
+    "pickle_splits_to_tars",
+    "pickles_to_tars",
+]
 
 
 def extract_suffixes(src: Iterable[dict], suffixes: Sequence[str]) -> Iterator[tuple]:
@@ -70,7 +80,7 @@ class WebDataModule(L.LightningDataModule):
 
     #: Arguments every WebLoader gets unless `kwargs_wld` says otherwise: the first release hands
     #: ready-made batches through (``batch_size=None``); 1.0 (`compat.bionemo`) keeps DataLoader's default.
-    LOADER_DEFAULTS: dict[str, Any] = {"batch_size": None}
+    LOADER_DEFAULTS: ClassVar[dict[str, Any]] = {"batch_size": None}
 
     def __init__(
         self,
@@ -89,8 +99,10 @@ class WebDataModule(L.LightningDataModule):
     ):
         super().__init__()
         if n_samples is not None and set(n_samples) != set(dirs_tars_wds):
-            raise ValueError(f"n_samples has splits {sorted(s.name for s in n_samples)} but dirs_tars_wds has "
-                             f"{sorted(s.name for s in dirs_tars_wds)}; they must name the same splits")
+            raise ValueError(
+                f"n_samples has splits {sorted(s.name for s in n_samples)} but dirs_tars_wds has "
+                f"{sorted(s.name for s in dirs_tars_wds)}; they must name the same splits"
+            )
         if isinstance(suffix_keys_wds, str):
             suffix_keys_wds = [suffix_keys_wds]
         elif not isinstance(suffix_keys_wds, Iterable):
@@ -111,8 +123,10 @@ class WebDataModule(L.LightningDataModule):
     def shard_urls(self, split: Split) -> list[str]:
         """The split's shards, sorted; a clear error when the split or its shards are missing."""
         if split not in self._dirs_tars_wds:
-            raise ValueError(f"no directory given for the {split.name} split (dirs_tars_wds has "
-                             f"{', '.join(s.name for s in self._dirs_tars_wds) or 'none'})")
+            raise ValueError(
+                f"no directory given for the {split.name} split (dirs_tars_wds has "
+                f"{', '.join(s.name for s in self._dirs_tars_wds) or 'none'})"
+            )
         return shard_urls(self._dirs_tars_wds[split], self._prefix_tars_wds, split)
 
     def setup(self, stage: str) -> None:
@@ -131,8 +145,13 @@ class WebDataModule(L.LightningDataModule):
         if split not in self._dataset:
             raise ValueError(f"the {split.name} dataloader was asked for before setup() built the {split.name} dataset")
         n_batches = epoch_batches(self._n_samples[split], self._global_batch_size) if self._n_samples else None
-        return make_loader(self._dataset[split], {**self.LOADER_DEFAULTS, **(self._kwargs_wld.get(split) or {})},
-                           self._pipeline_prebatch_wld.get(split), n_batches, self._invoke_wld.get(split))
+        return make_loader(
+            self._dataset[split],
+            {**self.LOADER_DEFAULTS, **(self._kwargs_wld.get(split) or {})},
+            self._pipeline_prebatch_wld.get(split),
+            n_batches,
+            self._invoke_wld.get(split),
+        )
 
     def train_dataloader(self) -> wds.WebLoader:
         return self._dataloader(Split.train)
@@ -147,8 +166,14 @@ class WebDataModule(L.LightningDataModule):
         return self._dataloader(Split.test)
 
 
-def pickle_splits_to_tars(dir_pickles: str, names_subset: dict[Split, list[str]], suffixes: Sequence[str],
-                          dirs_tars_wds: dict[Split, str], prefix: str, n_tars_wds: int | None) -> None:
+def pickle_splits_to_tars(
+    dir_pickles: str,
+    names_subset: dict[Split, list[str]],
+    suffixes: Sequence[str],
+    dirs_tars_wds: dict[Split, str],
+    prefix: str,
+    n_tars_wds: int | None,
+) -> None:
     """`PickledDataWDS.prepare_data`: every split's pickles into its tar directory (rewritten each call)."""
     for split, names in names_subset.items():
         pickles_to_tars(dir_pickles, names, suffixes, dirs_tars_wds[split], prefix, min_num_shards=n_tars_wds)
@@ -162,8 +187,16 @@ class PickledDataWDS(WebDataModule):
     runs code.
     """
 
-    def __init__(self, dir_pickles: str, suffix_pickles: str, names_subset: dict[Split, list[str]],
-                 prefix_dir_tars_wds: str, *args: Any, n_tars_wds: int | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        dir_pickles: str,
+        suffix_pickles: str,
+        names_subset: dict[Split, list[str]],
+        prefix_dir_tars_wds: str,
+        *args: Any,
+        n_tars_wds: int | None = None,
+        **kwargs: Any,
+    ):
         dirs = {split: f"{prefix_dir_tars_wds}{split.name}" for split in names_subset}
         n_samples = {split: len(names) for split, names in names_subset.items()}
         super().__init__(dirs, n_samples, suffix_pickles, *args, **kwargs)
@@ -173,5 +206,11 @@ class PickledDataWDS(WebDataModule):
 
     def prepare_data(self) -> None:
         """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
-        pickle_splits_to_tars(self._dir_pickles, self._names_subset, self._suffix_keys_wds, self._dirs_tars_wds,
-                              self._prefix_tars_wds, self._n_tars_wds)
+        pickle_splits_to_tars(
+            self._dir_pickles,
+            self._names_subset,
+            self._suffix_keys_wds,
+            self._dirs_tars_wds,
+            self._prefix_tars_wds,
+            self._n_tars_wds,
+        )

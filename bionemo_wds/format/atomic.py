@@ -15,8 +15,9 @@ import contextlib
 import hashlib
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 #: Temporary names are ``.<name>.tmp-<pid>``; this glob finds them under a directory.
 TEMPORARY_GLOB = ".*.tmp-*"

@@ -93,8 +93,13 @@ def _decompressor():
 
 
 def encode_record(
-    bases: list[bytes], seq_ids: list[str], starts: list[int], windows: list[int], tags: list[str],
-    codec: str = "none", level: int = 17,
+    bases: list[bytes],
+    seq_ids: list[str],
+    starts: list[int],
+    windows: list[int],
+    tags: list[str],
+    codec: str = "none",
+    level: int = 17,
 ) -> bytes:
     """Pack a block of windows into record bytes (deterministic for equal input)."""
     tokens = b"".join(bases)
@@ -104,8 +109,9 @@ def encode_record(
         tokens = _compressor(level).compress(tokens)
     elif codec != "none":
         raise ValueError(f"unknown codec {codec!r}; use one of {CODECS}")
-    record.update(tokens=tokens, lengths=[len(b) for b in bases], seq_id=seq_ids, start=starts, window=windows,
-                  tag=tags)
+    record.update(
+        tokens=tokens, lengths=[len(b) for b in bases], seq_id=seq_ids, start=starts, window=windows, tag=tags
+    )
     return msgpack.packb(record, use_bin_type=True)
 
 
@@ -133,5 +139,3 @@ def decode_record(data: bytes | dict) -> WindowBlock:
     if int(block.lengths.sum()) != len(block.tokens) or (block.lengths < 0).any():
         raise ValueError(f"record lengths add up to {int(block.lengths.sum())} bases but it holds {len(block.tokens)}")
     return block
-
-

@@ -7,8 +7,9 @@ behind `atomic_write` so a shard's name appears only when the shard is complete.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 from webdataset import TarWriter
@@ -113,5 +114,3 @@ def iter_records(fileobj: ByteStream, name: str = "<stream>") -> Iterator[tuple[
             yield key, block
     except TarStreamError as exc:
         raise ValueError(f"shard {name} is not a complete tar file: {exc}") from exc
-
-

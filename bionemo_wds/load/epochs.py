@@ -7,7 +7,8 @@ extra ``iter()`` calls and resumed runs do not shift it), else by counting passe
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import webdataset as wds
 
@@ -27,8 +28,14 @@ class EpochLoader(wds.WebLoader):
     generation there).
     """
 
-    def __init__(self, *args: Any, epoch_state: EpochState, epoch_source: Callable[[], int | None] | None = None,
-                 before_pass: Callable[[], None] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        epoch_state: EpochState,
+        epoch_source: Callable[[], int | None] | None = None,
+        before_pass: Callable[[], None] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.epoch_state = epoch_state
         self.epoch_source = epoch_source

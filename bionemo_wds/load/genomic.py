@@ -150,8 +150,10 @@ class GenomicWebDataModule(L.LightningDataModule):
                     raise CorruptShardError(f"shard {path} is listed in {self.root}/manifest.json but missing")
                 size = path.stat().st_size
                 if size != shard["bytes"]:
-                    raise CorruptShardError(f"shard {path} has {size} bytes but the manifest lists {shard['bytes']}: "
-                                            "the manifest disagrees with the file (run `bionemo-wds verify`)")
+                    raise CorruptShardError(
+                        f"shard {path} has {size} bytes but the manifest lists {shard['bytes']}: "
+                        "the manifest disagrees with the file (run `bionemo-wds verify`)"
+                    )
         return manifest
 
     def setup(self, stage: str) -> None:
@@ -162,8 +164,11 @@ class GenomicWebDataModule(L.LightningDataModule):
             self.world = World.detect(getattr(self, "trainer", None))
             self.seq_length = manifest["params"]["seq_length"]
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
-            expected = {str(self.root / sh["path"]): sh["n_samples"]
-                        for info in manifest["splits"].values() for sh in info["shards"]}
+            expected = {
+                str(self.root / sh["path"]): sh["n_samples"]
+                for info in manifest["splits"].values()
+                for sh in info["shards"]
+            }
             # the skip counter lives in shared memory of the context the loader workers start with
             self.policy = ShardErrorPolicy(self.handler, expected, mp.get_context())
             self.manifest = manifest
@@ -188,8 +193,10 @@ class GenomicWebDataModule(L.LightningDataModule):
             decode_sample(self.policy),
         ]
         if train:
-            stages += [shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), self.seed, epoch, self.world.rank),
-                       reverse_complement(self.rc_prob, self.seed, epoch)]
+            stages += [
+                shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), self.seed, epoch, self.world.rank),
+                reverse_complement(self.rc_prob, self.seed, epoch),
+            ]
         window, max_tag = params["window_length"], params["max_tag_bytes"]
         stages.append(batch(self.micro_batch_size, window, max_tag))
         kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}
@@ -213,11 +220,20 @@ class GenomicWebDataModule(L.LightningDataModule):
         assert self.manifest is not None
         transfer = self.transfers.get(split)
         prebatch = ([transfer.from_workers()] if transfer else []) + [to_tensors(pin_memory=self.pin_memory)]
-        n_batches = (epoch_batches(self.manifest["splits"][split.name]["n_samples"], self.global_batch_size)
-                     if split is Split.train else None)
-        return make_loader(self.datasets[split], self.loader_kwargs[split], prebatch, n_batches,
-                           epoch=self.epochs[split], epoch_source=self.trainer_epoch,
-                           before_pass=transfer.new_generation if transfer else None)
+        n_batches = (
+            epoch_batches(self.manifest["splits"][split.name]["n_samples"], self.global_batch_size)
+            if split is Split.train
+            else None
+        )
+        return make_loader(
+            self.datasets[split],
+            self.loader_kwargs[split],
+            prebatch,
+            n_batches,
+            epoch=self.epochs[split],
+            epoch_source=self.trainer_epoch,
+            before_pass=transfer.new_generation if transfer else None,
+        )
 
     def train_dataloader(self) -> wds.WebLoader:
         return self.loader(Split.train)
@@ -256,5 +272,6 @@ class GenomicWebDataModule(L.LightningDataModule):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("seed", self.seed) != self.seed:
-            warnings.warn(f"checkpoint was made with seed {state['seed']}; this data module uses {self.seed}",
-                          stacklevel=2)
+            warnings.warn(
+                f"checkpoint was made with seed {state['seed']}; this data module uses {self.seed}", stacklevel=2
+            )

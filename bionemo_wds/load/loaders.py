@@ -7,8 +7,9 @@ these public functions; neither reaches into the other.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum, auto
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import webdataset as wds
 
@@ -29,15 +30,20 @@ class Split(Enum):
 
 
 #: The splits each Lightning stage reads.
-STAGE_SPLITS = {"fit": (Split.train, Split.val), "validate": (Split.val,), "test": (Split.test,),
-                "predict": (Split.test,)}
+STAGE_SPLITS = {
+    "fit": (Split.train, Split.val),
+    "validate": (Split.val,),
+    "test": (Split.test,),
+    "predict": (Split.test,),
+}
 
 
 def check_stage(stage: str) -> tuple[Split, ...]:
     """The splits of a Lightning stage; an unknown stage is not implemented."""
     if stage not in STAGE_SPLITS:
-        raise NotImplementedError(f"Data setup with stage={stage!r} is not implemented "
-                                  f"(use one of {', '.join(STAGE_SPLITS)})")
+        raise NotImplementedError(
+            f"Data setup with stage={stage!r} is not implemented (use one of {', '.join(STAGE_SPLITS)})"
+        )
     return STAGE_SPLITS[stage]
 
 
@@ -74,15 +80,22 @@ def invoke(obj: Any, calls: Invocations | None) -> Any:
     return obj
 
 
-def make_loader(dataset: Any, loader_kwargs: dict[str, Any], prebatch: Pipeline = None,
-                n_batches: int | None = None, calls: Invocations | None = None,
-                epoch: EpochState | None = None, epoch_source: Callable[[], int | None] | None = None,
-                before_pass: Callable[[], None] | None = None) -> wds.WebLoader:
+def make_loader(
+    dataset: Any,
+    loader_kwargs: dict[str, Any],
+    prebatch: Pipeline = None,
+    n_batches: int | None = None,
+    calls: Invocations | None = None,
+    epoch: EpochState | None = None,
+    epoch_source: Callable[[], int | None] | None = None,
+    before_pass: Callable[[], None] | None = None,
+) -> wds.WebLoader:
     """A WebLoader over `dataset`: `prebatch` stages composed on it, ``with_epoch(n_batches)`` when
     given, then `calls` invoked. With an `epoch` state, every pass sets it first (`EpochLoader`)."""
     if epoch is not None:
-        loader: Any = EpochLoader(dataset, epoch_state=epoch, epoch_source=epoch_source, before_pass=before_pass,
-                                  **loader_kwargs)
+        loader: Any = EpochLoader(
+            dataset, epoch_state=epoch, epoch_source=epoch_source, before_pass=before_pass, **loader_kwargs
+        )
     else:
         loader = wds.WebLoader(dataset, **loader_kwargs)
     loader = compose(loader, prebatch)

@@ -7,7 +7,8 @@ int64 tensors, 8x larger, never cross a process boundary or the host-to-device c
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,11 @@ def to_model_inputs(batch: dict[str, Any], seq_length: int, control_tags: bool =
     """
     bases = batch["bases"]
     on_cpu = isinstance(bases, np.ndarray) or bases.device.type == "cpu"
-    out = model_inputs_cpu(batch, seq_length, control_tags) if on_cpu else model_inputs_gather(batch, seq_length, control_tags)
+    out = (
+        model_inputs_cpu(batch, seq_length, control_tags)
+        if on_cpu
+        else model_inputs_gather(batch, seq_length, control_tags)
+    )
     for passthrough in ("keys", "seq_id", "start", "rc", "lengths"):
         if passthrough in batch:
             value = batch[passthrough]

@@ -8,7 +8,8 @@ manifest. Damage of any kind is judged by one `ShardErrorPolicy`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from webdataset.filters import pipelinefilter
 from webdataset.gopen import gopen
@@ -21,8 +22,9 @@ from bionemo_wds.load.shard_errors import ShardErrorPolicy
 RecordItem = tuple[bytes | None, str | None, str]
 
 
-def _read_records(src: Iterable[dict[str, Any]], suffix: str = RECORD_SUFFIX,
-                  policy: ShardErrorPolicy | None = None) -> Iterator[RecordItem]:
+def _read_records(
+    src: Iterable[dict[str, Any]], suffix: str = RECORD_SUFFIX, policy: ShardErrorPolicy | None = None
+) -> Iterator[RecordItem]:
     """Shard URLs (webdataset's ``{"url": ...}`` dicts) -> ``(record, key, url)`` per member."""
     policy = policy or ShardErrorPolicy()
     ending = "." + suffix
@@ -51,7 +53,7 @@ def iter_blocks(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> I
     policy = policy or ShardErrorPolicy()
     current, count, cut = None, 0, set()
     for item in src:
-        record, key, url = (item + (None, None))[:3] if isinstance(item, tuple) else (item, None, None)
+        record, key, url = ((*item, None, None))[:3] if isinstance(item, tuple) else (item, None, None)
         if url != current:
             if current is not None and current not in cut:
                 policy.check_count(current, count)
@@ -61,7 +63,7 @@ def iter_blocks(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> I
             continue
         try:
             block = decode_record(record)
-        except Exception as exc:  # noqa: BLE001 - any undecodable record is the shard's fault
+        except Exception as exc:
             policy.bad_record(url, key, exc)
             cut.add(url)  # reported once: its window count can no longer match the manifest
             continue

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 class CorruptShardError(RuntimeError):
@@ -24,8 +25,7 @@ class ShardErrorPolicy:
     """Raise or skip-and-count; holds no per-stream state, so one policy serves every loader, pass
     and worker (streams keep their own position and counts, see `pipeline.iter_blocks`)."""
 
-    def __init__(self, mode: str = "raise", expected: Mapping[str, int] | None = None,
-                 context: Any = None):
+    def __init__(self, mode: str = "raise", expected: Mapping[str, int] | None = None, context: Any = None):
         if mode not in HANDLER_MODES:
             raise ValueError(f"handler must be one of {HANDLER_MODES}, got {mode!r}")
         self.mode = mode
@@ -56,5 +56,7 @@ class ShardErrorPolicy:
     def check_count(self, url: str, count: int) -> None:
         """A shard read to its end: does it hold the windows the manifest lists?"""
         if url in self.expected and count != self.expected[url]:
-            self._fail(f"shard {url} holds {count} samples but the manifest lists "
-                       f"{self.expected[url]}: the manifest disagrees with the file")
+            self._fail(
+                f"shard {url} holds {count} samples but the manifest lists "
+                f"{self.expected[url]}: the manifest disagrees with the file"
+            )

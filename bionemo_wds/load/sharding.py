@@ -12,7 +12,8 @@ set in the main process before workers start (see `epochs.EpochLoader`), so work
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +29,11 @@ def shard_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> np.ndarr
     return numpy_rng(seed, "shard_order", epoch).permutation(n_shards)
 
 
-def shards_of(n_shards: int, seed: int, epoch: int, shuffle: bool, world: World,
-              worker: Worker = Worker()) -> list[int]:
-    """Shard numbers this (rank, worker) reads in `epoch`, in reading order."""
+def shards_of(
+    n_shards: int, seed: int, epoch: int, shuffle: bool, world: World, worker: Worker | None = None
+) -> list[int]:
+    """Shard numbers this (rank, worker) reads in `epoch`, in reading order (worker 0 of 1 by default)."""
+    worker = worker or Worker()
     mine = shard_order(n_shards, seed, epoch, shuffle)[world.rank :: world.size]
     return mine[worker.id :: worker.count].tolist()
 
@@ -48,11 +51,16 @@ def loader_workers(split: str, n_shards: int, world: World, requested: int, requ
     """
     share = shards_per_rank(n_shards, world)
     if share == 0 and require_data:
-        raise ValueError(f"the {split} split has {n_shards} shard(s) for {world.size} ranks, so rank {world.rank} "
-                         f"would get no data; prepare with a smaller --samples-per-shard (at least {world.size} shards)")
+        raise ValueError(
+            f"the {split} split has {n_shards} shard(s) for {world.size} ranks, so rank {world.rank} "
+            f"would get no data; prepare with a smaller --samples-per-shard (at least {world.size} shards)"
+        )
     if requested > share:
-        warnings.warn(f"{split}: rank {world.rank} reads {share} shard(s), so it uses {share} loader worker(s) "
-                      f"instead of num_workers={requested} (each worker reads whole shards)", stacklevel=2)
+        warnings.warn(
+            f"{split}: rank {world.rank} reads {share} shard(s), so it uses {share} loader worker(s) "
+            f"instead of num_workers={requested} (each worker reads whole shards)",
+            stacklevel=2,
+        )
         return share
     return requested
 

@@ -18,8 +18,8 @@ with those keys. Every random choice comes from `bionemo_wds.seeds`: the shuffle
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 from webdataset.filters import pipelinefilter
@@ -41,7 +41,7 @@ WINDOW_FIELDS = ("key", "seq_id", "start", "bases", "tag", "rc")
 class BlockRows:
     """A decoded record with the per-window columns as Python lists (read once per record, not per window)."""
 
-    __slots__ = ("tokens", "offsets", "seq_id", "start", "window", "tag")
+    __slots__ = ("offsets", "seq_id", "start", "tag", "tokens", "window")
 
     def __init__(self, block: WindowBlock):
         self.tokens = block.tokens
@@ -58,7 +58,7 @@ class BlockRows:
 class Window(Mapping):
     """One window: row `row` of a decoded record, on the strand `rc` says."""
 
-    __slots__ = ("block", "row", "rc", "_key")
+    __slots__ = ("_key", "block", "rc", "row")
 
     def __init__(self, block: BlockRows, row: int, rc: bool = False):
         self.block, self.row, self.rc = block, row, rc
@@ -123,8 +123,14 @@ def _decode_sample(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -
             yield Window(rows, row)
 
 
-def _shuffle(src: Iterable[T], bufsize: int = 1000, initial: int = 100, seed: int = 0,
-             epoch: EpochState | None = None, rank: int = 0) -> Iterator[T]:
+def _shuffle(
+    src: Iterable[T],
+    bufsize: int = 1000,
+    initial: int = 100,
+    seed: int = 0,
+    epoch: EpochState | None = None,
+    rank: int = 0,
+) -> Iterator[T]:
     """Buffer shuffle as webdataset's (output starts once `initial` items are in, one out per two in
     while the buffer grows to `bufsize`, then one out per one in), drawn from the ``shuffle`` stream
     of (seed, epoch, rank, worker). ``bufsize=0`` keeps the order."""
@@ -148,8 +154,9 @@ def _shuffle(src: Iterable[T], bufsize: int = 1000, initial: int = 100, seed: in
         yield buf.pop()
 
 
-def _reverse_complement(src: Iterable[Any], p: float = 0.5, seed: int = 0,
-                        epoch: EpochState | None = None) -> Iterator[Any]:
+def _reverse_complement(
+    src: Iterable[Any], p: float = 0.5, seed: int = 0, epoch: EpochState | None = None
+) -> Iterator[Any]:
     """Flip each window to the other strand with probability `p`, decided by (seed, epoch, key)
     (`seeds.flips`); tags stay as they are. A `Window` is only marked; a dict gets new bases."""
     if p <= 0:
@@ -197,8 +204,16 @@ def collate_compact(samples: list[Any], window: int | None = None, max_tag: int 
             tags[i, : len(tag)] = np.frombuffer(tag, dtype=np.uint8)
         starts[i] = start
         rc[i] = flipped
-    return {"bases": bases, "lengths": lengths, "tags": tags, "tag_lengths": tag_lengths, "rc": rc,
-            "start": starts, "seq_id": [r[3] for r in rows], "keys": [r[2] for r in rows]}
+    return {
+        "bases": bases,
+        "lengths": lengths,
+        "tags": tags,
+        "tag_lengths": tag_lengths,
+        "rc": rc,
+        "start": starts,
+        "seq_id": [r[3] for r in rows],
+        "keys": [r[2] for r in rows],
+    }
 
 
 def _row(sample: Any) -> tuple[np.ndarray, bytes, str, str, int, bool]:
@@ -208,8 +223,9 @@ def _row(sample: Any) -> tuple[np.ndarray, bytes, str, str, int, bool]:
     return (sample["bases"], sample["tag"], sample["key"], sample["seq_id"], sample["start"], sample["rc"])
 
 
-def _batch(src: Iterable[Any], batch_size: int, window: int | None = None, max_tag: int | None = None,
-           partial: bool = True) -> Iterator[dict[str, Any]]:
+def _batch(
+    src: Iterable[Any], batch_size: int, window: int | None = None, max_tag: int | None = None, partial: bool = True
+) -> Iterator[dict[str, Any]]:
     """Group windows into compact batches of `batch_size` (the last one shorter when `partial`)."""
     for samples in chunks(src, batch_size):
         if len(samples) == batch_size or partial:

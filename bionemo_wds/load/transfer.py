@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import weakref
+from collections.abc import Iterable, Iterator
 from multiprocessing import shared_memory
 from multiprocessing.context import BaseContext
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 from webdataset.filters import pipelinefilter
@@ -50,8 +51,14 @@ def _release_segment(segment: shared_memory.SharedMemory) -> None:
 class BatchTransfer:
     """`workers` rings of `slots` slots of `slot_bytes` bytes, twice (one half per pass parity)."""
 
-    def __init__(self, workers: int, slots: int, slot_bytes: int, context: BaseContext | None = None,
-                 timeout: float = DEFAULT_TIMEOUT):
+    def __init__(
+        self,
+        workers: int,
+        slots: int,
+        slot_bytes: int,
+        context: BaseContext | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ):
         if workers < 1 or slots < 1 or slot_bytes < 1:
             raise ValueError("a batch transfer needs at least one worker, slot and byte")
         self.workers, self.slots, self.slot_bytes, self.timeout = workers, slots, slot_bytes, timeout
@@ -64,9 +71,15 @@ class BatchTransfer:
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled only when a worker is spawned: the semaphores may travel then, and only then
-        return {"workers": self.workers, "slots": self.slots, "slot_bytes": self.slot_bytes,
-                "timeout": self.timeout, "name": self.segment.name, "generation": self.generation,
-                "free": self.free}
+        return {
+            "workers": self.workers,
+            "slots": self.slots,
+            "slot_bytes": self.slot_bytes,
+            "timeout": self.timeout,
+            "name": self.segment.name,
+            "generation": self.generation,
+            "free": self.free,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({k: v for k, v in state.items() if k != "name"})
@@ -109,7 +122,8 @@ def _to_main(src: Iterable[dict[str, Any]], transfer: BatchTransfer, per_message
         if not free.acquire(timeout=transfer.timeout):
             raise RuntimeError(
                 f"loader worker {worker} waited {transfer.timeout:g} s for the main process to take one of its "
-                f"{transfer.slots} batch slots (pass {generation}); the main process has stopped reading batches")
+                f"{transfer.slots} batch slots (pass {generation}); the main process has stopped reading batches"
+            )
         index = produced % transfer.slots
         view = transfer.slot(generation, worker, index)
         slot = np.frombuffer(view, dtype=np.uint8)

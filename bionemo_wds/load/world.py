@@ -24,7 +24,7 @@ class World:
             raise ValueError(f"rank {self.rank} is not within a world of {self.size}")
 
     @classmethod
-    def detect(cls, trainer: Any = None) -> "World":
+    def detect(cls, trainer: Any = None) -> World:
         """From the Lightning trainer when there is one, else torch.distributed, else a single process."""
         if trainer is not None:
             return cls(int(trainer.global_rank), int(trainer.world_size))
@@ -41,7 +41,7 @@ class Worker:
     count: int = 1
 
     @classmethod
-    def detect(cls) -> "Worker":
+    def detect(cls) -> Worker:
         info = torch.utils.data.get_worker_info()
         return cls(info.id, info.num_workers) if info is not None else cls()
 

@@ -17,14 +17,24 @@ from torch import nn
 
 
 class TinyDNALM(L.LightningModule):
-    def __init__(self, d_model: int = 192, n_layers: int = 4, n_heads: int = 4, max_len: int = 8192,
-                 lr: float = 2e-3, warmup_steps: int = 20, vocab_size: int = 256, dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int = 192,
+        n_layers: int = 4,
+        n_heads: int = 4,
+        max_len: int = 8192,
+        lr: float = 2e-3,
+        warmup_steps: int = 20,
+        vocab_size: int = 256,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.save_hyperparameters()
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
-        layer = nn.TransformerEncoderLayer(d_model, n_heads, 4 * d_model, dropout, batch_first=True, norm_first=True,
-                                           activation="gelu")
+        layer = nn.TransformerEncoderLayer(
+            d_model, n_heads, 4 * d_model, dropout, batch_first=True, norm_first=True, activation="gelu"
+        )
         self.blocks = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
@@ -94,14 +104,19 @@ class Throughput(L.Callback):
         if trainer.global_step % self.every == 0:
             pl_module.log_dict({"samples_per_s": self.samples / elapsed, "tokens_per_s": self.tokens / elapsed})
         if self.print_every and trainer.global_step % self.print_every == 0:
-            print(f"step {trainer.global_step:5d}  train loss {loss:.3f}  {self.samples / elapsed:.1f} samples/s  "
-                  f"{self.tokens / elapsed:,.0f} tokens/s", flush=True)
+            print(
+                f"step {trainer.global_step:5d}  train loss {loss:.3f}  {self.samples / elapsed:.1f} samples/s  "
+                f"{self.tokens / elapsed:,.0f} tokens/s",
+                flush=True,
+            )
 
     def on_train_end(self, trainer, pl_module):
         if not self.start or not self.samples:
             return
         elapsed = time.perf_counter() - self.start
-        print(f"throughput: {self.samples / elapsed:.1f} samples/s, {self.tokens / elapsed:,.0f} tokens/s "
-              f"over {self.samples} samples; train loss {self.first_loss:.3f} -> {self.last_loss:.3f}")
+        print(
+            f"throughput: {self.samples / elapsed:.1f} samples/s, {self.tokens / elapsed:,.0f} tokens/s "
+            f"over {self.samples} samples; train loss {self.first_loss:.3f} -> {self.last_loss:.3f}"
+        )
         if trainer.logger is not None and getattr(trainer.logger, "log_dir", None):
             print(f"logs: {trainer.logger.log_dir}")

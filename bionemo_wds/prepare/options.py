@@ -10,8 +10,9 @@ The choices are the tuples that the code checking them defines (codecs, tail mod
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from bionemo_wds.format import CODECS, DEFAULT_PREFIX
 from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
@@ -85,40 +86,61 @@ class PrepareOptions:
     """Everything that shapes the output (except `workers`, `overwrite`, `progress`, which do not)."""
 
     seq_length: int = option(
-        8192, "tokens per model sample; windows hold seq_length - 3 - longest tag bases, "
-              "leaving room for BOS, tag, SEP, EOS")
+        8192,
+        "tokens per model sample; windows hold seq_length - 3 - longest tag bases, leaving room for BOS, tag, SEP, EOS",
+    )
     stride: int = option(7992, "bases between window starts (at most the window length)")
     tail: str = option(
-        "end", "'end': add a last window aligned to the sequence end so no base is lost; "
-               "'drop': Eden's counts, up to stride-1 tail bases dropped", choices=TAIL_MODES)
+        "end",
+        "'end': add a last window aligned to the sequence end so no base is lost; "
+        "'drop': Eden's counts, up to stride-1 tail bases dropped",
+        choices=TAIL_MODES,
+    )
     split: Sequence[float] = option(
-        (0.8, 0.1, 0.1), f"{','.join(SPLIT_NAMES)} ratios for the length-stratified split "
-                         "(buckets <10kb, <100kb, longer); 0 leaves a split out",
-        parse=parse_ratios, metavar=",".join(s.upper() for s in SPLIT_NAMES))
-    split_lists: dict[str, str] | None = option(
-        None, f"explicit split: FILE has one sequence name per line; repeat per split "
-              f"({', '.join(SPLIT_NAMES)}); sequences in no list are left out; replaces --split",
-        flags=("--split-list",), parse=parse_split_list, collect=dict, metavar="SPLIT=FILE")
+        (0.8, 0.1, 0.1),
+        f"{','.join(SPLIT_NAMES)} ratios for the length-stratified split "
+        "(buckets <10kb, <100kb, longer); 0 leaves a split out",
+        parse=parse_ratios,
+        metavar=",".join(s.upper() for s in SPLIT_NAMES),
+    )
+    split_lists: dict[str, str] | None = option(  # noqa: RUF009 - option() is dataclasses.field plus CLI metadata
+        None,
+        f"explicit split: FILE has one sequence name per line; repeat per split "
+        f"({', '.join(SPLIT_NAMES)}); sequences in no list are left out; replaces --split",
+        flags=("--split-list",),
+        parse=parse_split_list,
+        collect=dict,
+        metavar="SPLIT=FILE",
+    )
     seed: int = option(42, "seed of the split and of the window order in shards")
     tags: str = option(
-        "none", "control tag per sequence: none; description (header text after the name); "
-                "lineage (a d__...;p__... lineage in the header, as |d__...|)", choices=TAG_MODES)
+        "none",
+        "control tag per sequence: none; description (header text after the name); "
+        "lineage (a d__...;p__... lineage in the header, as |d__...|)",
+        choices=TAG_MODES,
+    )
     on_invalid: str = option(
-        "error", "a base that is not an IUPAC code: error (name sequence and position), "
-                 "skip the sequence, or replace it with N", choices=ON_INVALID)
+        "error",
+        "a base that is not an IUPAC code: error (name sequence and position), skip the sequence, or replace it with N",
+        choices=ON_INVALID,
+    )
     samples_per_shard: int | None = option(
-        None, "windows per shard",
-        default_help=f"about {SHARD_TARGET_BYTES >> 20} MB of tokens per shard, 32k windows at 8 kb")
+        None,
+        "windows per shard",
+        default_help=f"about {SHARD_TARGET_BYTES >> 20} MB of tokens per shard, 32k windows at 8 kb",
+    )
     windows_per_record: int | None = option(
-        None, "windows per tar member (1 gives one member per window)",
-        default_help=f"about {RECORD_TARGET_BYTES >> 10} kB, 16 at 8 kb")
+        None,
+        "windows per tar member (1 gives one member per window)",
+        default_help=f"about {RECORD_TARGET_BYTES >> 10} kB, 16 at 8 kb",
+    )
     prefix: str = option(DEFAULT_PREFIX, "shard file name prefix")
     compress: str = option(
-        "none", "record codec: zstd stores DNA at about 2 bits per base "
-                "(format version 2; needs bionemo-wds[zstd])", choices=CODECS)
-    compress_level: int = option(
-        17, "zstd level (17: ~0.27 bytes/base, ~5 MB/s per core to write, fast to read)")
-    workers: int | None = option(
-        None, "shard writer processes; output does not depend on it", default_help="all cores")
+        "none",
+        "record codec: zstd stores DNA at about 2 bits per base (format version 2; needs bionemo-wds[zstd])",
+        choices=CODECS,
+    )
+    compress_level: int = option(17, "zstd level (17: ~0.27 bytes/base, ~5 MB/s per core to write, fast to read)")
+    workers: int | None = option(None, "shard writer processes; output does not depend on it", default_help="all cores")
     overwrite: bool = option(False, "replace an earlier run with different options in --out", switch=True)
     progress: bool = option(True, "no progress bars", flags=("--quiet", "-q"), switch=False)

@@ -48,7 +48,7 @@ def clear_ours(out: Path, keep_cache: bool = False) -> None:
     """Remove what a prepare run writes (manifest, plan, cache, split directories), nothing else."""
     for name in (MANIFEST_NAME, PLAN_NAME):
         (out / name).unlink(missing_ok=True)
-    for name in ((() if keep_cache else (CACHE_NAME,)) + SPLIT_NAMES):
+    for name in (() if keep_cache else (CACHE_NAME,)) + SPLIT_NAMES:
         if (out / name).is_dir():
             shutil.rmtree(out / name)
 

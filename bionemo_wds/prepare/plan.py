@@ -8,8 +8,9 @@ shards. The result is the manifest skeleton and one writer task per shard; it ne
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,8 +35,8 @@ from bionemo_wds.prepare.splits import (
     split_from_lists,
     stratified_split,
 )
-from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.prepare.windows import TAIL_MODES, WindowTable, check_stride, window_length, window_table
+from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
 #: One writer task: (split, shard number, its windows in order, windows per record).
@@ -61,14 +62,20 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
             raise BadInputError("--compress zstd needs the zstandard package: pip install 'bionemo-wds[zstd]'") from exc
     if opts.tail not in TAIL_MODES:
         raise BadInputError(f"--tail must be one of {', '.join(TAIL_MODES)}, got {opts.tail!r}")
-    for name, value in (("--seq-length", opts.seq_length), ("--samples-per-shard", opts.samples_per_shard),
-                        ("--windows-per-record", opts.windows_per_record)):
+    for name, value in (
+        ("--seq-length", opts.seq_length),
+        ("--samples-per-shard", opts.samples_per_shard),
+        ("--windows-per-record", opts.windows_per_record),
+    ):
         if value is not None and value < 1:
             raise BadInputError(f"{name} must be at least 1, got {value}")
     lists = None
     if opts.split_lists:
         lists = {
-            split: {"path": str(Path(p).resolve()), "sha256": hashlib.sha256("\n".join(_read_list(p)).encode()).hexdigest()}
+            split: {
+                "path": str(Path(p).resolve()),
+                "sha256": hashlib.sha256("\n".join(_read_list(p)).encode()).hexdigest(),
+            }
             for split, p in sorted(opts.split_lists.items())
         }
     return {
@@ -135,8 +142,15 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "prefix": opts.prefix,
             "codec": opts.compress,
             "length_buckets": list(DEFAULT_BUCKET_EDGES),
-            "tokenizer": {"kind": "byte", "case": "upper", "eos": EOS_ID, "pad": PAD_ID, "bos": BOS_ID,
-                          "sep": SEP_ID, "unk": UNK_ID},
+            "tokenizer": {
+                "kind": "byte",
+                "case": "upper",
+                "eos": EOS_ID,
+                "pad": PAD_ID,
+                "bos": BOS_ID,
+                "sep": SEP_ID,
+                "unk": UNK_ID,
+            },
         },
         "splits": {},
         "skipped": catalog.skipped,

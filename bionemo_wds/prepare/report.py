@@ -21,7 +21,7 @@ def _fmt_bytes(n: float) -> str:
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
@@ -35,17 +35,33 @@ def inspect_text(root: str | Path) -> str:
         size = sum(sh["bytes"] for sh in s["shards"])
         vals = [len(s["shards"]), s["n_sequences"], s["n_samples"], s["n_tokens"], s["n_bases"], size]
         total = [a + b for a, b in zip(total, vals)]
-        rows.append([name, *[f"{v:,}" for v in vals[:5]], _fmt_bytes(size), f"{size / max(s['n_tokens'], 1):.3f}",
-                     f"{size / max(s['n_bases'], 1):.3f}"])
-    rows.append(["all", *[f"{v:,}" for v in total[:5]], _fmt_bytes(total[5]), f"{total[5] / max(total[3], 1):.3f}",
-                 f"{total[5] / max(total[4], 1):.3f}"])
+        rows.append(
+            [
+                name,
+                *[f"{v:,}" for v in vals[:5]],
+                _fmt_bytes(size),
+                f"{size / max(s['n_tokens'], 1):.3f}",
+                f"{size / max(s['n_bases'], 1):.3f}",
+            ]
+        )
+    rows.append(
+        [
+            "all",
+            *[f"{v:,}" for v in total[:5]],
+            _fmt_bytes(total[5]),
+            f"{total[5] / max(total[3], 1):.3f}",
+            f"{total[5] / max(total[4], 1):.3f}",
+        ]
+    )
     out = [
         f"dataset {root}  (format v{manifest['format_version']}, bionemo-wds {manifest['package_version']})",
         f"seq_length {params['seq_length']}  window {params['window_length']}  stride {params['stride']}  "
         f"tail {params['tail']}  tags {params['tags']}  seed {params['seed']}  "
         f"windows/record {params['windows_per_record']}  codec {params.get('codec', 'none')}",
         "",
-        _table(["split", "shards", "sequences", "samples", "tokens", "bases", "bytes", "bytes/token", "bytes/base"], rows),
+        _table(
+            ["split", "shards", "sequences", "samples", "tokens", "bases", "bytes", "bytes/token", "bytes/base"], rows
+        ),
         "",
         "length mix (share of the split's bases per length bucket; sequences in brackets)",
     ]
@@ -53,7 +69,9 @@ def inspect_text(root: str | Path) -> str:
     mix_rows = []
     for name, s in splits.items():
         mix = s["length_mix"]
-        mix_rows.append([name, *[f"{mix[b]['bases'] / max(s['n_bases'], 1):6.1%} ({mix[b]['sequences']})" for b in labels]])
+        mix_rows.append(
+            [name, *[f"{mix[b]['bases'] / max(s['n_bases'], 1):6.1%} ({mix[b]['sequences']})" for b in labels]]
+        )
     out.append(_table(["split", *labels], mix_rows))
     if manifest.get("skipped"):
         out.append(f"\nskipped sequences: {len(manifest['skipped'])} (see manifest 'skipped')")
@@ -105,7 +123,9 @@ def verify(root: str | Path, progress: bool = True) -> VerifyReport:
         if size != sh["bytes"]:
             report.problems.append(f"{sh['path']}: {size} bytes, manifest says {sh['bytes']} (truncated or replaced)")
         elif sha != sh["sha256"]:
-            report.problems.append(f"{sh['path']}: sha256 {sha[:12]}... differs from the manifest's {sh['sha256'][:12]}...")
+            report.problems.append(
+                f"{sh['path']}: sha256 {sha[:12]}... differs from the manifest's {sh['sha256'][:12]}..."
+            )
         if parse_problem:
             report.problems.append(parse_problem)
             continue

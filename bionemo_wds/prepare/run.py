@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import (
@@ -40,7 +41,9 @@ class PrepareResult:
     seconds: float = 0.0
 
 
-def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: PrepareOptions | None = None) -> PrepareResult:
+def prepare(
+    inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: PrepareOptions | None = None
+) -> PrepareResult:
     """Prepare `inputs` into `out`; resumes an interrupted run, refuses to clobber anything else."""
     t0 = time.perf_counter()
     opts = opts or PrepareOptions()
@@ -73,8 +76,16 @@ def prepare(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: P
     reused = _finished_shards(out, manifest) if state is OutState.RESUME else {}
     table = replace_invalid_table() if opts.on_invalid == "replace-N" else UPPERCASE_TABLE
     workers = opts.workers or os.cpu_count() or 1
-    written = run_writers(out, [t for t in tasks if (t[0], t[1]) not in reused], catalog, table, opts.prefix,
-                           (opts.compress, opts.compress_level), workers, opts.progress)
+    written = run_writers(
+        out,
+        [t for t in tasks if (t[0], t[1]) not in reused],
+        catalog,
+        table,
+        opts.prefix,
+        (opts.compress, opts.compress_level),
+        workers,
+        opts.progress,
+    )
     for split, info in manifest["splits"].items():
         for i, shard in enumerate(info["shards"]):
             size, sha = written.get((split, i)) or reused[(split, i)]
@@ -104,5 +115,3 @@ def _finished_shards(out: Path, manifest: dict) -> dict[tuple[str, int], tuple[i
             if (out / shard["path"]).exists():
                 done[(split, i)] = file_sha256(out / shard["path"])
     return done
-
-

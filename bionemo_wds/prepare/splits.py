@@ -10,7 +10,7 @@ count split can miss badly when a few long contigs dominate.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -112,8 +112,6 @@ def split_from_lists(names: Sequence[str], lists: Mapping[str, Sequence[str]]) -
                 raise BadInputError(f"sequence {name!r} of the {split} list is not in the inputs")
             idx = position[name]
             if assignment[idx] != -1:
-                raise BadInputError(
-                    f"sequence {name!r} is listed for both {SPLIT_NAMES[assignment[idx]]} and {split}"
-                )
+                raise BadInputError(f"sequence {name!r} is listed for both {SPLIT_NAMES[assignment[idx]]} and {split}")
             assignment[idx] = code
     return assignment

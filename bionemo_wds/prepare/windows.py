@@ -66,11 +66,9 @@ class WindowTable:
     def __len__(self) -> int:
         return int(self.seq_index.shape[0])
 
-    def take(self, rows: np.ndarray) -> "WindowTable":
+    def take(self, rows: np.ndarray) -> WindowTable:
         """The windows at `rows`, in that order."""
-        return WindowTable(
-            self.seq_index[rows], self.window_index[rows], self.start[rows], self.length[rows]
-        )
+        return WindowTable(self.seq_index[rows], self.window_index[rows], self.start[rows], self.length[rows])
 
 
 def window_table(

@@ -6,9 +6,10 @@ workers. Each shard goes through `format.write_shard` (atomic: its name appears 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -33,8 +34,14 @@ def _window_bases(row_seq: int, start: int, length: int) -> bytes:
     f = int(cat.file_index[row_seq])
     if f not in handles:
         handles[f] = open(cat.files[f], "rb")
-    raw = read_span(handles[f], int(cat.offsets[row_seq]), start, start + length,
-                    int(cat.line_bases[row_seq]), int(cat.line_bytes[row_seq]))
+    raw = read_span(
+        handles[f],
+        int(cat.offsets[row_seq]),
+        start,
+        start + length,
+        int(cat.line_bases[row_seq]),
+        int(cat.line_bytes[row_seq]),
+    )
     if len(raw) != length:
         raise RuntimeError(f"sequence {cat.names[row_seq]!r} in {cat.files[f]} changed while preparing")
     return raw.translate(_WORKER["table"])
@@ -47,9 +54,17 @@ def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tupl
         seqs = part.seq_index.tolist()
         bases = [_window_bases(s, st, ln) for s, st, ln in zip(seqs, part.start.tolist(), part.length.tolist())]
         codec, level = _WORKER["codec"]
-        yield f"{shard:06d}-{rec:06d}", encode_record(
-            bases, [cat.names[s] for s in seqs], part.start.tolist(), part.window_index.tolist(),
-            [cat.tags[s] for s in seqs], codec, level,
+        yield (
+            f"{shard:06d}-{rec:06d}",
+            encode_record(
+                bases,
+                [cat.names[s] for s in seqs],
+                part.start.tolist(),
+                part.window_index.tolist(),
+                [cat.tags[s] for s in seqs],
+                codec,
+                level,
+            ),
         )
 
 
@@ -60,8 +75,16 @@ def _write_task(task: Task) -> tuple[str, int, int, str]:
     return split, shard, size, sha
 
 
-def run_writers(root: Path, tasks: list[Task], catalog: Catalog, table: bytes, prefix: str, codec: tuple[str, int],
-                 workers: int, progress: bool) -> dict:
+def run_writers(
+    root: Path,
+    tasks: list[Task],
+    catalog: Catalog,
+    table: bytes,
+    prefix: str,
+    codec: tuple[str, int],
+    workers: int,
+    progress: bool,
+) -> dict:
     done: dict[tuple[str, int], tuple[int, str]] = {}
     bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
     if workers <= 1 or len(tasks) <= 1:
@@ -76,11 +99,11 @@ def run_writers(root: Path, tasks: list[Task], catalog: Catalog, table: bytes, p
                 handle.close()
             _WORKER.clear()
     else:
-        with ProcessPoolExecutor(workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec)) as pool:
+        with ProcessPoolExecutor(
+            workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec)
+        ) as pool:
             for split, shard, size, sha in pool.map(_write_task, tasks, chunksize=1):
                 done[(split, shard)] = (size, sha)
                 bar.update()
     bar.close()
     return done
-
-

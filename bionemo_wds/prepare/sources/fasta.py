@@ -15,8 +15,8 @@ import os
 import re
 import shutil
 import zlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pyfaidx
@@ -51,7 +51,9 @@ def find_fasta_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
         if path.is_dir():
             inside = sorted(p for p in path.rglob("*") if p.is_file() and _is_fasta_name(p))
             if not inside:
-                raise BadInputError(f"directory {path} holds no FASTA files ({', '.join(FASTA_SUFFIXES)}, optionally .gz)")
+                raise BadInputError(
+                    f"directory {path} holds no FASTA files ({', '.join(FASTA_SUFFIXES)}, optionally .gz)"
+                )
             found.extend(inside)
         elif path.exists():
             if not os.access(path, os.R_OK):
@@ -213,7 +215,7 @@ def catalog_fasta(
     if not rows:
         raise BadInputError("no usable sequences in the inputs (all were skipped)")
     cols = list(zip(*rows))
-    as_int = lambda col: np.asarray(col, dtype=np.int64)  # noqa: E731
+    as_int = lambda col: np.asarray(col, dtype=np.int64)
     return Catalog(
         files=locals_,
         origins=[str(p) for p in files],
