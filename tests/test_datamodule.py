@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import shutil
 from pathlib import Path
 
 import lightning as L
@@ -315,3 +316,40 @@ def test_prepare_options_may_carry_the_seed(tmp_path):
     )
     dm.prepare_data()
     assert read_manifest(tmp_path / "ds")["params"]["seed"] == 9
+
+
+# --- the manifest is the list -------------------------------------------------------------------
+
+
+def test_a_stray_copy_of_a_shard_is_not_read(dataset, tmp_path):
+    """A copy of a shard beside the listed ones (a glob would train on it twice) is ignored, with a warning."""
+    root = tmp_path / "ds"
+    shutil.copytree(dataset, root)
+    first = sorted((root / "train").glob("wdshards-*.tar"))[0]
+    shutil.copy(first, root / "train" / "wdshards-999999.tar")
+    dm = make(root)
+    with pytest.warns(
+        UserWarning, match=r"ignoring 1 file\(s\) not listed in manifest.json: train/wdshards-999999.tar"
+    ):
+        dm.setup("fit")
+    keys = [k for b in dm.train_dataloader() for k in b["keys"]]
+    assert len(keys) == len(set(keys)) == read_manifest(root)["splits"]["train"]["n_samples"]
+
+
+@pytest.mark.parametrize("factor", [2, 0])
+def test_a_split_count_that_disagrees_with_its_shards_is_refused(dataset, tmp_path, factor):
+    """n_samples doubled would read every sample twice per epoch; 0 would make the epoch endless."""
+    import json
+
+    from bionemo_wds.load.shard_errors import CorruptShardError
+
+    root = tmp_path / "ds"
+    shutil.copytree(dataset, root)
+    manifest = read_manifest(root)
+    held = manifest["splits"]["train"]["n_samples"]
+    manifest["splits"]["train"]["n_samples"] = held * factor
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(
+        CorruptShardError, match=rf"train split lists n_samples {held * factor} but its shards hold {held}"
+    ):
+        make(root).setup("fit")

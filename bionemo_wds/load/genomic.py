@@ -3,7 +3,7 @@
 A `LightningDataModule` composed from the public building blocks in `loaders`, `sharding`,
 `stages`, `transfer` and `model_inputs`. Per split it builds one dataset:
 
-    shard list -> RankShards (this rank's and worker's shards for the epoch) -> read_records
+    manifest's shard list -> RankShards (this rank's and worker's shards for the epoch) -> read_records
       -> decode_sample -> shuffle -> reverse_complement -> batch        (train)
       -> decode_sample -> batch                                         (val / test)
       [-> transfer.to_main: with loader workers, batches cross in shared memory]
@@ -27,7 +27,7 @@ import webdataset as wds
 
 from bionemo_wds.format import read_manifest
 from bionemo_wds.load.epochs import EpochState
-from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loader, shard_urls
+from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loader
 from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs, to_tensors
 from bionemo_wds.load.reading import read_records
 from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy
@@ -143,7 +143,25 @@ class GenomicWebDataModule(L.LightningDataModule):
                 f"bases); seq_length={self.seq_length} was asked for. Use seq_length={params['seq_length']} or "
                 f"prepare again with --seq-length {self.seq_length}"
             )
-        for info in manifest["splits"].values():
+        for name, info in manifest["splits"].items():
+            held = sum(shard["n_samples"] for shard in info["shards"])
+            if info["n_samples"] != held:
+                raise CorruptShardError(
+                    f"{self.root}/manifest.json disagrees with itself: the {name} split lists n_samples "
+                    f"{info['n_samples']} but its shards hold {held} (run `bionemo-wds verify`, or prepare again)"
+                )
+            listed = {shard["path"] for shard in info["shards"]}
+            strays = sorted(
+                f"{name}/{p.name}"
+                for p in (self.root / name).glob(f"{params['prefix']}-*.tar")
+                if f"{name}/{p.name}" not in listed
+            )
+            if strays:  # the manifest is the list: a stray copy is never read
+                warnings.warn(
+                    f"{self.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
+                    f"{', '.join(strays[:3])}{', ...' if len(strays) > 3 else ''}",
+                    stacklevel=2,
+                )
             for shard in info["shards"]:
                 path = self.root / shard["path"]
                 if not path.exists():
@@ -187,7 +205,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         workers = loader_workers(split.name, len(info["shards"]), self.world, self.num_workers, require_data=train)
         epoch = self.epochs[split]
         stages: list[Any] = [
-            wds.SimpleShardList(shard_urls(str(self.root / split.name), params["prefix"], split)),
+            # the manifest is the list: the shards it names, in its order, never a glob of the folder
+            wds.SimpleShardList([str(self.root / shard["path"]) for shard in info["shards"]]),
             RankShards(self.seed, epoch, shuffle=train, world=self.world),
             read_records(policy=self.policy),
             decode_sample(self.policy),
