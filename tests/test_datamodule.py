@@ -353,3 +353,36 @@ def test_a_split_count_that_disagrees_with_its_shards_is_refused(dataset, tmp_pa
         CorruptShardError, match=rf"train split lists n_samples {held * factor} but its shards hold {held}"
     ):
         make(root).setup("fit")
+
+
+# --- epochs and data-parallel ranks -------------------------------------------------------------
+
+
+def test_set_epoch_selects_the_epoch_outside_a_trainer(dataset):
+    counted = make(dataset)
+    counted.setup("fit")
+    passes = [keys_of(counted.train_dataloader()) for _ in range(3)]  # epochs 0, 1, 2
+    chosen = make(dataset)
+    chosen.setup("fit")
+    chosen.set_epoch(2)
+    assert keys_of(chosen.train_dataloader()) == passes[2]
+    assert keys_of(chosen.train_dataloader()) != passes[2]  # and the next pass is epoch 3
+    with pytest.raises(ValueError, match="non-negative"):
+        chosen.set_epoch(-1)
+
+
+def test_ranks_of_one_model_parallel_group_read_identical_batches(dataset):
+    """dp_size=2 over 4 ranks: the two ranks of a group (same dp_rank) get identical batches, the two
+    groups disjoint ones."""
+    keys = {}
+    for rank, dp_rank in enumerate([0, 0, 1, 1]):
+        dm = make(dataset, dp_rank=dp_rank, dp_size=2, global_batch_size=32)
+        dm.setup("fit")
+        assert (dm.world.rank, dm.world.size) == (dp_rank, 2)
+        keys[rank] = keys_of(dm.train_dataloader())
+    assert keys[0] == keys[1] and keys[2] == keys[3]
+    assert not {k for b in keys[0] for k in b} & {k for b in keys[2] for k in b}
+    with pytest.raises(ValueError, match="dp_rank and dp_size together"):
+        make(dataset, dp_rank=0)
+    with pytest.raises(ValueError, match="rank 2 is not within a world of 2"):
+        make(dataset, dp_rank=2, dp_size=2)

@@ -64,6 +64,10 @@ class GenomicWebDataModule(L.LightningDataModule):
             this many token bytes (one message per group; see `transfer`).
         transfer_timeout: seconds a loader worker waits for the main process to take a batch before
             it stops with an error.
+        dp_rank, dp_size: this process's data-parallel rank and the data-parallel size, for model
+            parallelism (ranks of one tensor- or context-parallel group pass the same `dp_rank` and
+            read identical batches). Default: the Trainer strategy's data-parallel rank and size
+            (``trainer.distributed_sampler_kwargs``), else global rank and world size.
     """
 
     def __init__(
@@ -83,6 +87,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         transfer_bytes: int = 512 << 10,
         transfer_timeout: float = 600.0,
+        dp_rank: int | None = None,
+        dp_size: int | None = None,
     ):
         super().__init__()
         if not 0 <= rc_prob <= 1:
@@ -106,7 +112,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.transfer_bytes = transfer_bytes
         self.transfer_timeout = transfer_timeout
         self.manifest: dict[str, Any] | None = None
-        self.world = World()
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.world = World.detect(None, dp_rank, dp_size)  # checked now; detected again in setup()
         self.global_batch_size = global_batch_size or micro_batch_size
         self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
         self.epochs = {split: EpochState() for split in Split}
@@ -179,7 +186,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         splits = check_stage(stage)
         if self.manifest is None:  # once; later stages reuse the datasets built so far
             manifest = self.read_checked_manifest()
-            self.world = World.detect(getattr(self, "trainer", None))
+            self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
             self.seq_length = manifest["params"]["seq_length"]
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
             expected = {
@@ -267,6 +274,13 @@ class GenomicWebDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> wds.WebLoader:
         return self.loader(Split.test)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass of every loader (outside a Trainer) epoch `epoch`; later passes count on from it."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be non-negative, got {epoch}")
+        for state in self.epochs.values():
+            state.next_epoch = epoch
 
     def trainer_epoch(self) -> int | None:
         """The trainer's current epoch (None without a trainer: passes are then counted)."""

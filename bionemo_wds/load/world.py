@@ -24,9 +24,24 @@ class World:
             raise ValueError(f"rank {self.rank} is not within a world of {self.size}")
 
     @classmethod
-    def detect(cls, trainer: Any = None) -> World:
-        """From the Lightning trainer when there is one, else torch.distributed, else a single process."""
+    def detect(cls, trainer: Any = None, dp_rank: int | None = None, dp_size: int | None = None) -> World:
+        """The data-parallel rank and size, from the first that says:
+
+        1. `dp_rank` / `dp_size` given explicitly (ranks of one tensor- or context-parallel group
+           pass the same `dp_rank`, so they read identical batches);
+        2. the Lightning trainer's strategy (``trainer.distributed_sampler_kwargs``: the data-parallel
+           mesh of `ModelParallelStrategy`, the world of DDP/FSDP), else its global rank and world size;
+        3. torch.distributed;
+        4. a single process.
+        """
+        if (dp_rank is None) != (dp_size is None):
+            raise ValueError(f"give dp_rank and dp_size together (got dp_rank={dp_rank}, dp_size={dp_size})")
+        if dp_rank is not None and dp_size is not None:
+            return cls(dp_rank, dp_size)
         if trainer is not None:
+            sampler = getattr(trainer, "distributed_sampler_kwargs", None)
+            if sampler and sampler.get("num_replicas"):
+                return cls(int(sampler["rank"]), int(sampler["num_replicas"]))
             return cls(int(trainer.global_rank), int(trainer.world_size))
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             return cls(torch.distributed.get_rank(), torch.distributed.get_world_size())
