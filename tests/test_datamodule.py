@@ -386,3 +386,44 @@ def test_ranks_of_one_model_parallel_group_read_identical_batches(dataset):
         make(dataset, dp_rank=0)
     with pytest.raises(ValueError, match="rank 2 is not within a world of 2"):
         make(dataset, dp_rank=2, dp_size=2)
+
+
+# --- Lightning knows the epoch length -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_loader_reports_the_batches_a_pass_yields(dataset, workers):
+    dm = make(dataset, num_workers=workers)
+    dm.setup("fit")
+    dm.setup("test")
+    for loader in (dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader()):
+        assert len(loader) == sum(1 for _ in loader) > 0
+
+
+class OneCycle(Tiny):
+    """Builds its schedule from the trainer's estimate, as users of OneCycleLR do."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.01)
+        total = self.trainer.estimated_stepping_batches
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=total)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def test_trainer_knows_the_epoch_and_a_one_cycle_schedule_runs_to_the_end(dataset):
+    dm = make(dataset, micro_batch_size=64)
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        val_check_interval=0.5,
+        limit_val_batches=2,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(OneCycle(), datamodule=dm)
+    per_epoch = -(-read_manifest(dataset)["splits"]["train"]["n_samples"] // 64)
+    assert trainer.num_training_batches == per_epoch
+    assert trainer.estimated_stepping_batches == trainer.global_step == 2 * per_epoch

@@ -31,7 +31,7 @@ from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loa
 from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs, to_tensors
 from bionemo_wds.load.reading import read_records
 from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy
-from bionemo_wds.load.sharding import RankShards, loader_workers
+from bionemo_wds.load.sharding import RankShards, loader_workers, rank_batches
 from bionemo_wds.load.stages import batch, decode_sample, reverse_complement, shuffle
 from bionemo_wds.load.transfer import BatchTransfer
 from bionemo_wds.load.world import World
@@ -240,17 +240,24 @@ class GenomicWebDataModule(L.LightningDataModule):
     # -- loaders ----------------------------------------------------------------------------------
 
     def loader(self, split: Split) -> wds.WebLoader:
-        """A loader over the split: training keeps bionemo's pseudo-epoch; val and test read every sample once."""
+        """A loader over the split: training keeps bionemo's pseudo-epoch; val and test read every sample once.
+
+        Its ``len()`` is the number of batches a pass yields, so Lightning knows the epoch (progress
+        bars, ``estimated_stepping_batches``, a float ``val_check_interval``)."""
         if split not in self.datasets:
             raise ValueError(f"the {split.name} dataloader was asked for before setup() built the {split.name} dataset")
         assert self.manifest is not None
         transfer = self.transfers.get(split)
         prebatch = ([transfer.from_workers()] if transfer else []) + [to_tensors(pin_memory=self.pin_memory)]
-        n_batches = (
-            epoch_batches(self.manifest["splits"][split.name]["n_samples"], self.global_batch_size)
-            if split is Split.train
-            else None
-        )
+        info = self.manifest["splits"][split.name]
+        if split is Split.train:
+            n_batches: int | None = epoch_batches(info["n_samples"], self.global_batch_size)
+            length = n_batches
+        else:
+            n_batches = None
+            shard_samples = [shard["n_samples"] for shard in info["shards"]]
+            workers = self.loader_kwargs[split]["num_workers"]
+            length = rank_batches(shard_samples, self.seed, 0, False, self.world, workers, self.micro_batch_size)
         return make_loader(
             self.datasets[split],
             self.loader_kwargs[split],
@@ -259,6 +266,7 @@ class GenomicWebDataModule(L.LightningDataModule):
             epoch=self.epochs[split],
             epoch_source=self.trainer_epoch,
             before_pass=transfer.new_generation if transfer else None,
+            length=length,
         )
 
     def train_dataloader(self) -> wds.WebLoader:

@@ -89,9 +89,12 @@ def make_loader(
     epoch: EpochState | None = None,
     epoch_source: Callable[[], int | None] | None = None,
     before_pass: Callable[[], None] | None = None,
+    length: int | None = None,
 ) -> wds.WebLoader:
     """A WebLoader over `dataset`: `prebatch` stages composed on it, ``with_epoch(n_batches)`` when
-    given, then `calls` invoked. With an `epoch` state, every pass sets it first (`EpochLoader`)."""
+    given, then `calls` invoked. With an `epoch` state, every pass sets it first (`EpochLoader`).
+    A `length` is what ``len(loader)`` reports (so Lightning knows the epoch): give it only when it
+    is the number of batches a pass yields."""
     if epoch is not None:
         loader: Any = EpochLoader(
             dataset, epoch_state=epoch, epoch_source=epoch_source, before_pass=before_pass, **loader_kwargs
@@ -101,4 +104,6 @@ def make_loader(
     loader = compose(loader, prebatch)
     if n_batches is not None:
         loader = loader.with_epoch(n_batches)
+    if length is not None:
+        loader = loader.with_length(length, silent=True)
     return invoke(loader, calls)

@@ -12,7 +12,7 @@ set in the main process before workers start (see `epochs.EpochLoader`), so work
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,19 @@ def shards_of(
     worker = worker or Worker()
     mine = shard_order(n_shards, seed, epoch, shuffle)[world.rank :: world.size]
     return mine[worker.id :: worker.count].tolist()
+
+
+def rank_batches(
+    shard_samples: Sequence[int], seed: int, epoch: int, shuffle: bool, world: World, workers: int, batch_size: int
+) -> int:
+    """Batches a rank yields when it reads every window of its shards once: each loader worker
+    (or the main process, with `workers` 0) batches its own shards, its last batch possibly short."""
+    count = max(workers, 1)
+    total = 0
+    for w in range(count):
+        mine = shards_of(len(shard_samples), seed, epoch, shuffle, world, Worker(w, count))
+        total += -(-sum(shard_samples[i] for i in mine) // batch_size)
+    return total
 
 
 def shards_per_rank(n_shards: int, world: World) -> int:
