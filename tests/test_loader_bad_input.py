@@ -21,7 +21,7 @@ import pytest
 from conftest import KLEBSIELLA
 
 from bionemo_wds.compat.webdatamodule import Split, WebDataModule
-from bionemo_wds.format import file_sha256, iter_records
+from bionemo_wds.format import decode_record, file_sha256, iter_records, window_key
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.shard_errors import CorruptShardError
 from bionemo_wds.prepare import PrepareOptions, prepare
@@ -29,6 +29,7 @@ from bionemo_wds.prepare import PrepareOptions, prepare
 SEQ_LENGTH = 1024
 OPTS = dict(seq_length=SEQ_LENGTH, stride=1000, samples_per_shard=300, windows_per_record=4, progress=False, workers=1)
 VAL_SHARD = "val/wdshards-000000.tar"
+TRAIN_SHARD = "train/wdshards-000003.tar"
 
 
 # --- fixtures and helpers -----------------------------------------------------------------------
@@ -385,6 +386,7 @@ def test_manifest_sample_count_disagrees_with_shard(root, rel, delta):
     entry = shard_entry(manifest, rel)
     actual = entry["n_samples"]
     entry["n_samples"] += delta
+    manifest["splits"][split]["n_samples"] += delta  # the manifest agrees with itself, not with the file
     save_manifest(root, manifest)
     dm = genomic(root, num_workers=0)
     dm.setup("validate" if split == "val" else "test")
@@ -397,14 +399,16 @@ def test_manifest_sample_count_disagrees_with_shard(root, rel, delta):
 
 def test_manifest_sample_count_disagreement_warns_under_warn(root):
     manifest = load_manifest(root)
+    n_samples = manifest["splits"]["val"]["n_samples"]
     shard_entry(manifest, VAL_SHARD)["n_samples"] += 3
+    manifest["splits"]["val"]["n_samples"] += 3
     save_manifest(root, manifest)
     dm = genomic(root, handler="warn")
     dm.setup("validate")
     with pytest.warns(UserWarning, match=re.escape(f"shard {root / VAL_SHARD} holds")):
         keys = read_split(dm, "val")
     assert dm.skipped == 1
-    assert len(keys) == manifest["splits"]["val"]["n_samples"]  # the file itself is whole
+    assert len(keys) == n_samples  # the file itself is whole
 
 
 def test_other_seq_length_than_the_shards_were_cut_for(root):
@@ -478,7 +482,118 @@ def test_absent_suffix_key_names_key_and_shard(pristine):
     assert "['msgpack']" in message  # what the sample does have
 
 
-# --- 8: handler ----------------------------------------------------------------------------------
+# --- 8: a record whose bytes changed: the record index (format version 3) ---------------------------
+
+
+def tokens_start(record: bytes) -> int:
+    """Where the bases of a record start: after the ``tokens`` key and its msgpack bin header."""
+    at = record.index(b"\xa6tokens") + 7
+    return at + {0xC4: 2, 0xC5: 3, 0xC6: 5}[record[at]]
+
+
+def zero_a_base(root: Path, rel: str, record: int = 2, base: int = 10) -> tuple[str, list[str]]:
+    """Set base `base` of record `record` of shard `rel` to 0x00 in place: same size, and the record
+    still decodes (with token 0, EOS, where the base was). The manifest's size and sha256 are then
+    made to agree with the damaged file, so only the record index can catch it.
+    Returns the record's key and its windows' keys."""
+    path = root / rel
+    member = members(path)[record]
+    start, end = member.offset_data, member.offset_data + member.size
+    data = bytearray(path.read_bytes())
+    block = decode_record(bytes(data[start:end]))
+    at = start + tokens_start(bytes(data[start:end])) + base
+    assert data[at] == block.tokens[base] and chr(data[at]) in "ACGTN"
+    data[at] = 0
+    path.write_bytes(bytes(data))
+    damaged = decode_record(bytes(data[start:end]))
+    assert damaged.tokens[base] == 0 and len(damaged) == len(block) and damaged.seq_id == block.seq_id
+    sync_manifest(root, rel)
+    return member.name.partition(".")[0], [window_key(s, w) for s, w in zip(block.seq_id, block.window.tolist())]
+
+
+def split_keys(root: Path, split: str) -> set[str]:
+    """Every window key of a split, read from its shards."""
+    keys = set()
+    for path in sorted((root / split).glob("wdshards-*.tar")):
+        with open(path, "rb") as fh:
+            for _, block in iter_records(fh, str(path)):
+                keys.update(window_key(s, w) for s, w in zip(block.seq_id, block.window.tolist()))
+    return keys
+
+
+def test_changed_base_raises_naming_shard_and_record(root):
+    key, _ = zero_a_base(root, TRAIN_SHARD)
+    assert key == "000003-000002"
+    dm = genomic(root)
+    dm.setup("fit")
+    with pytest.raises(CorruptShardError) as info:
+        read_split(dm, "train")
+    assert str(info.value).startswith(f"record {key} of shard {root / TRAIN_SHARD} fails its crc32 check: ")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_changed_base_warn_skips_exactly_that_record(root, workers):
+    everything = split_keys(root, "train")
+    key, windows = zero_a_base(root, TRAIN_SHARD)
+    dm = genomic(root, handler="warn", num_workers=workers)
+    dm.setup("fit")
+    message = f"record {key} of shard {root / TRAIN_SHARD} fails its crc32 check"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        keys = [k for k in read_split(dm, "train") if k]
+    assert dm.skipped == 1  # one record: the shard's window count is not reported on top
+    assert len(keys) == len(set(keys))
+    assert set(keys) == everything - set(windows) and len(windows) == 4
+    if workers == 0:  # a worker's warnings stay in the worker
+        assert [str(w.message) for w in caught if "skipped" in str(w.message)] == [
+            next(str(w.message) for w in caught if message in str(w.message))
+        ]
+
+
+def test_verify_reports_the_changed_base(root):
+    from bionemo_wds.prepare.report import verify
+
+    key, _ = zero_a_base(root, TRAIN_SHARD)
+    problems = verify(root, progress=False).problems
+    assert len(problems) == 1 and problems[0].startswith(f"{TRAIN_SHARD}: record {key} fails its crc32 check (")
+
+
+def as_format_version_1(root: Path) -> None:
+    """What a dataset written before the record index looks like: no ``records``, format version 1."""
+    manifest = load_manifest(root)
+    manifest["format_version"] = 1
+    for info in manifest["splits"].values():
+        for shard in info["shards"]:
+            del shard["records"]
+    save_manifest(root, manifest)
+
+
+def test_a_dataset_of_format_version_1_still_loads_and_verifies(root):
+    from bionemo_wds.prepare.report import verify
+
+    as_format_version_1(root)
+    manifest = load_manifest(root)
+    dm = genomic(root)
+    dm.setup("fit")
+    assert sorted(read_split(dm, "val")) == sorted(split_keys(root, "val"))
+    assert set(read_split(dm, "train")) == split_keys(root, "train")
+    report = verify(root, progress=False)
+    assert report.ok and report.samples == sum(info["n_samples"] for info in manifest["splits"].values())
+    assert [note for note in report.notes if "has no record index (format version 1" in note]
+
+
+def test_without_an_index_a_changed_base_goes_unseen(root):
+    """Why version 3 has an index: a version-1 dataset whose manifest hash was made to agree loads the
+    changed base as token 0 (EOS) without a word."""
+    as_format_version_1(root)
+    zero_a_base(root, TRAIN_SHARD)
+    dm = genomic(root)
+    dm.setup("fit")
+    assert set(read_split(dm, "train")) == split_keys(root, "train")
+    assert dm.skipped == 0
+
+
+# --- 9: handler ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("handler", ["bogus", "Raise", "ignore"])

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import itertools
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +20,7 @@ import pytest
 from conftest import KLEBSIELLA, LAMBDA
 
 from bionemo_wds.cli.main import main
-from bionemo_wds.format import iter_records, read_manifest
+from bionemo_wds.format import file_sha256, index_of, index_shard, iter_records, read_manifest, write_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.report import verify
 from bionemo_wds.prepare.splits import SPLIT_NAMES, length_buckets
@@ -289,13 +292,13 @@ def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, 
         PrepareOptions(**{**SMALL, "samples_per_shard": 5000, "windows_per_record": 64}, workers=2, compress="zstd"),
     )
     manifest = read_manifest(out)
-    assert manifest["format_version"] == 2 and manifest["params"]["codec"] == "zstd"
+    assert manifest["format_version"] == 3 and manifest["params"]["codec"] == "zstd"
     assert all_windows(out) == all_windows(kleb_small)
     size = sum(p.stat().st_size for p in out.rglob("*.tar"))
     assert size / sum(len(s) for s in klebsiella_seqs.values()) < 0.35
     assert verify(out, progress=False).ok
     plain = read_manifest(kleb_small)
-    assert plain["format_version"] == 1 and plain["params"]["codec"] == "none"
+    assert plain["format_version"] == 3 and plain["params"]["codec"] == "none"
 
 
 # --- regressions found in review ---------------------------------------------------------------
@@ -332,3 +335,160 @@ def test_single_process_prepare_closes_its_files(tmp_path):
         if os.path.exists(f"/proc/self/fd/{fd}")
     ]
     assert not [p for p in open_paths if str(out) in p]
+
+
+# --- the record index (format version 3) ----------------------------------------------------------
+
+#: sha256 of every shard of `bionemo-wds prepare <Klebsiella> --samples-per-shard 100 --workers 2`,
+#: computed with the code before the record index existed (format version 1): the index changed
+#: the manifest only, never a shard byte.
+PINNED_DEFAULT_SHARDS = {
+    "test/wdshards-000000.tar": "91665e20a62b6b7c2051a99692bab69c80ccb18f8cde2acf9144b04f1890fca0",
+    "train/wdshards-000000.tar": "be3d7d54db2a01cb98948bd4f613dc5e7373b144ddf5130cbbaa90281d12ce6c",
+    "train/wdshards-000001.tar": "aa74da7960ade790f47356d2b1226081ad79065497741b5b103f34d35149831a",
+    "train/wdshards-000002.tar": "a5d5b5f43daf006ca675da098c2a3c3858d358ee49bd6ef59c5d2062c0b0e3ed",
+    "train/wdshards-000003.tar": "0cd2996c731ef43fec117f6f8bf5a00a0f4bb156243d6421f26d21602131b0a3",
+    "train/wdshards-000004.tar": "5e2f6fcf23d83b425b07032086d2d88a94cc61792e35cfbdde53b4fbfba036a9",
+    "train/wdshards-000005.tar": "15fcf4c41539b80dd816a4899cd2fc367c19c45f02daf33764053566132923f2",
+    "train/wdshards-000006.tar": "97084373d81937e3ec8b5dfe0e371bb6acd5edcd054ad6e8aaf2039f744139ac",
+    "val/wdshards-000000.tar": "06bbc063086b039190cfe26704c89c844b08ad73db14508ea20b7bb02accdc9a",
+}
+#: sha256 over "<path> <sha256>" lines of the 20 shards of `kleb_small` (SMALL options), same code.
+PINNED_SMALL_DIGEST = "c756c223810cf18214aa6285f9ce7b012b94a37f2446249e4af1526002e1779b"
+
+
+def test_shard_bytes_are_those_of_format_version_1(tmp_path, kleb_small):
+    out = tmp_path / "default"
+    argv = ["prepare", str(KLEBSIELLA), "--out", str(out), "--quiet", "--samples-per-shard", "100", "--workers", "2"]
+    assert main(argv) == 0
+    shards = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*.tar")}
+    assert shards == PINNED_DEFAULT_SHARDS
+    manifest = read_manifest(out)
+    assert {sh["path"]: sh["sha256"] for s in manifest["splits"].values() for sh in s["shards"]} == shards
+    lines = [
+        f"{p.relative_to(kleb_small)} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+        for p in sorted(kleb_small.rglob("*.tar"))
+    ]
+    assert hashlib.sha256("\n".join(lines).encode()).hexdigest() == PINNED_SMALL_DIGEST
+
+
+def test_every_shard_has_its_record_index(kleb_small):
+    manifest = read_manifest(kleb_small)
+    for info in manifest["splits"].values():
+        for shard in info["shards"]:
+            assert list(shard) == ["path", "n_samples", "n_tokens", "bytes", "sha256", "records"]
+            index = index_of(shard)
+            assert index is not None and sum(index.windows) == shard["n_samples"]
+            assert max(index.windows) == 7 and all(0 < w <= 7 for w in index.windows)
+            assert index_shard(kleb_small / shard["path"]) == (shard["bytes"], shard["sha256"], index)
+
+
+def resume_from(done: Path, out: Path, keep: int | None) -> None:
+    """Make `out` what a run killed after writing shards but before its manifest leaves: the plan
+    file, and `keep` of `done`'s shards (all when None)."""
+    from bionemo_wds.prepare.outdir import PLAN_NAME
+
+    shutil.copytree(done, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").unlink()
+    (out / PLAN_NAME).write_text(json.dumps({"request": manifest["request"]}))
+    if keep is not None:
+        for p in sorted(out.rglob("*.tar"))[keep:]:
+            p.unlink()
+
+
+@pytest.mark.parametrize("keep", [5, None], ids=["some-shards-reused", "all-shards-reused"])
+def test_a_resumed_run_indexes_the_shards_it_reuses(tmp_path, kleb_small, keep):
+    out = tmp_path / "out"
+    resume_from(kleb_small, out, keep)
+    result = prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, workers=2))
+    assert result.status == "resumed" and result.shards_reused == (keep or 20)
+    assert tree_bytes(out) == tree_bytes(kleb_small)  # the manifest too, index and all
+    assert verify(out, progress=False).ok
+
+
+def test_write_manifest_refuses_to_index_a_shard_that_is_not_the_listed_one(tmp_path, kleb_small):
+    out = tmp_path / "out"
+    shutil.copytree(kleb_small, out)
+    manifest = read_manifest(out)
+    shard = manifest["splits"]["train"]["shards"][0]
+    del shard["records"]
+    shard["sha256"] = "0" * 64
+    with pytest.raises(ValueError, match="sha256"):
+        write_manifest(out / "manifest.json", manifest)
+    assert read_manifest(out) == read_manifest(kleb_small)
+
+
+def tokens_start(record: bytes) -> int:
+    """Where the bases of a record start: after the ``tokens`` key and its msgpack bin header."""
+    at = record.index(b"\xa6tokens") + 7
+    return at + {0xC4: 2, 0xC5: 3, 0xC6: 5}[record[at]]
+
+
+def test_verify_names_the_record_whose_bytes_changed(tmp_path, kleb_small, capsys):
+    """A base set to 0x00 (same size, the manifest's sha256 rewritten to match): only the record
+    index can tell, and verify names shard and record."""
+    ds = tmp_path / "ds"
+    shutil.copytree(kleb_small, ds)
+    manifest = read_manifest(ds)
+    shard = manifest["splits"]["train"]["shards"][2]
+    index = index_of(shard)
+    assert index is not None
+    path = ds / shard["path"]
+    data = bytearray(path.read_bytes())
+    offset = index.offset[3]
+    at = offset + tokens_start(bytes(data[offset : offset + index.size[3]])) + 10
+    assert data[at] in b"ACGTN"
+    data[at] = 0
+    path.write_bytes(bytes(data))
+    shard["bytes"], shard["sha256"] = file_sha256(path)
+    (ds / "manifest.json").write_text(json.dumps(manifest))
+    crc = zlib.crc32(data[offset : offset + index.size[3]])
+    report = verify(ds, progress=False)
+    assert report.problems == [
+        f"{shard['path']}: record 000002-000003 fails its crc32 check ({crc:08x}, the record index says "
+        f"{index.crc32[3]:08x})"
+    ]
+    assert main(["verify", str(ds), "--quiet"]) == 1
+    assert "record 000002-000003 fails its crc32 check" in capsys.readouterr().err
+
+
+def test_verify_checks_offsets_sizes_and_windows_against_the_index(tmp_path, kleb_small):
+    ds = tmp_path / "ds"
+    shutil.copytree(kleb_small, ds)
+    manifest = read_manifest(ds)
+    shards = manifest["splits"]["train"]["shards"]
+    shards[0]["records"]["offset"][1] += 512
+    shards[1]["records"]["size"][0] -= 1
+    shards[2]["records"]["windows"][4] = 6
+    shards[3]["records"] = {k: v[:-1] for k, v in shards[3]["records"].items()}
+    del shards[4]["records"]
+    (ds / "manifest.json").write_text(json.dumps(manifest))
+    problems = verify(ds, progress=False).problems
+    n3 = len(shards[3]["records"]["offset"])
+    assert problems == [
+        f"{shards[0]['path']}: record 000000-000001 starts at byte {shards[0]['records']['offset'][1] - 512}, "
+        f"the record index says {shards[0]['records']['offset'][1]}",
+        f"{shards[1]['path']}: record 000001-000000 has {shards[1]['records']['size'][0] + 1} bytes, "
+        f"the record index says {shards[1]['records']['size'][0]}",
+        f"{shards[2]['path']}: record 000002-000004 holds 7 windows, the record index says 6",
+        f"{shards[3]['path']}: record 000003-{n3:06d} is record {n3 + 1} of the shard but the record index lists {n3}",
+        f"{shards[4]['path']}: no record index in the manifest",
+    ]
+
+
+def test_a_dataset_of_format_version_1_verifies_and_says_it_has_no_index(tmp_path, kleb_small):
+    ds = tmp_path / "ds"
+    shutil.copytree(kleb_small, ds)
+    manifest = read_manifest(ds)
+    manifest["format_version"] = 1
+    for info in manifest["splits"].values():
+        for shard in info["shards"]:
+            del shard["records"]
+    (ds / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    report = verify(ds, progress=False)
+    assert report.ok and report.samples == sum(s["n_samples"] for s in manifest["splits"].values())
+    assert report.notes == [
+        f"{ds} has no record index (format version 1; written since version 3): records are checked by "
+        "their shard's sha256 only"
+    ]

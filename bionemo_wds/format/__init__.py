@@ -1,7 +1,8 @@
 """The on-disk format: the only package that knows how records, shards and manifests look as bytes.
 
-- `records`: a block of windows as one msgpack tar member (format versions 1 and 2);
+- `records`: a block of windows as one msgpack tar member (format versions 1, 2 and 3);
 - `tar`: the shard reader (`iter_members`, `iter_records`) and writer (`write_shard`);
+- `index`: the per-shard record index of version 3 (offset, size, windows, crc32 per record);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
 - `atomic`: `atomic_write` / `atomic_path` (every file this package writes goes through them) and hashing.
 """
@@ -14,20 +15,33 @@ from bionemo_wds.format.atomic import (
     file_sha256,
     remove_stale_temporaries,
 )
+from bionemo_wds.format.index import RecordIndex, index_of, record_crc32
 from bionemo_wds.format.manifest import (
     COMPRESSED_FORMAT_VERSION,
     DEFAULT_PREFIX,
     FORMAT_NAME,
     FORMAT_VERSION,
+    INDEXED_FORMAT_VERSION,
     MANIFEST_NAME,
     READABLE_VERSIONS,
     ShardInfo,
+    has_record_index,
     read_manifest,
     shard_name,
     write_manifest,
 )
 from bionemo_wds.format.records import CODECS, RECORD_SUFFIX, WindowBlock, decode_record, encode_record, window_key
-from bionemo_wds.format.tar import TAR_MTIME, TarStreamError, iter_members, iter_records, write_shard
+from bionemo_wds.format.tar import (
+    TAR_MTIME,
+    TarStreamError,
+    WrittenShard,
+    index_shard,
+    iter_member_spans,
+    iter_members,
+    iter_record_members,
+    iter_records,
+    write_shard,
+)
 
 __all__ = [
     "CODECS",
@@ -35,23 +49,32 @@ __all__ = [
     "DEFAULT_PREFIX",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "INDEXED_FORMAT_VERSION",
     "MANIFEST_NAME",
     "READABLE_VERSIONS",
     "RECORD_SUFFIX",
     "TAR_MTIME",
     "HashingReader",
     "HashingWriter",
+    "RecordIndex",
     "ShardInfo",
     "TarStreamError",
     "WindowBlock",
+    "WrittenShard",
     "atomic_path",
     "atomic_write",
     "decode_record",
     "encode_record",
     "file_sha256",
+    "has_record_index",
+    "index_of",
+    "index_shard",
+    "iter_member_spans",
     "iter_members",
+    "iter_record_members",
     "iter_records",
     "read_manifest",
+    "record_crc32",
     "remove_stale_temporaries",
     "shard_name",
     "window_key",

@@ -1,20 +1,43 @@
-"""The manifest and shard names: what a prepared dataset holds, as ``<root>/manifest.json``."""
+"""The manifest and shard names: what a prepared dataset holds, as ``<root>/manifest.json``.
+
+Format versions (``format_version``; the shard bytes are the same in all of them):
+
+1. records with plain ``tokens`` (`format.records`), a manifest with each shard's path, sample
+   and token counts, size and sha256;
+2. version 1 with zstd-compressed ``tokens`` (``params.codec`` is ``"zstd"``; each record says so
+   too): what ``--compress zstd`` wrote before version 3;
+3. (written now, for either codec: ``params.codec`` says which, as in 1 and 2) version 1 or 2
+   plus each shard's record index ``records``: per record its data offset in the tar, size,
+   window count and crc32 (`format.index`). The loader checks every record against it as it
+   decodes, `verify` checks all of it.
+
+One new version for both codecs rather than one per codec: the codec has been in ``params`` (and
+in each record) since version 1, so a second number per feature would say nothing new. Readers
+take every version in `READABLE_VERSIONS`; a dataset of version 1 or 2 has no record index, so its
+records are decoded without per-record checks and `verify` says so.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bionemo_wds.format.atomic import atomic_write
+from bionemo_wds.format.index import index_of
+from bionemo_wds.format.tar import index_shard
 
 FORMAT_NAME = "bionemo-wds"
-FORMAT_VERSION = 1
-#: Version 2 = version 1 with a compressed ``tokens`` field (``codec`` says how); written only
-#: when a codec is asked for, so uncompressed datasets stay readable by version-1 readers.
+#: The version `prepare` writes (both codecs).
+FORMAT_VERSION = 3
+#: The first version whose shard entries carry a record index.
+INDEXED_FORMAT_VERSION = 3
+#: Version 2 = version 1 with a compressed ``tokens`` field (``codec`` says how); what
+#: ``--compress zstd`` wrote before version 3 (kept for readers of such datasets).
 COMPRESSED_FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 DEFAULT_PREFIX = "wdshards"
 
@@ -31,15 +54,63 @@ class ShardInfo:
     n_tokens: int
     bytes: int
     sha256: str
+    # the record index's columns (`RecordIndex.as_dict`), filled in when the shard is written;
+    # absent in versions 1 and 2
+    records: dict[str, list[int]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if v is not None or k != "records"}
+
+
+def has_record_index(manifest: dict[str, Any]) -> bool:
+    """Does this manifest's version give every shard a record index?"""
+    return int(manifest.get("format_version", 0)) >= INDEXED_FORMAT_VERSION
+
+
+# a JSON list of numbers as `json.dumps(indent=...)` writes it, one number per line (a string
+# cannot hold a raw newline, so this only ever matches a list)
+_NUMBER_LIST = re.compile(r"\[\n[\s\d.,eE+-]*\]")
+
+
+def dumps_manifest(obj: dict[str, Any]) -> str:
+    """JSON text of a manifest: indented, but lists of numbers (the index columns) on one line."""
+    text = json.dumps(obj, indent=1, sort_keys=False)
+    return _NUMBER_LIST.sub(lambda m: "".join(m.group(0).split()), text) + "\n"
+
+
+def complete_record_index(root: Path, manifest: dict[str, Any]) -> int:
+    """Give every shard entry of a version-3 manifest its record index: entries without one (a
+    shard `prepare` did not write in this run but reused, finished by a killed run) are indexed
+    from the shard file, which must match the entry's size and sha256. Returns how many."""
+    if not has_record_index(manifest):
+        return 0
+    filled = 0
+    for info in manifest.get("splits", {}).values():
+        for shard in info["shards"]:
+            if index_of(shard) is not None:
+                continue
+            size, sha, index = index_shard(Path(root) / shard["path"])
+            if (size, sha) != (shard["bytes"], shard["sha256"]):
+                raise ValueError(
+                    f"{Path(root) / shard['path']}: {size} bytes, sha256 {sha[:12]}..., but the manifest "
+                    f"entry being written says {shard['bytes']} bytes, sha256 {str(shard['sha256'])[:12]}..."
+                )
+            shard["records"] = index.as_dict()
+            filled += 1
+    return filled
 
 
 def write_manifest(path: Path, obj: dict[str, Any]) -> None:
-    """Write a manifest (or any JSON) so readers see the old file or the whole new one, never a part."""
+    """Write a manifest (or any JSON) so readers see the old file or the whole new one, never a part.
+
+    A dataset manifest of a version with a record index is first completed by
+    `complete_record_index` (a no-op when the writers filled in every shard), so no such manifest
+    is ever written with a shard that lacks its index.
+    """
+    if obj.get("format") == FORMAT_NAME and "splits" in obj:
+        complete_record_index(Path(path).parent, obj)
     with atomic_write(path, "w") as fh:
-        fh.write(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+        fh.write(dumps_manifest(obj))
 
 
 def read_manifest(root: Path) -> dict[str, Any]:

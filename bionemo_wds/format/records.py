@@ -1,4 +1,4 @@
-"""Records: a block of windows as the bytes of one tar member (format versions 1 and 2).
+"""Records: a block of windows as the bytes of one tar member (format versions 1, 2 and 3).
 
 Format version 1. A shard is a plain (USTAR) tar file written by webdataset's `TarWriter`. Each tar
 member ``<key>.msgpack`` is a *record*: a block of up to ``windows_per_record`` windows, stored
@@ -22,6 +22,12 @@ Each window's key is ``<seq_id>/<window>``; it leads back to the FASTA substring
 
 Version 2 (``--compress zstd``) adds ``codec: "zstd"`` to each record and stores ``tokens`` as one
 zstd frame; everything else is as in version 1.
+
+Version 3 leaves records and shards byte for byte as in versions 1 and 2 (either codec; the
+manifest's ``params.codec`` says which) and adds a record index per shard to the manifest: each
+record's data offset in the tar, its size, window count and ``zlib.crc32`` of these bytes (see
+`format.index`), so a reader can fetch one record without reading what precedes it and check
+every record it decodes.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import numpy as np
 
 #: Tar member suffix of a record.
 RECORD_SUFFIX = "msgpack"
-#: Record codecs: "none" (format version 1) or "zstd" (format version 2).
+#: Record codecs: "none" (format version 1, or 3 with ``params.codec`` "none") or "zstd" (2, or 3 with "zstd").
 CODECS = ("none", "zstd")
 
 

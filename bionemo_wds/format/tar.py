@@ -2,36 +2,77 @@
 
 The reader is written here rather than taken from `tarfile` (see `iter_members`); the writer is
 webdataset's `TarWriter` with a fixed member time, so the same records always give the same bytes,
-behind `atomic_write` so a shard's name appears only when the shard is complete.
+behind `atomic_write` so a shard's name appears only when the shard is complete. The writer also
+returns the shard's record index (`format.index`): where each record's data lies, its size, window
+count and crc32.
 """
 
 from __future__ import annotations
 
+import os
+import tarfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from webdataset import TarWriter
 
-from bionemo_wds.format.atomic import HashingWriter, atomic_write
+from bionemo_wds.format.atomic import HashingReader, HashingWriter, atomic_write
+from bionemo_wds.format.index import RecordIndex
 from bionemo_wds.format.records import RECORD_SUFFIX, WindowBlock, decode_record
 
 TAR_MTIME = 0  # fixed member time: the same windows always give the same bytes
-
-
-def write_shard(final: Path, records: Iterable[tuple[str, bytes]]) -> tuple[int, str]:
-    """Write ``(key, record bytes)`` pairs as the tar shard `final`, atomically; returns (bytes, sha256)."""
-    with atomic_write(final) as fh:
-        hashing = HashingWriter(fh)
-        with TarWriter(hashing, mtime=TAR_MTIME) as writer:
-            for key, data in records:
-                writer.write({"__key__": key, RECORD_SUFFIX: data})
-    return hashing.size, hashing.sha.hexdigest()
-
-
 BLOCK = 512
 _ZERO = bytes(BLOCK)
+#: Longest member name a plain USTAR header holds; a longer one would make `tarfile` write an
+#: extended (PAX) header before the member, and the offsets below would not hold.
+_USTAR_NAME = 100
+#: Largest member size a USTAR header holds (11 octal digits).
+_USTAR_SIZE = 8**11 - 1
+
+
+def padded(size: int, to: int = BLOCK) -> int:
+    """`size` rounded up to a multiple of `to` (tar pads member data to 512-byte blocks)."""
+    return -(-size // to) * to
+
+
+class WrittenShard(NamedTuple):
+    """What `write_shard` wrote: the shard's size and sha256, and its record index."""
+
+    bytes: int
+    sha256: str
+    records: RecordIndex
+
+
+def write_shard(final: Path, records: Iterable[tuple[str, bytes, int]]) -> WrittenShard:
+    """Write ``(key, record bytes, windows in it)`` triples as the tar shard `final`, atomically.
+
+    Each record is one member ``<key>.msgpack``: a 512-byte USTAR header, then its data padded to
+    512 bytes, so record `n`'s data starts ``512 * (n + 1) + sum of the padded sizes before it``
+    into the file. `TarWriter` (stream mode) ends the archive with two zero blocks and pads it to a
+    multiple of `tarfile.RECORDSIZE`; the file size is checked against that layout before the shard
+    is published, and names that would need an extended header are refused, so the index always
+    describes the bytes written.
+    """
+    index = RecordIndex()
+    with atomic_write(final) as fh:
+        hashing = HashingWriter(fh)
+        end = 0  # end of the last member (header + padded data) in the tar
+        with TarWriter(hashing, mtime=TAR_MTIME) as writer:
+            for key, data, windows in records:
+                name = f"{key}.{RECORD_SUFFIX}"
+                if len(name) > _USTAR_NAME or not name.isascii() or len(data) > _USTAR_SIZE:
+                    raise ValueError(f"record {name} ({len(data)} bytes) does not fit a plain USTAR header")
+                writer.write({"__key__": key, RECORD_SUFFIX: data})
+                index.append(end + BLOCK, data, windows)
+                end += BLOCK + padded(len(data))
+        if hashing.size != padded(end + 2 * BLOCK, tarfile.RECORDSIZE):
+            raise RuntimeError(
+                f"{final}: TarWriter wrote {hashing.size} bytes, the record index layout expects "
+                f"{padded(end + 2 * BLOCK, tarfile.RECORDSIZE)}"
+            )
+    return WrittenShard(hashing.size, hashing.sha.hexdigest(), index)
 
 
 class ByteStream(Protocol):
@@ -66,7 +107,14 @@ def iter_members(stream: ByteStream) -> Iterator[tuple[str, bytes]]:
     checksum, follows GNU long names and PAX ``path`` records, reports truncation (including a
     missing end-of-archive marker) and leaves everything else alone.
     """
+    for name, _, data in iter_member_spans(stream):
+        yield name, data
+
+
+def iter_member_spans(stream: ByteStream) -> Iterator[tuple[str, int, bytes]]:
+    """(name, offset of its data in the stream, data) of every regular file, as `iter_members`."""
     long_name: str | None = None
+    pos = 0  # bytes of the stream consumed so far
     while True:
         header = stream.read(BLOCK)
         if not header:
@@ -86,6 +134,7 @@ def iter_members(stream: ByteStream) -> Iterator[tuple[str, bytes]]:
         data = _read_exact(stream, size, f"member {name}")
         if size % BLOCK:
             _read_exact(stream, BLOCK - size % BLOCK, f"the padding of member {name}")
+        offset, pos = pos + BLOCK, pos + BLOCK + padded(size)
         if kind == b"L":  # GNU long name for the next member
             long_name = data.split(b"\0", 1)[0].decode("utf-8", "replace")
         elif kind == b"x":  # PAX extended header: only `path` matters here
@@ -94,23 +143,44 @@ def iter_members(stream: ByteStream) -> Iterator[tuple[str, bytes]]:
                 if keyval.startswith(b"path="):
                     long_name = keyval[5:].decode("utf-8", "replace")
         elif kind in (b"0", b"\0", b"7"):
-            yield (long_name or name), data
+            yield (long_name or name), offset, data
             long_name = None
         else:
             long_name = None
 
 
-def iter_records(fileobj: ByteStream, name: str = "<stream>") -> Iterator[tuple[str, WindowBlock]]:
-    """(member key, block) for every record of a shard stream; errors name the shard."""
+def iter_record_members(fileobj: ByteStream, name: str = "<stream>") -> Iterator[tuple[str, int, bytes]]:
+    """(member key, offset of its data, record bytes) for every record of a shard stream, undecoded;
+    a stream that is not a complete tar is a ValueError naming the shard."""
     try:
-        for member, data in iter_members(fileobj):
+        for member, offset, data in iter_member_spans(fileobj):
             key, _, suffix = member.partition(".")
-            if suffix != RECORD_SUFFIX:
-                continue
-            try:
-                block = decode_record(data)
-            except Exception as exc:
-                raise ValueError(f"shard {name}: record {key} cannot be decoded: {exc}") from exc
-            yield key, block
+            if suffix == RECORD_SUFFIX:
+                yield key, offset, data
     except TarStreamError as exc:
         raise ValueError(f"shard {name} is not a complete tar file: {exc}") from exc
+
+
+def decode_named(data: bytes, key: str, name: str = "<stream>") -> WindowBlock:
+    """`decode_record`, with errors naming the shard and the record."""
+    try:
+        return decode_record(data)
+    except Exception as exc:
+        raise ValueError(f"shard {name}: record {key} cannot be decoded: {exc}") from exc
+
+
+def iter_records(fileobj: ByteStream, name: str = "<stream>") -> Iterator[tuple[str, WindowBlock]]:
+    """(member key, block) for every record of a shard stream; errors name the shard."""
+    for key, _, data in iter_record_members(fileobj, name):
+        yield key, decode_named(data, key, name)
+
+
+def index_shard(path: str | os.PathLike[str]) -> tuple[int, str, RecordIndex]:
+    """(size, sha256, record index) of a shard file, from one read of it (ValueError when damaged)."""
+    index = RecordIndex()
+    with open(path, "rb") as fh:
+        reader = HashingReader(fh)
+        for key, offset, data in iter_record_members(reader, str(path)):
+            index.append(offset, data, len(decode_named(data, key, str(path))))
+        size, sha = reader.finish()
+    return size, sha, index

@@ -195,7 +195,9 @@ class GenomicWebDataModule(L.LightningDataModule):
                 for sh in info["shards"]
             }
             # the skip counter lives in shared memory of the context the loader workers start with
-            self.policy = ShardErrorPolicy(self.handler, expected, mp.get_context())
+            self.policy = ShardErrorPolicy(
+                self.handler, expected, mp.get_context(), ShardErrorPolicy.record_checks(self.root, manifest)
+            )
             self.manifest = manifest
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:

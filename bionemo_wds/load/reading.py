@@ -2,12 +2,15 @@
 
 `read_records` reads tar members with `format.iter_members` (not webdataset's tarfile-based
 expander: see there why) and hands ``(record, key, url)`` on, so later errors can name shard and
-key; `decode_blocks` decodes them and holds each finished shard's window count against the
-manifest. Damage of any kind is judged by one `ShardErrorPolicy`.
+key; `iter_blocks` decodes them, checks each record's crc32 and window count against the
+manifest's record index (format version 3; by the record's position in its shard, so the check
+costs one `zlib.crc32` of the record's bytes and a list lookup) and holds each finished shard's
+window count against the manifest. Damage of any kind is judged by one `ShardErrorPolicy`.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -45,28 +48,50 @@ def _read_records(
 def iter_blocks(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> Iterator[WindowBlock]:
     """Records (bytes or unpacked dicts, bare or as ``(record, key, url)``) -> decoded blocks.
 
-    A record that cannot be decoded raises an error naming shard and key, or is skipped and counted
-    under ``handler="warn"``. A shard read to its end must hold the windows the manifest lists
-    (the policy knows them); the count lives in this generator, so an abandoned pass leaves
-    nothing behind.
+    A record that cannot be decoded, or whose crc32 or window count differs from the record index
+    the policy holds for its shard (the n-th record of a shard against the index's n-th entry),
+    raises an error naming shard and key, or is skipped and counted under ``handler="warn"``. A
+    shard read to its end must hold the windows the manifest lists (the policy knows them); the
+    counts live in this generator, so an abandoned pass leaves nothing behind.
     """
     policy = policy or ShardErrorPolicy()
     current, count, cut = None, 0, set()
+    # the record's number in its shard; the shard's index columns (None: no index, no checks)
+    position, crcs, windows = 0, None, None
     for item in src:
         record, key, url = ((*item, None, None))[:3] if isinstance(item, tuple) else (item, None, None)
         if url != current:
             if current is not None and current not in cut:
                 policy.check_count(current, count)
-            current, count = url, 0
+            current, count, position = url, 0, 0
+            checks = policy.records.get(url) if url is not None else None
+            crcs, windows = (checks.crc32.tolist(), checks.windows.tolist()) if checks is not None else (None, None)
         if record is None:  # the reader's mark for a shard it could not finish
             cut.add(url)
             continue
+        n, position = position, position + 1
         try:
             block = decode_record(record)
         except Exception as exc:
             policy.bad_record(url, key, exc)
             cut.add(url)  # reported once: its window count can no longer match the manifest
             continue
+        if crcs is not None and windows is not None and isinstance(record, bytes):
+            # a failing record is reported once and skipped (under "warn"); the shard's window
+            # count can then no longer match the manifest, so it is not reported again
+            if n >= len(crcs):
+                policy.unindexed_record(url, key, n, len(crcs))
+                cut.add(url)
+                continue
+            crc = zlib.crc32(record)
+            if crc != crcs[n]:
+                policy.bad_checksum(url, key, crc, crcs[n])
+                cut.add(url)
+                continue
+            if len(block) != windows[n]:
+                policy.bad_window_count(url, key, len(block), windows[n])
+                cut.add(url)
+                continue
         count += len(block)
         yield block
     if current is not None and current not in cut:

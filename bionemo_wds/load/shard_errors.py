@@ -1,8 +1,9 @@
 """What happens when a shard is damaged: a clear error by default, or skip-and-count.
 
 One `ShardErrorPolicy` judges tar-level damage reported by the shard reader (truncation, bad
-headers), records that do not decode, and shards whose window count disagrees with the manifest,
-so every message names the shard and the last good sample key.
+headers), records that do not decode, records that fail their checksum against the manifest's
+record index, and shards whose window count disagrees with the manifest, so every message names
+the shard and the last good sample key (or the failing record's key).
 The skip counter lives in shared memory, so counts from loader workers reach the main process.
 """
 
@@ -11,7 +12,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from bionemo_wds.format import index_of
 
 
 class CorruptShardError(RuntimeError):
@@ -21,17 +27,50 @@ class CorruptShardError(RuntimeError):
 HANDLER_MODES = ("raise", "warn")
 
 
+class RecordChecks(NamedTuple):
+    """What the record index expects of each record of one shard, by position in the shard
+    (numpy columns: 4 + 4 bytes per record in every loader worker)."""
+
+    crc32: np.ndarray  # uint32
+    windows: np.ndarray  # int32
+
+
 class ShardErrorPolicy:
     """Raise or skip-and-count; holds no per-stream state, so one policy serves every loader, pass
-    and worker (streams keep their own position and counts, see `pipeline.iter_blocks`)."""
+    and worker (streams keep their own position and counts, see `reading.iter_blocks`).
 
-    def __init__(self, mode: str = "raise", expected: Mapping[str, int] | None = None, context: Any = None):
+    `expected` maps shard URLs to their window counts, `records` to their `RecordChecks`
+    (`record_checks` builds it from a manifest); shards in neither are read unchecked.
+    """
+
+    def __init__(
+        self,
+        mode: str = "raise",
+        expected: Mapping[str, int] | None = None,
+        context: Any = None,
+        records: Mapping[str, RecordChecks] | None = None,
+    ):
         if mode not in HANDLER_MODES:
             raise ValueError(f"handler must be one of {HANDLER_MODES}, got {mode!r}")
         self.mode = mode
         self.expected = dict(expected or {})
+        self.records = dict(records or {})
         # a counter in shared memory, from the context the loader workers are started with
         self._skipped = (context or mp.get_context()).Value("q", 0)
+
+    @staticmethod
+    def record_checks(root: str | Path, manifest: dict[str, Any]) -> dict[str, RecordChecks]:
+        """Shard URL (``str(root / path)``, as the loader names shards) -> the checks of its records,
+        for every shard whose manifest entry has a record index (none before format version 3)."""
+        checks = {}
+        for info in manifest["splits"].values():
+            for shard in info["shards"]:
+                index = index_of(shard)
+                if index is not None:
+                    checks[str(Path(root) / shard["path"])] = RecordChecks(
+                        np.asarray(index.crc32, dtype=np.uint32), np.asarray(index.windows, dtype=np.int32)
+                    )
+        return checks
 
     @property
     def skipped(self) -> int:
@@ -52,6 +91,26 @@ class ShardErrorPolicy:
 
     def bad_record(self, url: str | None, key: str | None, exc: Exception) -> None:
         self._fail(f"shard {url}: record {key} cannot be decoded: {exc}")
+
+    def unindexed_record(self, url: str, key: str | None, position: int, listed: int) -> None:
+        """Record number `position` (from 0) of a shard whose index lists fewer records."""
+        self._fail(
+            f"record {key} of shard {url} is record {position + 1} of the shard but the manifest's record "
+            f"index lists {listed}: the manifest disagrees with the file"
+        )
+
+    def bad_checksum(self, url: str, key: str | None, crc: int, expected: int) -> None:
+        """A record whose bytes changed since `prepare` wrote the record index."""
+        self._fail(
+            f"record {key} of shard {url} fails its crc32 check: its bytes give {crc:08x}, the manifest's "
+            f"record index says {expected:08x} (the shard changed after it was written; see `bionemo-wds verify`)"
+        )
+
+    def bad_window_count(self, url: str, key: str | None, windows: int, expected: int) -> None:
+        self._fail(
+            f"record {key} of shard {url} holds {windows} windows but the manifest's record index lists "
+            f"{expected}: the manifest disagrees with the file"
+        )
 
     def check_count(self, url: str, count: int) -> None:
         """A shard read to its end: does it hold the windows the manifest lists?"""

@@ -3,6 +3,8 @@
 From the catalog and the options: the request fingerprint (what decides the output bytes), the
 split of whole sequences, the windows of each split in a seeded global order, and their cut into
 shards. The result is the manifest skeleton and one writer task per shard; it never opens a shard.
+Each task holds its shard's manifest entry; the writers fill in its record index (`format.index`)
+when they have written the shard, `prepare` its size and sha256.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from bionemo_wds import __version__
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import (
     CODECS,
-    COMPRESSED_FORMAT_VERSION,
     FORMAT_NAME,
     FORMAT_VERSION,
     ShardInfo,
@@ -39,8 +40,9 @@ from bionemo_wds.prepare.windows import TAIL_MODES, WindowTable, check_stride, w
 from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
-#: One writer task: (split, shard number, its windows in order, windows per record).
-Task = tuple[str, int, WindowTable, int]
+#: One writer task: (split, shard number, its windows in order, windows per record, the shard's
+#: entry in the manifest skeleton, which `writers.run_writers` completes with the record index).
+Task = tuple[str, int, WindowTable, int, dict[str, Any]]
 
 
 def _read_list(path: str) -> list[str]:
@@ -117,7 +119,7 @@ def _length_mix(lengths: np.ndarray) -> dict[str, dict[str, int]]:
 
 
 def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tuple[dict[str, Any], list[Task]]:
-    """Manifest skeleton (sizes and hashes still empty) and one writer task per shard."""
+    """Manifest skeleton (sizes, hashes and record indexes still empty) and one writer task per shard."""
     max_tag = catalog.max_tag_bytes()
     window = window_length(opts.seq_length, max_tag)
     check_stride(opts.stride, window, opts.seq_length, max_tag)
@@ -126,7 +128,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     assignment = _assign_splits(catalog, opts)
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
-        "format_version": COMPRESSED_FORMAT_VERSION if opts.compress != "none" else FORMAT_VERSION,
+        "format_version": FORMAT_VERSION,  # both codecs; params.codec says which
         "package_version": __version__,
         "request": request,
         "params": {
@@ -168,8 +170,9 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
         for shard, lo in enumerate(range(0, len(table), per_shard)):
             part = table.take(np.arange(lo, min(lo + per_shard, len(table))))
             rel = f"{split}/{shard_name(shard, opts.prefix)}"
-            shards.append(ShardInfo(rel, len(part), int(part.length.sum()), 0, "").as_dict())
-            tasks.append((split, shard, part, per_record))
+            entry = ShardInfo(rel, len(part), int(part.length.sum()), 0, "").as_dict()
+            shards.append(entry)
+            tasks.append((split, shard, part, per_record, entry))
         manifest["splits"][split] = {
             "n_samples": len(table),
             "n_sequences": len(rows),

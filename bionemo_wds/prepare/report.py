@@ -8,7 +8,19 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bionemo_wds.format import HashingReader, iter_records, read_manifest
+from bionemo_wds.format import (
+    INDEXED_FORMAT_VERSION,
+    HashingReader,
+    WindowBlock,
+    decode_record,
+    has_record_index,
+    index_of,
+    iter_record_members,
+    read_manifest,
+)
+
+#: Record-index disagreements listed per shard before the rest are summed up in one line.
+MAX_RECORD_PROBLEMS = 10
 
 
 def _fmt_bytes(n: float) -> str:
@@ -85,6 +97,8 @@ class VerifyReport:
     checked: int = 0
     samples: int = 0
     problems: list[str] = field(default_factory=list)
+    #: facts that are no problem, e.g. that a dataset of an older format has no record index
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -92,10 +106,17 @@ class VerifyReport:
 
 
 def verify(root: str | Path, progress: bool = True) -> VerifyReport:
-    """Re-read every shard: size, sha256, readable records, sample and token counts."""
+    """Re-read every shard: size, sha256, readable records, sample and token counts, and each
+    record's offset, size, window count and crc32 against the record index (format version 3)."""
     root = Path(root)
     manifest = read_manifest(root)
     report = VerifyReport()
+    indexed = has_record_index(manifest)
+    if not indexed:
+        report.notes.append(
+            f"{root} has no record index (format version {manifest['format_version']}; written since version "
+            f"{INDEXED_FORMAT_VERSION}): records are checked by their shard's sha256 only"
+        )
     shards = [sh for s in manifest["splits"].values() for sh in s["shards"]]
     listed = {sh["path"] for sh in shards}
     for split in manifest["splits"]:
@@ -109,15 +130,34 @@ def verify(root: str | Path, progress: bool = True) -> VerifyReport:
         if not path.exists():
             report.problems.append(f"{sh['path']}: missing")
             continue
-        samples = tokens = 0
+        try:
+            index = index_of(sh)
+        except ValueError as exc:
+            index = None
+            report.problems.append(f"{sh['path']}: {exc}")
+        else:
+            if indexed and index is None:
+                report.problems.append(f"{sh['path']}: no record index in the manifest")
+        samples = tokens = records = 0
         parse_problem = None
+        disagree: list[str] = []
         with open(path, "rb") as fh:
-            reader = HashingReader(fh)  # one read of the shard serves the hash and the parse
+            reader = HashingReader(fh)  # one read of the shard serves the hash, the parse and the index
             try:
-                for _, block in iter_records(reader, sh["path"]):
-                    samples += len(block)
-                    tokens += len(block.tokens)
-            except ValueError as exc:  # decode_record checks each record's lengths against its tokens
+                for key, offset, data in iter_record_members(reader, sh["path"]):
+                    block: WindowBlock | None = None
+                    try:  # decode_record checks each record's lengths against its tokens
+                        block = decode_record(data)
+                    except Exception as exc:
+                        parse_problem = parse_problem or f"{sh['path']}: record {key} cannot be decoded: {exc}"
+                    if index is not None:
+                        windows = len(block) if block is not None else None
+                        disagree += index.disagreements(records, key, offset, data, windows)
+                    records += 1
+                    if block is not None:
+                        samples += len(block)
+                        tokens += len(block.tokens)
+            except ValueError as exc:  # not a complete tar
                 parse_problem = f"{sh['path']}: {exc}"
             size, sha = reader.finish()
         if size != sh["bytes"]:
@@ -126,6 +166,15 @@ def verify(root: str | Path, progress: bool = True) -> VerifyReport:
             report.problems.append(
                 f"{sh['path']}: sha256 {sha[:12]}... differs from the manifest's {sh['sha256'][:12]}..."
             )
+        if disagree:
+            shown = disagree[:MAX_RECORD_PROBLEMS]
+            report.problems += [f"{sh['path']}: {d}" for d in shown]
+            if len(disagree) > len(shown):
+                report.problems.append(
+                    f"{sh['path']}: {len(disagree) - len(shown)} more disagreement(s) with the record index"
+                )
+        if index is not None and not parse_problem and records < len(index):  # more: one line each above
+            report.problems.append(f"{sh['path']}: holds {records} records, the record index lists {len(index)}")
         if parse_problem:
             report.problems.append(parse_problem)
             continue

@@ -1,7 +1,9 @@
 """Shard writers: one task writes one shard, in a process pool; state arrives once per process.
 
 A shard's bytes depend only on its planned windows, so the output is identical for any number of
-workers. Each shard goes through `format.write_shard` (atomic: its name appears only when complete).
+workers. Each shard goes through `format.write_shard` (atomic: its name appears only when complete),
+which also returns the shard's record index; `run_writers` puts it into the task's manifest entry
+(in the calling process) and returns sizes and hashes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from bionemo_wds.format import encode_record, shard_name, write_shard
+from bionemo_wds.format import RecordIndex, encode_record, shard_name, write_shard
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.plan import Task
 from bionemo_wds.prepare.sources.fasta import read_span
@@ -47,7 +49,7 @@ def _window_bases(row_seq: int, start: int, length: int) -> bytes:
     return raw.translate(_WORKER["table"])
 
 
-def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tuple[str, bytes]]:
+def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tuple[str, bytes, int]]:
     cat: Catalog = _WORKER["catalog"]
     for rec, lo in enumerate(range(0, len(windows), per_record)):
         part = windows.take(np.arange(lo, min(lo + per_record, len(windows))))
@@ -65,14 +67,15 @@ def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tupl
                 codec,
                 level,
             ),
+            len(bases),
         )
 
 
-def _write_task(task: Task) -> tuple[str, int, int, str]:
-    split, shard, windows, per_record = task
+def _write_task(task: Task) -> tuple[str, int, int, str, RecordIndex]:
+    split, shard, windows, per_record, _ = task
     final = _WORKER["root"] / split / shard_name(shard, _WORKER["prefix"])
-    size, sha = write_shard(final, _records(shard, windows, per_record))
-    return split, shard, size, sha
+    written = write_shard(final, _records(shard, windows, per_record))
+    return split, shard, written.bytes, written.sha256, written.records
 
 
 def run_writers(
@@ -85,15 +88,22 @@ def run_writers(
     workers: int,
     progress: bool,
 ) -> dict:
+    """Write every task's shard; returns ``(split, shard) -> (bytes, sha256)`` and fills each task's
+    manifest entry with the shard's record index (``records``)."""
     done: dict[tuple[str, int], tuple[int, str]] = {}
+    entries = {(task[0], task[1]): task[4] for task in tasks}
     bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
+
+    def finished(split: str, shard: int, size: int, sha: str, index: RecordIndex) -> None:
+        done[(split, shard)] = (size, sha)
+        entries[(split, shard)]["records"] = index.as_dict()
+        bar.update()
+
     if workers <= 1 or len(tasks) <= 1:
         _init_writer(root, catalog, table, prefix, codec)
         try:
             for task in tasks:
-                split, shard, size, sha = _write_task(task)
-                done[(split, shard)] = (size, sha)
-                bar.update()
+                finished(*_write_task(task))
         finally:  # in this process the handles would outlive the run (and the cache they point into)
             for handle in _WORKER.get("handles", {}).values():
                 handle.close()
@@ -102,8 +112,7 @@ def run_writers(
         with ProcessPoolExecutor(
             workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec)
         ) as pool:
-            for split, shard, size, sha in pool.map(_write_task, tasks, chunksize=1):
-                done[(split, shard)] = (size, sha)
-                bar.update()
+            for result in pool.map(_write_task, tasks, chunksize=1):
+                finished(*result)
     bar.close()
     return done
