@@ -74,6 +74,9 @@ def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
         batches = peer.batches(workers, rc_prob=0.0) if name == "ours" else peer.batches(workers)
         if name == "eden_fly":  # flips strands like Eden, with the global RNG
             assert windows_of(batches, canonical=True) == canonical_expected, name
+        elif name == "ours":  # an exact epoch: fewer than one batch (8) of windows left out, none twice
+            got = windows_of(batches)
+            assert not got - expected and sum((expected - got).values()) < 8, name
         else:
             assert windows_of(batches) == expected, name
 
@@ -107,6 +110,10 @@ def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
         load = peer["load"]["0"]
         assert load["samples"] > 0 and load["samples_per_s"] > 0 and load["peak_pss_bytes"] > 10e6
         assert peer["bytes_per_base"] > 0.5
-    assert results["peers"]["ours"]["load"]["0"]["samples"] == results["peers"]["raw_limit"]["load"]["0"]["samples"]
+    ours, every = (
+        results["peers"]["ours"]["load"]["0"]["samples"],
+        results["peers"]["raw_limit"]["load"]["0"]["samples"],
+    )
+    assert every - 8 < ours <= every  # an exact epoch: fewer than one batch (8) left out
     names = [t["target"] for t in results["targets"]]
     assert any("3x eden_fly" in n for n in names) and any("0.8x raw_limit" in n for n in names)

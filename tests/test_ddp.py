@@ -135,7 +135,11 @@ class Tiny(L.LightningModule):
             )
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        # a schedule sized from the trainer's estimate: it fails if the loader's length is wrong
+        opt = torch.optim.SGD(self.parameters(), lr=0.01)
+        total = self.trainer.estimated_stepping_batches
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=total)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
 def quiet(**kw):
@@ -325,6 +329,32 @@ def test_ranks_of_one_model_parallel_group_read_identical_batches(group, windows
 
 
 # --- Lightning DDP -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_shard_per_split(tmp_path_factory) -> Path:
+    """The default shard size: every split of these small genomes is one shard (fewer than ranks)."""
+    out = tmp_path_factory.mktemp("ddp_one") / "lambda_kleb"
+    prepare([LAMBDA, KLEBSIELLA], out, PrepareOptions(seq_length=2048, stride=1900, progress=False, workers=1))
+    assert all(len(info["shards"]) == 1 for info in read_manifest(out)["splits"].values())
+    return out
+
+
+def test_lightning_ddp_validates_on_both_ranks_with_one_val_shard(script, one_shard_per_split, tmp_path):
+    """2 ranks, 1 val shard, sync_dist logging: today's hang. Both ranks validate the same number of
+    batches, train the same number of steps, and a OneCycleLR from estimated_stepping_batches ends."""
+    out = tmp_path / "ddp_one"
+    out.mkdir()
+    log = out / "fit.log"
+    cmd = [sys.executable, str(script), "ddp_fit", "--root", str(one_shard_per_split), "--out", str(out)]
+    cmd += ["--seed", str(SEED), "--micro", "4", "--workers", "0"]
+    proc = start(cmd, log, cwd=out, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    run_group([proc], [log])
+    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
+    per_epoch = read_manifest(one_shard_per_split)["splits"]["train"]["n_samples"] // (4 * 2)
+    assert [r["global_step"] for r in ranks] == [2 * per_epoch] * 2
+    assert [r["estimated"] for r in ranks] == [2 * per_epoch] * 2
+    assert ranks[0]["val_batches"] == ranks[1]["val_batches"] > 0
 
 
 def test_lightning_ddp_fit_finishes_with_equal_steps_on_every_rank(script, dataset, windows, tmp_path):

@@ -91,7 +91,12 @@ def record_windows(path: Path) -> dict[str, int]:
 def read_split(dm: GenomicWebDataModule, split: str) -> list[str]:
     """Every window key a split's loader delivers in one pass."""
     loader = {"train": dm.train_dataloader, "val": dm.val_dataloader, "test": dm.test_dataloader}[split]()
-    return [key for batch in loader for key in batch["keys"]]
+    return [key for batch in loader for key in batch["keys"] if key]  # "" marks filler windows
+
+
+def train_left_out_ok(got: set[str], expected: set[str], micro: int = 16) -> bool:
+    """An exact training epoch: nothing outside `expected`, fewer than one batch of it left out."""
+    return got <= expected and len(expected - got) < micro
 
 
 def genomic(root: Path, **kwargs) -> GenomicWebDataModule:
@@ -203,11 +208,10 @@ def test_truncated_shard_is_caught_by_setup_when_manifest_not_updated(root):
 
 def test_truncated_shard_raises_naming_the_shard(root):
     truncate_mid_member(root, VAL_SHARD)
-    sync_manifest(root, VAL_SHARD)  # so setup passes and the reader meets the damage
+    sync_manifest(root, VAL_SHARD)  # size and hash agree: the record index still sees the damage
     dm = genomic(root)
-    dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
-        read_split(dm, "val")
+        dm.setup("validate")
     assert "wdshards-000000.tar" in str(info.value)
     assert str(root / VAL_SHARD) in str(info.value)
 
@@ -216,14 +220,13 @@ def test_truncated_shard_error_says_after_which_sample(root):
     truncate_mid_member(root, VAL_SHARD, index=10)
     sync_manifest(root, VAL_SHARD)
     dm = genomic(root)
-    dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
-        read_split(dm, "val")
+        dm.setup("validate")
     message = str(info.value)
     assert "before its first sample" not in message
     assert re.search(
         rf"shard {re.escape(str(root / VAL_SHARD))} is truncated or corrupt "
-        r"\(after sample 000000-0000\d\d\)",
+        r"\(after sample 000000-0000\d\d\): record 000000-0000\d\d ends at byte \d+, past the end of the file",
         message,
     ), message
 
@@ -233,9 +236,12 @@ def test_truncated_shard_warn_skips_and_counts(root):
     truncate_mid_member(root, VAL_SHARD)
     sync_manifest(root, VAL_SHARD)
     dm = genomic(root, handler="warn")
-    dm.setup("validate")
     with pytest.warns(UserWarning, match=r"skipped: .*wdshards-000000\.tar") as record:
-        keys = read_split(dm, "val")
+        dm.setup("validate")
+        loader = dm.val_dataloader()
+        batches = list(loader)
+        keys = [k for b in batches for k in b["keys"] if k]
+    assert len(batches) == len(loader)  # the lost windows are filler: the batch count holds
     assert dm.skipped >= 1
     assert 0 < len(keys) < n_samples
     assert len(set(keys)) == len(keys)
@@ -248,9 +254,9 @@ def test_truncated_shard_warn_counts_it_once(root):
     truncate_mid_member(root, VAL_SHARD)
     sync_manifest(root, VAL_SHARD)
     dm = genomic(root, handler="warn")
-    dm.setup("validate")
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
+        dm.setup("validate")
         read_split(dm, "val")
     skips = [w for w in record if str(w.message).startswith("skipped:")]
     assert dm.skipped == 1
@@ -266,13 +272,13 @@ def test_shard_cut_at_a_member_boundary_is_reported(root):
     sync_manifest(root, VAL_SHARD)
     expected = shard_entry(load_manifest(root), VAL_SHARD)["n_samples"]
     dm = genomic(root)
-    dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
-        read_split(dm, "val")
-    assert str(info.value) == (
-        f"shard {path} is truncated or corrupt (after sample 000000-000009): "
-        "unexpected end of data: no end-of-archive marker"
-    )
+        dm.setup("validate")
+    assert re.fullmatch(
+        rf"shard {re.escape(str(path))} is truncated or corrupt \(after sample 000000-000009\): "
+        rf"record 000000-000010 ends at byte \d+, past the end of the file \({path.stat().st_size} bytes\)",
+        str(info.value),
+    ), str(info.value)
     assert expected == 300
 
 
@@ -290,11 +296,11 @@ def test_manifest_count_is_the_second_net(root):
 
             dst.addfile(m, io.BytesIO(data))
     sync_manifest(root, VAL_SHARD)
+    as_format_version_1(root)  # no record index: the shard is scanned, and the count is the net
     expected = shard_entry(load_manifest(root), VAL_SHARD)["n_samples"]
     dm = genomic(root)
-    dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
-        read_split(dm, "val")
+        dm.setup("validate")
     assert str(info.value) == (
         f"shard {path} holds 40 samples but the manifest lists {expected}: the manifest disagrees with the file"
     )
@@ -326,7 +332,8 @@ def test_corrupt_record_raises_naming_shard_and_key(root):
     dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
         read_split(dm, "val")
-    assert str(info.value).startswith(f"shard {root / VAL_SHARD}: record {key} cannot be decoded")
+    # the record's crc32 catches it before the decoder does
+    assert str(info.value).startswith(f"record {key} of shard {root / VAL_SHARD} fails its crc32 check")
 
 
 def test_corrupt_record_warn_skips_exactly_that_record(root):
@@ -334,7 +341,7 @@ def test_corrupt_record_warn_skips_exactly_that_record(root):
     key, windows = corrupt_first_record(root, VAL_SHARD)
     dm = genomic(root, handler="warn")
     dm.setup("validate")
-    with pytest.warns(UserWarning, match=re.escape(f"shard {root / VAL_SHARD}: record {key} cannot be decoded")):
+    with pytest.warns(UserWarning, match=re.escape(f"record {key} of shard {root / VAL_SHARD} fails its crc32 check")):
         keys = read_split(dm, "val")
     assert dm.skipped == 1
     assert len(keys) == n_samples - windows
@@ -359,7 +366,7 @@ def test_corrupt_record_in_a_worker_raises_naming_shard_and_key(root):
     dm.setup("validate")
     with pytest.raises(CorruptShardError) as info:
         read_split(dm, "val")
-    assert f"shard {root / VAL_SHARD}: record {key} cannot be decoded" in str(info.value)
+    assert f"record {key} of shard {root / VAL_SHARD} fails its crc32 check" in str(info.value)
     # torch takes ~5 s per worker to shut down a loader abandoned after a worker error; collect it
     # here so that cost is charged to this test rather than to whichever test runs the gc next.
     del info, dm
@@ -389,9 +396,8 @@ def test_manifest_sample_count_disagrees_with_shard(root, rel, delta):
     manifest["splits"][split]["n_samples"] += delta  # the manifest agrees with itself, not with the file
     save_manifest(root, manifest)
     dm = genomic(root, num_workers=0)
-    dm.setup("validate" if split == "val" else "test")
-    with pytest.raises(CorruptShardError) as info:
-        read_split(dm, split)
+    with pytest.raises(CorruptShardError) as info:  # the record index disagrees: found at setup
+        dm.setup("validate" if split == "val" else "test")
     message = str(info.value)
     assert f"shard {root / rel} holds {actual} samples but the manifest lists {actual + delta}" in message
     assert "manifest disagrees" in message
@@ -404,8 +410,8 @@ def test_manifest_sample_count_disagreement_warns_under_warn(root):
     manifest["splits"]["val"]["n_samples"] += 3
     save_manifest(root, manifest)
     dm = genomic(root, handler="warn")
-    dm.setup("validate")
     with pytest.warns(UserWarning, match=re.escape(f"shard {root / VAL_SHARD} holds")):
+        dm.setup("validate")
         keys = read_split(dm, "val")
     assert dm.skipped == 1
     assert len(keys) == n_samples  # the file itself is whole
@@ -453,17 +459,15 @@ def test_plain_module_accepts_as_many_workers_as_shards(pristine):
     assert len(list(dm.val_dataloader())) == 10 // 2  # every worker has a shard: no error
 
 
-def test_genomic_caps_workers_at_shards_and_reads_each_sample_once(root):
+def test_genomic_reads_each_sample_once_with_more_workers_than_shards(root):
+    """The epoch plan divides batches, not shards: workers without a shard of their own are fine."""
     manifest = load_manifest(root)
     n_shards = len(manifest["splits"]["val"]["shards"])
-    dm = genomic(root, num_workers=n_shards + 2)
-    with pytest.warns(
-        UserWarning,
-        match=rf"val: rank 0 reads {n_shards} shard\(s\), so it uses {n_shards} "
-        rf"loader worker\(s\) instead of num_workers={n_shards + 2}",
-    ):
+    dm = genomic(root, num_workers=n_shards + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's note that 3 workers exceed this machine's 2 cores
         dm.setup("validate")
-    keys = read_split(dm, "val")
+        keys = read_split(dm, "val")
     assert len(keys) == manifest["splits"]["val"]["n_samples"]
     assert len(set(keys)) == len(keys)
 
@@ -543,7 +547,7 @@ def test_changed_base_warn_skips_exactly_that_record(root, workers):
         keys = [k for k in read_split(dm, "train") if k]
     assert dm.skipped == 1  # one record: the shard's window count is not reported on top
     assert len(keys) == len(set(keys))
-    assert set(keys) == everything - set(windows) and len(windows) == 4
+    assert train_left_out_ok(set(keys), everything - set(windows)) and len(windows) == 4
     if workers == 0:  # a worker's warnings stay in the worker
         assert [str(w.message) for w in caught if "skipped" in str(w.message)] == [
             next(str(w.message) for w in caught if message in str(w.message))
@@ -576,7 +580,7 @@ def test_a_dataset_of_format_version_1_still_loads_and_verifies(root):
     dm = genomic(root)
     dm.setup("fit")
     assert sorted(read_split(dm, "val")) == sorted(split_keys(root, "val"))
-    assert set(read_split(dm, "train")) == split_keys(root, "train")
+    assert train_left_out_ok(set(read_split(dm, "train")), split_keys(root, "train"))
     report = verify(root, progress=False)
     assert report.ok and report.samples == sum(info["n_samples"] for info in manifest["splits"].values())
     assert [note for note in report.notes if "has no record index (format version 1" in note]
@@ -589,7 +593,7 @@ def test_without_an_index_a_changed_base_goes_unseen(root):
     zero_a_base(root, TRAIN_SHARD)
     dm = genomic(root)
     dm.setup("fit")
-    assert set(read_split(dm, "train")) == split_keys(root, "train")
+    assert train_left_out_ok(set(read_split(dm, "train")), split_keys(root, "train"))
     assert dm.skipped == 0
 
 

@@ -13,8 +13,9 @@ given, no split) and ends in the same model-ready batch on the main process: ``t
   batched/vstack); labels, loss mask and positions built per batch in the main process.
 - ``raw_limit``: all windows in one uint8 memmap, sliced into batches (seeded batch order) and
   expanded with `to_model_inputs`: the ceiling for any loader of these windows.
-- ``ours``: `GenomicWebDataModule`'s training loader (shuffle, reverse complement, compact batches)
-  and `model_inputs` on each batch.
+- ``ours``: `GenomicWebDataModule`'s training loader (the epoch plan, records read by their index,
+  reverse complement, compact batches) and `model_inputs` on each batch; an exact epoch leaves
+  fewer than one batch of windows out.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ position_ids):
                  vstack); labels, mask and positions built per batch on the main process.
   raw_limit      one uint8 memmap of all windows, sliced into batches in a seeded order and expanded
                  by to_model_inputs: the ceiling for any loader of these windows.
-  ours           GenomicWebDataModule's training loader: shard order, shuffle buffer, reverse
-                 complement (p=0.5), compact batches, then model_inputs on each batch.
+  ours           GenomicWebDataModule's training loader: the exact epoch plan (record order,
+                 window mixing; fewer than one batch left out), records read by their index with
+                 crc32 checks, reverse complement (p=0.5), compact batches, then model_inputs.
 Prepare timing: eden_fly builds the .fai; pickled_int64 writes the pickles and the tars; raw_limit
 writes the memmap; ours runs `prepare` (index, checks, split, shards, hashes). Disk is what each
 loader reads (eden_fly: the FASTA and its .fai), per input base. Peak memory is the PSS of the

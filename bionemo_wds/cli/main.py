@@ -78,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(inspect_text(args.dataset))
             return 0
         report = verify(args.dataset, progress=not args.quiet)
+        for note in report.notes:
+            print(f"note: {note}", file=sys.stderr)
         for problem in report.problems:
             print(f"BAD {problem}", file=sys.stderr)
         print(

@@ -17,8 +17,10 @@ a filesystem do not race) and reuses a complete output.
 from __future__ import annotations
 
 import fcntl
+import logging
 import multiprocessing as mp
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,16 @@ from bionemo_wds.format import read_manifest
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loader
 from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs, to_tensors
-from bionemo_wds.load.reading import read_records
+from bionemo_wds.load.plan import Consumed, RankPlan, eval_plan, resampled_plan, train_plan
+from bionemo_wds.load.planned import PlannedBatches, SplitRecords, assemble, in_order
+from bionemo_wds.load.resume import TrainProgress
 from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy
-from bionemo_wds.load.sharding import RankShards, loader_workers, rank_batches
-from bionemo_wds.load.stages import batch, decode_sample, reverse_complement, shuffle
 from bionemo_wds.load.transfer import BatchTransfer
 from bionemo_wds.load.world import World
+
+log = logging.getLogger(__name__)
+#: The epoch modes: "exact" (every window at most once, equal batches) or "resampled".
+EPOCH_MODES = ("exact", "resampled")
 
 #: Batch messages each loader worker may have in flight; its transfer ring has 2 more slots.
 PREFETCH = 2
@@ -48,14 +54,15 @@ class GenomicWebDataModule(L.LightningDataModule):
     Args:
         shards: dataset root (holds manifest.json and one directory per split).
         micro_batch_size: samples per batch on each rank.
-        global_batch_size: samples per optimizer step over all ranks (default micro x world size);
-            sets the pseudo-epoch of ``ceil(n_samples / global_batch_size)`` batches.
+        global_batch_size: samples per optimizer step over all ranks (default micro x data-parallel
+            size); with ``epoch="resampled"`` it sets the pseudo-epoch of
+            ``ceil(n_samples / global_batch_size)`` batches.
         seq_length: tokens per model sample; must be what the shards were cut for (default: theirs).
         rc_prob: probability of reverse-complementing a training window (seeded per sample and epoch).
         control_tags: put each window's control tag between BOS and SEP.
-        seed: seeds shard order, shuffle buffer and RC flips (with the epoch).
-        num_workers: loader worker processes (capped at the shards each rank reads).
-        shuffle_buffer: samples held by the training shuffle buffer (per worker).
+        seed: seeds the epoch plan (record order, window mixing) and RC flips (with the epoch).
+        num_workers: loader worker processes; a rank's batches are the same for any number.
+        shuffle_buffer: training windows mixed together at once (after the seeded record order).
         handler: "raise" on a damaged shard (naming it and the sample key) or "warn" to skip and count.
         fasta: FASTA inputs to prepare into `shards` when no complete manifest is there.
         prepare_options: further `PrepareOptions` for that (e.g. stride, tail, split, tags).
@@ -68,6 +75,10 @@ class GenomicWebDataModule(L.LightningDataModule):
             parallelism (ranks of one tensor- or context-parallel group pass the same `dp_rank` and
             read identical batches). Default: the Trainer strategy's data-parallel rank and size
             (``trainer.distributed_sampler_kwargs``), else global rank and world size.
+        epoch: "exact" (default): every training window at most once per epoch, the same number of
+            batches on every rank (``n_windows // (micro x dp_size)``), fewer than one global batch
+            left out; "resampled": an endless seeded stream of exact epochs cut into bionemo's
+            pseudo-epoch of ``ceil(n_samples / global_batch_size)`` batches.
     """
 
     def __init__(
@@ -89,10 +100,15 @@ class GenomicWebDataModule(L.LightningDataModule):
         transfer_timeout: float = 600.0,
         dp_rank: int | None = None,
         dp_size: int | None = None,
+        epoch: str = "exact",
     ):
         super().__init__()
         if not 0 <= rc_prob <= 1:
             raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
+        if epoch not in EPOCH_MODES:
+            raise ValueError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
         if fasta and seq_length is None:
             raise ValueError("preparing from fasta needs seq_length")
         self.save_hyperparameters()
@@ -113,6 +129,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.transfer_timeout = transfer_timeout
         self.manifest: dict[str, Any] | None = None
         self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.epoch_mode = epoch
         self.world = World.detect(None, dp_rank, dp_size)  # checked now; detected again in setup()
         self.global_batch_size = global_batch_size or micro_batch_size
         self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
@@ -120,6 +137,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.datasets: dict[Split, Any] = {}
         self.transfers: dict[Split, BatchTransfer] = {}
         self.loader_kwargs: dict[Split, dict[str, Any]] = {}
+        self.records: dict[Split, SplitRecords] = {}
+        self.plans: dict[Split, RankPlan] = {}
+        self.progress = TrainProgress()
 
     # -- preparing --------------------------------------------------------------------------------
 
@@ -207,30 +227,22 @@ class GenomicWebDataModule(L.LightningDataModule):
                 self.datasets[split] = self.build_dataset(split)
 
     def build_dataset(self, split: Split) -> wds.DataPipeline:
-        """The split's dataset: its shards for this rank and worker, read, decoded, shuffled, batched."""
+        """The split's dataset: the batches the epoch plan deals this rank's loader workers, assembled
+        from records read by their index (`planned`), reverse-complemented when training."""
         assert self.manifest is not None
         params, info = self.manifest["params"], self.manifest["splits"][split.name]
         train = split is Split.train
-        workers = loader_workers(split.name, len(info["shards"]), self.world, self.num_workers, require_data=train)
-        epoch = self.epochs[split]
-        stages: list[Any] = [
-            # the manifest is the list: the shards it names, in its order, never a glob of the folder
-            wds.SimpleShardList([str(self.root / shard["path"]) for shard in info["shards"]]),
-            RankShards(self.seed, epoch, shuffle=train, world=self.world),
-            read_records(policy=self.policy),
-            decode_sample(self.policy),
-        ]
-        if train:
-            stages += [
-                shuffle(self.shuffle_buffer, min(self.shuffle_buffer, 100), self.seed, epoch, self.world.rank),
-                reverse_complement(self.rc_prob, self.seed, epoch),
-            ]
+        self.records[split] = records = SplitRecords.from_manifest(str(self.root), info, self.policy)
+        workers = self.num_workers
         window, max_tag = params["window_length"], params["max_tag_bytes"]
-        stages.append(batch(self.micro_batch_size, window, max_tag))
+        stages: list[Any] = [
+            PlannedBatches(records, self.policy, partial(self.current_plan, split), self.shuffle_buffer),
+            assemble(window, max_tag, self.rc_prob if train else 0.0, self.seed, self.epochs[split]),
+        ]
         kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}
         if workers:
             per_message = max(1, self.transfer_bytes // max(1, self.micro_batch_size * window))
-            per_batch = self.micro_batch_size * (window + max_tag + 4 + 4 + 1 + 8) + 6 * 8
+            per_batch = self.micro_batch_size * (window + max_tag + 4 + 4 + 1 + 8 + 1) + 7 * 8
             context = mp.get_context()
             transfer = BatchTransfer(workers, PREFETCH + 2, per_message * per_batch, context, self.transfer_timeout)
             self.transfers[split] = transfer
@@ -239,35 +251,78 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.loader_kwargs[split] = kwargs
         return wds.DataPipeline(*stages)
 
+    # -- the epoch plan -------------------------------------------------------------------------------
+
+    def plan_for(self, split: Split, epoch: int, consumed: list[Consumed] | None = None) -> RankPlan:
+        """This rank's batches of `split` in `epoch` (training: from the `consumed` position)."""
+        assert self.manifest is not None
+        rank, size, micro = self.world.rank, self.world.size, self.micro_batch_size
+        table = self.records[split].table
+        if split is not Split.train:
+            return eval_plan(table.n_windows, rank, size, micro)
+        if self.epoch_mode == "resampled":
+            n = epoch_batches(self.manifest["splits"]["train"]["n_samples"], self.global_batch_size)
+            plan = resampled_plan(table, self.seed, epoch, rank, size, micro, n, mix=self.shuffle_buffer)
+            done = sum(seg.batches for seg in consumed or [])
+            if any((seg.dp_size, seg.micro) != (size, micro) for seg in consumed or []):
+                raise ValueError('resuming with another data-parallel size or micro batch needs epoch="exact"')
+            return RankPlan(plan.batches[done:], first_batch=done, total_batches=plan.total_batches)
+        return train_plan(table, self.seed, epoch, rank, size, micro, consumed or [], mix=self.shuffle_buffer)
+
+    def start_pass(self, split: Split) -> None:
+        """Before a pass's workers start: its plan (from a restored position when there is one)."""
+        epoch = self.epochs[split].epoch
+        consumed = self.progress.start_pass(epoch) if split is Split.train else None
+        plan = self.plans[split] = self.plan_for(split, epoch, consumed)
+        if split is Split.train and plan.left_out and self.world.rank == 0:
+            log.info(
+                "epoch %d: %d train window(s) left out (fewer than one global batch of %d)",
+                epoch,
+                plan.left_out,
+                self.micro_batch_size * self.world.size,
+            )
+        transfer = self.transfers.get(split)
+        if transfer is not None:
+            transfer.new_generation()
+
+    def current_plan(self, split: Split) -> RankPlan:
+        """The plan of the pass under way (set by `start_pass`)."""
+        return self.plans[split]
+
+    def count_yielded(self, src: Any) -> Any:
+        """(main side) Counts training batches as the loader yields them when no Trainer consumes them."""
+        for batch in src:
+            if self.trainer is None:
+                self.progress.batches += 1
+            yield batch
+
     # -- loaders ----------------------------------------------------------------------------------
 
     def loader(self, split: Split) -> wds.WebLoader:
-        """A loader over the split: training keeps bionemo's pseudo-epoch; val and test read every sample once.
-
-        Its ``len()`` is the number of batches a pass yields, so Lightning knows the epoch (progress
-        bars, ``estimated_stepping_batches``, a float ``val_check_interval``)."""
+        """A loader over the split's planned batches. Its ``len()`` is the epoch's number of batches, so
+        Lightning knows the epoch (progress bars, ``estimated_stepping_batches``, a float
+        ``val_check_interval``)."""
         if split not in self.datasets:
             raise ValueError(f"the {split.name} dataloader was asked for before setup() built the {split.name} dataset")
-        assert self.manifest is not None
         transfer = self.transfers.get(split)
-        prebatch = ([transfer.from_workers()] if transfer else []) + [to_tensors(pin_memory=self.pin_memory)]
-        info = self.manifest["splits"][split.name]
-        if split is Split.train:
-            n_batches: int | None = epoch_batches(info["n_samples"], self.global_batch_size)
-            length = n_batches
-        else:
-            n_batches = None
-            shard_samples = [shard["n_samples"] for shard in info["shards"]]
-            workers = self.loader_kwargs[split]["num_workers"]
-            length = rank_batches(shard_samples, self.seed, 0, False, self.world, workers, self.micro_batch_size)
+        first = partial(lambda s: self.plans[s].first_batch, split)
+        prebatch = [
+            *([transfer.from_workers()] if transfer else []),
+            in_order(first),
+            *([self.count_yielded] if split is Split.train else []),
+            to_tensors(pin_memory=self.pin_memory),
+        ]
+        epoch = self.epochs[split].next_epoch if self.trainer_epoch() is None else self.trainer_epoch()
+        restored = self.progress.restored
+        consumed = restored[1] if split is Split.train and restored and restored[0] == epoch else None
+        length = self.plan_for(split, epoch or 0, consumed).total_batches
         return make_loader(
             self.datasets[split],
             self.loader_kwargs[split],
             prebatch,
-            n_batches,
             epoch=self.epochs[split],
             epoch_source=self.trainer_epoch,
-            before_pass=transfer.new_generation if transfer else None,
+            before_pass=partial(self.start_pass, split),
             length=length,
         )
 
@@ -302,19 +357,28 @@ class GenomicWebDataModule(L.LightningDataModule):
         assert self.seq_length is not None, "setup() first"
         return to_model_inputs(compact, self.seq_length, self.control_tags)
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        return self.model_inputs(batch)
-
     @property
     def skipped(self) -> int:
         """Damaged records or shards skipped so far under ``handler="warn"``."""
         return self.policy.skipped
 
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if self.trainer is not None and self.trainer.training:
+            self.progress.batches += 1  # consumed by a training step (the Trainer fetches ahead)
+        return self.model_inputs(batch)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed}
+        """Seed, epoch, the batches consumed in it (per data-parallel layout) and the layout: what a
+        restore needs to continue the epoch exactly, with any number of workers or ranks."""
+        epoch_total = None
+        if self.manifest is not None and Split.train in self.records:
+            epoch_total = self.plan_for(Split.train, self.progress.epoch, self.progress.before).total_batches
+        return self.progress.state(self.seed, self.world.size, self.micro_batch_size, epoch_total)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("seed", self.seed) != self.seed:
             warnings.warn(
                 f"checkpoint was made with seed {state['seed']}; this data module uses {self.seed}", stacklevel=2
             )
+        self.progress.restore(state)
+        self.epochs[Split.train].next_epoch = int(state.get("epoch", 0))  # the next pass, without a Trainer
