@@ -52,6 +52,8 @@ p.add_argument("--rank", type=int, default=0)
 p.add_argument("--world", type=int, default=1)
 p.add_argument("--port", type=int, default=0)
 p.add_argument("--dp-size", type=int, default=None)
+p.add_argument("--stop-after", type=int, default=None)  # consume this many train batches, save the state
+p.add_argument("--state", default=None)  # a saved state to restore before iterating
 # fit
 p.add_argument("--max-steps", type=int, default=-1)
 p.add_argument("--every", type=int, default=0)
@@ -72,8 +74,17 @@ def iterate():
     dp = {} if args.dp_size is None else {"dp_rank": args.rank // (args.world // args.dp_size), "dp_size": args.dp_size}
     dm = GenomicWebDataModule(args.root, micro_batch_size=args.micro, num_workers=args.workers, seed=args.seed, **dp)
     dm.setup("fit")
+    if args.state:
+        with open(args.state) as fh:
+            dm.load_state_dict(json.load(fh))
     train_loader = dm.train_dataloader()
-    train = [keys(b) for b in train_loader]
+    train = []
+    for b in train_loader:
+        train.append(keys(b))
+        if args.stop_after is not None and len(train) == args.stop_after:
+            with open(args.out + ".state", "w") as fh:
+                json.dump(dm.state_dict(), fh)
+            break
     val_batches = list(dm.val_dataloader())
     out = {
         "world": [dm.world.rank, dm.world.size],
@@ -255,7 +266,7 @@ def tails(logs: list[Path]) -> str:
     return "\n".join(f"--- {log} ---\n{log.read_text()[-3000:]}" for log in logs if log.exists())
 
 
-def iterate(script, dataset, tmp_path, world, workers, micro, dp_size=None) -> list[dict]:
+def iterate(script, dataset, tmp_path, world, workers, micro, dp_size=None, extra=()) -> list[dict]:
     """Each rank of a gloo group of `world` processes iterates one train and one val pass."""
     port = free_port()
     procs, logs, outs = [], [], []
@@ -268,6 +279,7 @@ def iterate(script, dataset, tmp_path, world, workers, micro, dp_size=None) -> l
         cmd += ["--rank", str(rank), "--world", str(world), "--port", str(port)]
         if dp_size is not None:
             cmd += ["--dp-size", str(dp_size)]
+        cmd += list(extra)
         procs.append(start(cmd, log, cwd=run))
         logs.append(log)
         outs.append(out)
@@ -454,3 +466,25 @@ def test_killed_fit_resumes_with_exactly_the_batches_an_uninterrupted_fit_reads(
     assert sorted(after) == list(range(later, MAX_STEPS))
     for step in range(later, MAX_STEPS):
         assert after[step] == reference[step], f"step {step}: resumed in the second epoch, it read other windows"
+
+
+def test_elastic_resume_from_2_to_3_ranks_reads_exactly_what_was_left(script, dataset, windows, tmp_path):
+    """Two gloo ranks (micro 6) consume 5 batches each and save the state; three ranks (micro 4, the
+    same global batch of 12) restore it: the multiset of all keys is the train split, each once, less
+    fewer than one global batch."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = iterate(script, dataset, tmp_path / "a", 2, 0, 6, extra=["--stop-after", "5"])
+    states = [
+        json.loads((tmp_path / "a" / "iterate-w2-n0-m6-dpNone" / f"rank-{r}.json.state").read_text()) for r in range(2)
+    ]
+    assert states[0] == states[1] and states[0]["consumed"] == [[2, 6, 5]]
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(states[0]))
+    rest = iterate(script, dataset, tmp_path / "b", 3, 1, 4, extra=["--state", str(state_file)])
+    consumed = [k for r in first for k in flat(r["train"])]
+    remaining = [k for r in rest for k in flat(r["train"])]
+    every = Counter(consumed + remaining)
+    assert len(consumed) == 2 * 5 * 6 and max(every.values()) == 1
+    assert set(every) <= set(windows["train"]) and len(windows["train"]) - len(every) < 12
+    assert len({len(r["train"]) for r in rest}) == 1  # the new ranks yield equal batch counts

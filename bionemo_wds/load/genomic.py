@@ -236,7 +236,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         workers = self.num_workers
         window, max_tag = params["window_length"], params["max_tag_bytes"]
         stages: list[Any] = [
-            PlannedBatches(records, self.policy, partial(self.current_plan, split), self.shuffle_buffer),
+            PlannedBatches(
+                records, self.policy, partial(self.current_plan, split), self.shuffle_buffer, self.micro_batch_size
+            ),
             assemble(window, max_tag, self.rc_prob if train else 0.0, self.seed, self.epochs[split]),
         ]
         kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}

@@ -19,9 +19,10 @@ Evaluation splits are read in stored order, every window once over all ranks: ra
 ``ceil(n / dp_size)`` windows and every rank yields the same number of batches, padded with filler
 (window id -1: no bases, ``loss_mask`` all zero, flagged in the batch).
 
-Loader workers never change a rank's batches: batches are dealt to workers in units of
-`UNIT_BATCHES` consecutive batches (unit ``u`` to worker ``u % workers``) and the main process puts
-them back in order (`worker_units`).
+Loader workers never change a rank's batches: batches are dealt to workers in units of consecutive
+batches (unit ``u`` to worker ``u % workers``; at least `UNIT_BATCHES`, and a mixing block's worth in
+the data module, so workers mostly read different records) and the main process puts them back in
+order (`worker_units`).
 """
 
 from __future__ import annotations

@@ -176,9 +176,13 @@ def _shard_index(
 class PlannedBatches(IterableDataset):
     """The dataset of a planned loader: this worker's batches of the current pass, as `Window` lists."""
 
-    def __init__(self, records: SplitRecords, policy: ShardErrorPolicy, current: Callable[[], RankPlan], mix: int):
+    def __init__(
+        self, records: SplitRecords, policy: ShardErrorPolicy, current: Callable[[], RankPlan], mix: int, micro: int
+    ):
         super().__init__()
         self.records, self.policy, self.current = records, policy, current
+        # a worker's unit of batches spans a mixing block, so workers mostly read different records
+        self.unit = max(UNIT_BATCHES, -(-mix // max(micro, 1)))
         # two mixing blocks of records decoded at once: a unit's records are read once, not per batch
         smallest = int(records.table.windows.min()) if len(records.table) else 1
         self.cache_records = max(CACHE_RECORDS, 2 * -(-mix // max(smallest, 1)) + 2)
@@ -186,7 +190,7 @@ class PlannedBatches(IterableDataset):
     def __iter__(self) -> Iterator[tuple[int, list[Window]]]:
         plan, worker = self.current(), Worker.detect()
         cache: OrderedDict[int, BlockRows | None] = OrderedDict()
-        for b in worker_units(len(plan), worker.id, worker.count):
+        for b in worker_units(len(plan), worker.id, worker.count, self.unit):
             ids = plan.batches[b]
             real = ids != FILLER
             records, rows = self.records.table.locate(ids[real])
@@ -212,7 +216,7 @@ class PlannedBatches(IterableDataset):
         (so a record is counted once however many workers read it)."""
         first = self.records.table.first
         hits = np.flatnonzero(((plan.batches >= first[record]) & (plan.batches < first[record + 1])).any(axis=1))
-        return int(hits[0]) // UNIT_BATCHES % max(workers, 1) if len(hits) else 0
+        return int(hits[0]) // self.unit % max(workers, 1) if len(hits) else 0
 
 
 def _assemble(
@@ -234,8 +238,11 @@ def _assemble(
 
 def _in_order(src: Iterable[dict[str, Any]], first: Callable[[], int]) -> Iterator[dict[str, Any]]:
     """(main side) Batches from several workers -> in plan order (workers produce units of batches)."""
-    expected, held = first(), {}
+    expected: int | None = None
+    held: dict[int, dict[str, Any]] = {}
     for batch in src:
+        if expected is None:  # asked only now: the pass's plan is set when its first batch is asked for
+            expected = first()
         held[batch.pop("index")] = batch
         while expected in held:
             yield held.pop(expected)
