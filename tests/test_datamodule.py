@@ -38,6 +38,18 @@ def make(root, **kw) -> GenomicWebDataModule:
     return GenomicWebDataModule(str(root), **kw)
 
 
+def quiet_trainer(**kwargs) -> L.Trainer:
+    """A CPU Trainer that writes and prints nothing of its own."""
+    return L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
+
+
 def keys_of(loader) -> list[list[str]]:
     return [list(b["keys"]) for b in loader]
 
@@ -136,16 +148,7 @@ class Recorder(L.LightningModule):
 
 def test_trainer_sees_the_same_batches_as_direct_iteration(dataset):
     model = Recorder()
-    trainer = L.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_epochs=2, devices=1, num_sanity_val_steps=0)
     dm = make(dataset, num_workers=2)
     trainer.fit(model, datamodule=dm)
     trainer.validate(model, datamodule=dm)
@@ -194,16 +197,7 @@ def test_fasta_to_training_in_one_call_and_concurrent_prepare(tmp_path, dataset)
         micro_batch_size=4,
         prepare_options={"stride": 1000, "samples_per_shard": 400, "windows_per_record": 8, "progress": False},
     )
-    trainer = L.Trainer(
-        max_steps=3,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=2,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_steps=3, num_sanity_val_steps=0, limit_val_batches=2)
     model = Recorder()
     trainer.fit(model, datamodule=dm)
     assert len(model.seen["train"]) == 3
@@ -286,16 +280,7 @@ class Tiny(L.LightningModule):
 def test_sanity_check_then_training_is_not_a_manifest_mismatch(dataset):
     """The sanity check reads 2 val batches and drops its iterator; the half-read shard's count was
     then held against the manifest when training started (0 workers, Lightning's defaults)."""
-    trainer = L.Trainer(
-        max_steps=3,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=3,
-        val_check_interval=2,
-    )
+    trainer = quiet_trainer(max_steps=3, limit_val_batches=3, val_check_interval=2)
     trainer.fit(Tiny(), datamodule=GenomicWebDataModule(str(dataset), micro_batch_size=8))
     assert trainer.global_step == 3
 
@@ -413,17 +398,7 @@ class OneCycle(Tiny):
 
 def test_trainer_knows_the_epoch_and_a_one_cycle_schedule_runs_to_the_end(dataset):
     dm = make(dataset, micro_batch_size=64)
-    trainer = L.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        val_check_interval=0.5,
-        limit_val_batches=2,
-        num_sanity_val_steps=0,
-    )
+    trainer = quiet_trainer(max_epochs=2, val_check_interval=0.5, limit_val_batches=2, num_sanity_val_steps=0)
     trainer.fit(OneCycle(), datamodule=dm)
     per_epoch = read_manifest(dataset)["splits"]["train"]["n_samples"] // 64
     assert trainer.num_training_batches == per_epoch

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from bionemo_wds.compat import webdatamodule as _main
 from bionemo_wds.compat.pickles import pickles_to_tars
-from bionemo_wds.compat.webdatamodule import Invocations, Pipeline, Split, pickle_splits_to_tars
+from bionemo_wds.compat.webdatamodule import Invocations, PickledSplits, Pipeline, Split
 
 __all__ = ["PickledDataWDS", "Split", "WebDataModule", "pickles_to_tars"]
 
@@ -51,24 +51,11 @@ class WebDataModule(_main.WebDataModule):
     LOADER_DEFAULTS: ClassVar[dict[str, Any]] = {}  # DataLoader's default batch size
 
 
-class PickledDataWDS(WebDataModule):
+class PickledDataWDS(PickledSplits, WebDataModule):
     """bionemo-webdatamodule 1.0 `PickledDataWDS`: pickles to tars in `prepare_data`. Trusted input only."""
 
     def __init__(
         self, dir_pickles: str, names_subset: dict[Split, list[str]], *args, n_tars_wds: int | None = None, **kwargs
     ):
         super().__init__(*args, **kwargs)
-        self._dir_pickles = dir_pickles
-        self._names_subset = names_subset
-        self._n_tars_wds = n_tars_wds
-
-    def prepare_data(self) -> None:
-        """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
-        pickle_splits_to_tars(
-            self._dir_pickles,
-            self._names_subset,
-            self._suffix_keys_wds,
-            self._dirs_tars_wds,
-            self._prefix_tars_wds,
-            self._n_tars_wds,
-        )
+        self.keep_pickles(dir_pickles, names_subset, n_tars_wds)

@@ -39,11 +39,11 @@ __all__ = [
     "STAGE_SPLITS",
     "Invocations",
     "PickledDataWDS",
+    "PickledSplits",
     "Pipeline",
     "Split",
     "WebDataModule",
     "extract_suffixes",
-    "pickle_splits_to_tars",
     "pickles_to_tars",
 ]
 
@@ -166,20 +166,31 @@ class WebDataModule(L.LightningDataModule):
         return self._dataloader(Split.test)
 
 
-def pickle_splits_to_tars(
-    dir_pickles: str,
-    names_subset: dict[Split, list[str]],
-    suffixes: Sequence[str],
-    dirs_tars_wds: dict[Split, str],
-    prefix: str,
-    n_tars_wds: int | None,
-) -> None:
-    """`PickledDataWDS.prepare_data`: every split's pickles into its tar directory (rewritten each call)."""
-    for split, names in names_subset.items():
-        pickles_to_tars(dir_pickles, names, suffixes, dirs_tars_wds[split], prefix, min_num_shards=n_tars_wds)
+class PickledSplits:
+    """What both `PickledDataWDS` forms (first release, 1.0) add to their `WebDataModule`: the pickles
+    of every split, written into the split's tar directory by `prepare_data`."""
+
+    _dirs_tars_wds: dict[Split, str]
+    _suffix_keys_wds: list[str]
+    _prefix_tars_wds: str
+
+    def keep_pickles(self, dir_pickles: str, names_subset: dict[Split, list[str]], n_tars_wds: int | None) -> None:
+        self.dir_pickles, self.names_subset, self.n_tars_wds = dir_pickles, names_subset, n_tars_wds
+
+    def prepare_data(self) -> None:
+        """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
+        for split, names in self.names_subset.items():
+            pickles_to_tars(
+                self.dir_pickles,
+                names,
+                self._suffix_keys_wds,
+                self._dirs_tars_wds[split],
+                self._prefix_tars_wds,
+                min_num_shards=self.n_tars_wds,
+            )
 
 
-class PickledDataWDS(WebDataModule):
+class PickledDataWDS(PickledSplits, WebDataModule):
     """Pickled samples to tar shards in `prepare_data`, then a `WebDataModule` over them.
 
     ``{dir_pickles}/{name}.{suffix_pickles}`` for each name of ``names_subset[split]`` goes to
@@ -200,17 +211,4 @@ class PickledDataWDS(WebDataModule):
         dirs = {split: f"{prefix_dir_tars_wds}{split.name}" for split in names_subset}
         n_samples = {split: len(names) for split, names in names_subset.items()}
         super().__init__(dirs, n_samples, suffix_pickles, *args, **kwargs)
-        self._dir_pickles = dir_pickles
-        self._names_subset = names_subset
-        self._n_tars_wds = n_tars_wds
-
-    def prepare_data(self) -> None:
-        """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
-        pickle_splits_to_tars(
-            self._dir_pickles,
-            self._names_subset,
-            self._suffix_keys_wds,
-            self._dirs_tars_wds,
-            self._prefix_tars_wds,
-            self._n_tars_wds,
-        )
+        self.keep_pickles(dir_pickles, names_subset, n_tars_wds)
