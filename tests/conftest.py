@@ -37,3 +37,15 @@ def klebsiella_seqs() -> dict[str, str]:
 def lambda_seq() -> str:
     (seq,) = read_fasta(LAMBDA).values()
     return seq
+
+
+@pytest.fixture(scope="session")
+def kleb_1024(tmp_path_factory) -> Path:
+    """The Klebsiella assembly prepared for 1024-token samples (400 windows per shard, 8 per record).
+    Shared read-only by the load-side tests; a test that damages it works on a copy."""
+    from bionemo_wds.prepare import PrepareOptions, prepare
+
+    out = tmp_path_factory.mktemp("kleb_1024") / "kleb"
+    opts = PrepareOptions(seq_length=1024, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False)
+    prepare([KLEBSIELLA], out, opts)
+    return out

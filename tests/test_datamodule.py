@@ -14,23 +14,14 @@ from conftest import KLEBSIELLA, LAMBDA
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import read_manifest
 from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.tokenizer import reverse_complement_bases
 
 SEQ = 1024
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dm") / "kleb"
-    prepare(
-        [KLEBSIELLA],
-        out,
-        PrepareOptions(
-            seq_length=SEQ, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False, workers=2
-        ),
-    )
-    return out
+def dataset(kleb_1024) -> Path:
+    return kleb_1024
 
 
 def make(root, **kw) -> GenomicWebDataModule:

@@ -20,6 +20,7 @@ from bionemo_wds.load.plan import (
     eval_plan,
     remaining_sequence,
     resampled_plan,
+    train_batches,
     train_plan,
     worker_units,
 )
@@ -189,6 +190,8 @@ def test_a_chain_of_resumes_with_changing_layouts_reads_no_window_twice(table, s
     assert len(np.unique(every)) == len(every)
     assert len(every) + last[0].left_out == table.n_windows
     assert last[0].first_batch == sum(seg.batches for seg in segments)
+    # the loader's length comes from arithmetic alone: it must agree with the plan
+    assert train_batches(table.n_windows, 3, 2, segments) == last[0].total_batches
     # remaining_sequence is exactly what was not taken
     rest = remaining_sequence(epoch_sequence(table, seed, epoch), segments)
     assert sorted(rest.tolist()) == sorted(set(range(table.n_windows)) - set(np.concatenate(taken).tolist()))

@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import KLEBSIELLA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +26,6 @@ from bionemo_wds.load.stages import (
     shuffle,
     untuple,
 )
-from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.seeds import flips
 from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT, EOS_ID, PAD_ID, SEP_ID, reverse_complement_bases
 
@@ -167,16 +165,8 @@ def test_to_model_inputs_uniform_fast_path_matches_row_path():
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("stages") / "kleb"
-    prepare(
-        [KLEBSIELLA],
-        out,
-        PrepareOptions(
-            seq_length=1024, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False, workers=1
-        ),
-    )
-    return out
+def dataset(kleb_1024) -> Path:
+    return kleb_1024
 
 
 def split_urls(root: Path, split: str) -> list[str]:

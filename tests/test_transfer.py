@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import KLEBSIELLA
 
 from bionemo_wds.format import iter_records, read_manifest
 from bionemo_wds.load import genomic
@@ -21,22 +20,13 @@ from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.loaders import Split
 from bionemo_wds.load.stages import collate_compact
 from bionemo_wds.load.transfer import ARRAYS, BatchTransfer
-from bionemo_wds.prepare import PrepareOptions, prepare
 
 MICRO = 16
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("transfer") / "kleb"
-    prepare(
-        [KLEBSIELLA],
-        out,
-        PrepareOptions(
-            seq_length=1024, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False, workers=1
-        ),
-    )
-    return out
+def dataset(kleb_1024) -> Path:
+    return kleb_1024
 
 
 @pytest.fixture

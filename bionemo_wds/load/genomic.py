@@ -31,7 +31,7 @@ from bionemo_wds.format import read_manifest
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loader
 from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs, to_tensors
-from bionemo_wds.load.plan import Consumed, RankPlan, eval_plan, resampled_plan, train_plan
+from bionemo_wds.load.plan import Consumed, RankPlan, eval_plan, resampled_plan, train_batches, train_plan
 from bionemo_wds.load.planned import PlannedBatches, SplitRecords, assemble, in_order
 from bionemo_wds.load.resume import TrainProgress
 from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy
@@ -215,9 +215,8 @@ class GenomicWebDataModule(L.LightningDataModule):
                 for sh in info["shards"]
             }
             # the skip counter lives in shared memory of the context the loader workers start with
-            self.policy = ShardErrorPolicy(
-                self.handler, expected, mp.get_context(), ShardErrorPolicy.record_checks(self.root, manifest)
-            )
+            # (the planned reader checks each record against the index itself: no per-record checks here)
+            self.policy = ShardErrorPolicy(self.handler, expected, mp.get_context())
             self.manifest = manifest
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:
@@ -271,6 +270,17 @@ class GenomicWebDataModule(L.LightningDataModule):
             return RankPlan(plan.batches[done:], first_batch=done, total_batches=plan.total_batches)
         return train_plan(table, self.seed, epoch, rank, size, micro, consumed or [], mix=self.shuffle_buffer)
 
+    def epoch_length(self, split: Split, consumed: list[Consumed] | None = None) -> int:
+        """Batches of an epoch of `split` on every rank, by arithmetic (what ``len(loader)`` reports)."""
+        assert self.manifest is not None
+        rank, size, micro = self.world.rank, self.world.size, self.micro_batch_size
+        n_windows = self.records[split].table.n_windows
+        if split is not Split.train:
+            return eval_plan(n_windows, rank, size, micro).total_batches
+        if self.epoch_mode == "resampled":
+            return epoch_batches(self.manifest["splits"]["train"]["n_samples"], self.global_batch_size)
+        return train_batches(n_windows, size, micro, consumed or [])
+
     def start_pass(self, split: Split) -> None:
         """Before a pass's workers start: its plan (from a restored position when there is one)."""
         epoch = self.epochs[split].epoch
@@ -317,7 +327,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         epoch = self.epochs[split].next_epoch if self.trainer_epoch() is None else self.trainer_epoch()
         restored = self.progress.restored
         consumed = restored[1] if split is Split.train and restored and restored[0] == epoch else None
-        length = self.plan_for(split, epoch or 0, consumed).total_batches
+        length = self.epoch_length(split, consumed)
         return make_loader(
             self.datasets[split],
             self.loader_kwargs[split],
@@ -372,9 +382,7 @@ class GenomicWebDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         """Seed, epoch, the batches consumed in it (per data-parallel layout) and the layout: what a
         restore needs to continue the epoch exactly, with any number of workers or ranks."""
-        epoch_total = None
-        if self.manifest is not None and Split.train in self.records:
-            epoch_total = self.plan_for(Split.train, self.progress.epoch, self.progress.before).total_batches
+        epoch_total = self.epoch_length(Split.train, self.progress.before) if Split.train in self.records else None
         return self.progress.state(self.seed, self.world.size, self.micro_batch_size, epoch_total)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

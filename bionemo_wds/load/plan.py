@@ -145,6 +145,14 @@ def remaining_sequence(sequence: np.ndarray, consumed: Sequence[Consumed]) -> np
     return sequence
 
 
+def train_batches(n_windows: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = ()) -> int:
+    """Batches every rank yields in a training epoch (those consumed before a resume included):
+    `train_plan`'s ``total_batches`` by arithmetic alone, without ordering the epoch."""
+    done = sum(seg.batches for seg in consumed)
+    left = n_windows - sum(seg.batches * seg.micro * seg.dp_size for seg in consumed)
+    return done + left // (micro * dp_size)
+
+
 def train_plan(
     table: RecordTable,
     seed: int,
