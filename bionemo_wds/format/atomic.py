@@ -49,21 +49,56 @@ def _publish(tmp: Path, final: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "wb", **open_kwargs: Any) -> Iterator[IO[Any]]:
+def atomic_write(
+    path: str | os.PathLike[str],
+    mode: str = "wb",
+    durable: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    **open_kwargs: Any,
+) -> Iterator[IO[Any]]:
     """Open a hidden temporary beside `path`; on a clean exit it replaces `path` durably.
 
-    On any exception the temporary is removed and `path` is left as it was.
+    On any exception the temporary is removed and `path` is left as it was. `durable=False` skips
+    the fsyncs (for a cache, whose entries are checked when read). A URL (``s3://...``) is written
+    as one object through fsspec, which a store makes visible only when complete (a multipart
+    upload for large objects); on an exception the upload is aborted (`discard`), so no part of it
+    is ever visible either.
     """
+    from bionemo_wds.storage.location import filesystem, is_url
+
+    if is_url(path):
+        fs = filesystem(str(path), storage_options, own_retries=False)
+        handle = fs.open(str(path), mode, **open_kwargs)
+        try:
+            yield handle
+        except BaseException:
+            _discard(handle)
+            raise
+        handle.close()
+        return
     final = Path(path)
     tmp = temporary_name(final)
     try:
         with open(tmp, mode, **open_kwargs) as fh:
             yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        _publish(tmp, final)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        if durable:
+            _publish(tmp, final)
+        else:
+            os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _discard(handle: Any) -> None:
+    """Abort a remote upload so that nothing of it becomes visible (fsspec's ``discard``)."""
+    discard = getattr(handle, "discard", None)
+    if discard is None:  # a filesystem without abort: nothing visible is what its close must not do
+        raise RuntimeError(f"{type(handle).__name__} cannot abort an upload; refusing to publish a partial object")
+    discard()
+    handle.closed = True  # the buffer is gone: closing again would try to upload it
 
 
 @contextlib.contextmanager

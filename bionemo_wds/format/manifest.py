@@ -20,6 +20,7 @@ records are decoded without per-record checks and `verify` says so.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 from bionemo_wds.format.atomic import atomic_write
 from bionemo_wds.format.index import index_of
 from bionemo_wds.format.tar import index_shard
+from bionemo_wds.storage.store import Store
 
 FORMAT_NAME = "bionemo-wds"
 #: The version `prepare` writes (both codecs).
@@ -78,21 +80,23 @@ def dumps_manifest(obj: dict[str, Any]) -> str:
     return _NUMBER_LIST.sub(lambda m: "".join(m.group(0).split()), text) + "\n"
 
 
-def complete_record_index(root: Path, manifest: dict[str, Any]) -> int:
+def complete_record_index(root: str | os.PathLike[str] | Store, manifest: dict[str, Any]) -> int:
     """Give every shard entry of a version-3 manifest its record index: entries without one (a
     shard `prepare` did not write in this run but reused, finished by a killed run) are indexed
     from the shard file, which must match the entry's size and sha256. Returns how many."""
     if not has_record_index(manifest):
         return 0
+    store = root if isinstance(root, Store) else Store(root)
     filled = 0
     for info in manifest.get("splits", {}).values():
         for shard in info["shards"]:
             if index_of(shard) is not None:
                 continue
-            size, sha, index = index_shard(Path(root) / shard["path"])
+            with store.open(shard["path"]) as stream:
+                size, sha, index = index_shard(store.url(shard["path"]), stream)
             if (size, sha) != (shard["bytes"], shard["sha256"]):
                 raise ValueError(
-                    f"{Path(root) / shard['path']}: {size} bytes, sha256 {sha[:12]}..., but the manifest "
+                    f"{store.url(shard['path'])}: {size} bytes, sha256 {sha[:12]}..., but the manifest "
                     f"entry being written says {shard['bytes']} bytes, sha256 {str(shard['sha256'])[:12]}..."
                 )
             shard["records"] = index.as_dict()
@@ -100,26 +104,36 @@ def complete_record_index(root: Path, manifest: dict[str, Any]) -> int:
     return filled
 
 
-def write_manifest(path: Path, obj: dict[str, Any]) -> None:
-    """Write a manifest (or any JSON) so readers see the old file or the whole new one, never a part.
+def write_manifest(path: str | os.PathLike[str], obj: dict[str, Any], storage_options: dict | None = None) -> None:
+    """Write a manifest (or any JSON) so readers see the old file or the whole new one, never a part
+    (`path` may be a URL: one object, visible when complete).
 
     A dataset manifest of a version with a record index is first completed by
     `complete_record_index` (a no-op when the writers filled in every shard), so no such manifest
     is ever written with a shard that lacks its index.
     """
+    where = str(path)
+    root, _, name = where.rpartition("/")
+    store = Store(root or ".", storage_options, write=True)
     if obj.get("format") == FORMAT_NAME and "splits" in obj:
-        complete_record_index(Path(path).parent, obj)
-    with atomic_write(path, "w") as fh:
-        fh.write(dumps_manifest(obj))
+        complete_record_index(store, obj)
+    store.write_json_text(name, dumps_manifest(obj))
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
-    """The manifest of a prepared dataset; a clear error when it is missing or foreign."""
-    path = Path(root) / MANIFEST_NAME
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: {root} is not a prepared dataset (run `bionemo-wds prepare`)")
-    manifest = json.loads(path.read_text())
-    if manifest.get("format") != FORMAT_NAME:
+def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | None = None) -> dict[str, Any]:
+    """The manifest ``<root>/manifest.json`` of a prepared dataset (a local path or a URL); a clear
+    error when it is missing, unreadable or foreign."""
+    store = root if isinstance(root, Store) else Store(root, storage_options)
+    path = store.url(MANIFEST_NAME)
+    try:
+        manifest = store.read_json(MANIFEST_NAME)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{path} does not exist: {store.root} is not a prepared dataset (run `bionemo-wds prepare`)"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise ValueError(f"{path} is not a bionemo-wds manifest")
     if manifest.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(

@@ -45,7 +45,9 @@ class WrittenShard(NamedTuple):
     records: RecordIndex
 
 
-def write_shard(final: Path, records: Iterable[tuple[str, bytes, int]]) -> WrittenShard:
+def write_shard(
+    final: str | os.PathLike[str], records: Iterable[tuple[str, bytes, int]], storage_options: dict | None = None
+) -> WrittenShard:
     """Write ``(key, record bytes, windows in it)`` triples as the tar shard `final`, atomically.
 
     Each record is one member ``<key>.msgpack``: a 512-byte USTAR header, then its data padded to
@@ -56,7 +58,7 @@ def write_shard(final: Path, records: Iterable[tuple[str, bytes, int]]) -> Writt
     describes the bytes written.
     """
     index = RecordIndex()
-    with atomic_write(final) as fh:
+    with atomic_write(final, storage_options=storage_options) as fh:
         hashing = HashingWriter(fh)
         end = 0  # end of the last member (header + padded data) in the tar
         with TarWriter(hashing, mtime=TAR_MTIME) as writer:
@@ -175,12 +177,16 @@ def iter_records(fileobj: ByteStream, name: str = "<stream>") -> Iterator[tuple[
         yield key, decode_named(data, key, name)
 
 
-def index_shard(path: str | os.PathLike[str]) -> tuple[int, str, RecordIndex]:
-    """(size, sha256, record index) of a shard file, from one read of it (ValueError when damaged)."""
+def index_shard(path: str | os.PathLike[str], stream: ByteStream | None = None) -> tuple[int, str, RecordIndex]:
+    """(size, sha256, record index) of a shard file, from one read of it (ValueError when damaged).
+
+    `stream` reads the shard from an open stream (a remote object) instead; `path` then names it."""
+    if stream is None:
+        with open(path, "rb") as fh:
+            return index_shard(path, fh)
     index = RecordIndex()
-    with open(path, "rb") as fh:
-        reader = HashingReader(fh)
-        for key, offset, data in iter_record_members(reader, str(path)):
-            index.append(offset, data, len(decode_named(data, key, str(path))))
-        size, sha = reader.finish()
+    reader = HashingReader(stream)
+    for key, offset, data in iter_record_members(reader, str(path)):
+        index.append(offset, data, len(decode_named(data, key, str(path))))
+    size, sha = reader.finish()
     return size, sha, index

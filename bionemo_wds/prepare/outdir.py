@@ -1,21 +1,21 @@
 """What an output directory holds, and whether a prepare run may write into it.
 
-A directory is ours when it has a manifest (finished run) or a plan (interrupted run), or holds
-nothing but our cache. Anything else in it is someone's data, and we never write there or delete
-it, with or without ``--overwrite``.
+A directory (or a URL prefix in an object store) is ours when it has a manifest (finished run) or
+a plan (interrupted run), or holds nothing but our cache. Anything else in it is someone's data,
+and we never write there or delete it, with or without ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import MANIFEST_NAME
 from bionemo_wds.prepare.splits import SPLIT_NAMES
+from bionemo_wds.storage.store import Store
 
 PLAN_NAME = ".prepare-plan.json"
 CACHE_NAME = ".cache"
@@ -28,14 +28,13 @@ class OutState(Enum):
     REPLACE = "replace"  # --overwrite of an earlier run: clear it once the new input is known good
 
 
-def _stored_request(out: Path) -> tuple[str, dict[str, Any]] | None:
+def _stored_request(out: Store, names: list[str]) -> tuple[str, dict[str, Any]] | None:
     for name in (MANIFEST_NAME, PLAN_NAME):
-        path = out / name
-        if path.exists():
+        if name in names:
             try:
-                return name, json.loads(path.read_text())["request"]
+                return name, json.loads(out.read_bytes(name))["request"]
             except (ValueError, KeyError) as exc:
-                raise BadInputError(f"{path} is unreadable ({exc}); remove it or use another --out") from exc
+                raise BadInputError(f"{out.url(name)} is unreadable ({exc}); remove it or use another --out") from exc
     return None
 
 
@@ -44,27 +43,27 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
-def clear_ours(out: Path, keep_cache: bool = False) -> None:
+def clear_ours(out: Store, keep_cache: bool = False) -> None:
     """Remove what a prepare run writes (manifest, plan, cache, split directories), nothing else."""
     for name in (MANIFEST_NAME, PLAN_NAME):
-        (out / name).unlink(missing_ok=True)
+        out.remove(name)
     for name in (() if keep_cache else (CACHE_NAME,)) + SPLIT_NAMES:
-        if (out / name).is_dir():
-            shutil.rmtree(out / name)
+        out.remove_tree(name)
 
 
-def check_out_dir(out: Path, request: dict[str, Any], overwrite: bool) -> OutState:
+def check_out_dir(out: Store, request: dict[str, Any], overwrite: bool) -> OutState:
     """Decide what to do with `out` for `request`; refuses foreign data and changed parameters."""
-    if not out.exists():
+    if not out.remote and os.path.lexists(out.root) and not os.path.isdir(out.root):
+        raise BadInputError(f"--out {out.root} exists and is not a directory")
+    names = out.names()
+    if not names:
         return OutState.NEW
-    if not out.is_dir():
-        raise BadInputError(f"--out {out} exists and is not a directory")
-    stored = _stored_request(out)
+    stored = _stored_request(out, names)
     if stored is None:
-        others = [p.name for p in out.iterdir() if p.name != CACHE_NAME]
+        others = [name for name in names if name != CACHE_NAME]
         if others:
             raise BadInputError(
-                f"--out {out} holds other data ({', '.join(sorted(others)[:5])}"
+                f"--out {out.root} holds other data ({', '.join(sorted(others)[:5])}"
                 f"{', ...' if len(others) > 5 else ''}) and no bionemo-wds manifest; choose an empty or new directory"
             )
         return OutState.NEW
@@ -74,7 +73,7 @@ def check_out_dir(out: Path, request: dict[str, Any], overwrite: bool) -> OutSta
         return OutState.FINISHED if source == MANIFEST_NAME else OutState.RESUME
     if not overwrite:
         raise BadInputError(
-            f"--out {out} was prepared with other parameters ({'; '.join(diffs)}); "
+            f"--out {out.root} was prepared with other parameters ({'; '.join(diffs)}); "
             "use --overwrite to replace it or choose another directory"
         )
     return OutState.REPLACE

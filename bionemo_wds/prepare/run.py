@@ -7,8 +7,10 @@ pool. A run killed at any point resumes by writing only the shards that are miss
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,68 +18,82 @@ from pathlib import Path
 from typing import Any
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import (
-    MANIFEST_NAME,
-    file_sha256,
-    read_manifest,
-    remove_stale_temporaries,
-    write_manifest,
-)
+from bionemo_wds.format import MANIFEST_NAME, index_shard, read_manifest, remove_stale_temporaries, write_manifest
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
 from bionemo_wds.prepare.plan import plan, request_of
 from bionemo_wds.prepare.sources.fasta import catalog_fasta
 from bionemo_wds.prepare.writers import run_writers
+from bionemo_wds.storage.store import Store
 from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 
 
 @dataclass
 class PrepareResult:
     status: str  # "written", "resumed" or "unchanged"
-    out: Path
+    out: Path | str  # a URL when prepared into an object store
     manifest: dict[str, Any]
     shards_written: int = 0
     shards_reused: int = 0
     seconds: float = 0.0
 
 
+def local_cache(out: Store) -> Path:
+    """Where a run keeps its FASTA cache (gzip copies, .fai indexes): ``<out>/.cache`` for a local
+    output; for an object store, a directory of this machine's temporary space named after the URL."""
+    if not out.remote:
+        return Path(out.root) / CACHE_NAME
+    digest = hashlib.sha256(out.root.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "bionemo-wds-prepare" / digest
+
+
 def prepare(
-    inputs: Sequence[str | os.PathLike], out: str | os.PathLike, opts: PrepareOptions | None = None
+    inputs: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    opts: PrepareOptions | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> PrepareResult:
-    """Prepare `inputs` into `out`; resumes an interrupted run, refuses to clobber anything else."""
+    """Prepare `inputs` into `out` (a directory or an object-store URL such as ``s3://bucket/run1``);
+    resumes an interrupted run, refuses to clobber anything else."""
     t0 = time.perf_counter()
     opts = opts or PrepareOptions()
-    out = Path(out)
+    store = Store(out, storage_options, write=True, what="--out")  # a malformed URL fails here, before any write
+    result_out: Path | str = store.root if store.remote else Path(store.root)
     paths = [str(p) for p in inputs]
     request = request_of(paths, opts)
-    state = check_out_dir(out, request, opts.overwrite)
+    state = check_out_dir(store, request, opts.overwrite)
     if state is OutState.FINISHED:
-        return PrepareResult("unchanged", out, read_manifest(out))
-    created = _first_missing_ancestor(out)
-    out.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(out)  # recursive: split directories and the cache (gzip copies, .fai indexes)
+        return PrepareResult("unchanged", result_out, read_manifest(store))
+    cache = local_cache(store)
+    created = None if store.remote else _first_missing_ancestor(Path(store.root))
+    store.makedirs()
+    if not store.remote:
+        remove_stale_temporaries(store.root)  # recursive: split directories and the cache (gzip copies, .fai)
+    else:
+        cache.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(cache)
     if state is not OutState.RESUME:  # a cache left by a run killed before its plan may hold other inputs
-        shutil.rmtree(out / CACHE_NAME, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
     try:
-        catalog = catalog_fasta(paths, out / CACHE_NAME, opts.tags, opts.on_invalid, opts.progress)
+        catalog = catalog_fasta(paths, cache, opts.tags, opts.on_invalid, opts.progress)
         manifest, tasks = plan(catalog, request, opts)
     except BadInputError:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         elif state in (OutState.NEW, OutState.REPLACE):
-            shutil.rmtree(out / CACHE_NAME, ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
         raise
     if state is OutState.REPLACE:  # only now: a refused new run leaves the earlier one intact
-        clear_ours(out, keep_cache=True)
+        clear_ours(store, keep_cache=True)
     if state is not OutState.RESUME:
-        write_manifest(out / PLAN_NAME, {"request": request})
+        write_manifest(store.url(PLAN_NAME), {"request": request}, storage_options)
     for split in manifest["splits"]:
-        (out / split).mkdir(exist_ok=True)
-    reused = _finished_shards(out, manifest) if state is OutState.RESUME else {}
+        store.makedirs(split)
+    reused = _finished_shards(store, manifest) if state is OutState.RESUME else {}
     table = replace_invalid_table() if opts.on_invalid == "replace-N" else UPPERCASE_TABLE
     workers = opts.workers or os.cpu_count() or 1
     written = run_writers(
-        out,
+        store.root,
         [t for t in tasks if (t[0], t[1]) not in reused],
         catalog,
         table,
@@ -85,16 +101,17 @@ def prepare(
         (opts.compress, opts.compress_level),
         workers,
         opts.progress,
+        storage_options,
     )
     for split, info in manifest["splits"].items():
         for i, shard in enumerate(info["shards"]):
             size, sha = written.get((split, i)) or reused[(split, i)]
             shard.update(bytes=size, sha256=sha)
-    write_manifest(out / MANIFEST_NAME, manifest)
-    (out / PLAN_NAME).unlink(missing_ok=True)
-    shutil.rmtree(out / CACHE_NAME, ignore_errors=True)
+    write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)  # last: it names only shards that exist
+    store.remove(PLAN_NAME)
+    shutil.rmtree(cache, ignore_errors=True)
     status = "resumed" if state is OutState.RESUME else "written"
-    return PrepareResult(status, out, manifest, len(written), len(reused), time.perf_counter() - t0)
+    return PrepareResult(status, result_out, manifest, len(written), len(reused), time.perf_counter() - t0)
 
 
 def _first_missing_ancestor(path: Path) -> Path | None:
@@ -107,11 +124,16 @@ def _first_missing_ancestor(path: Path) -> Path | None:
     return missing
 
 
-def _finished_shards(out: Path, manifest: dict) -> dict[tuple[str, int], tuple[int, str]]:
-    """(size, sha256) of the shards an interrupted run completed (final names mean complete)."""
+def _finished_shards(out: Store, manifest: dict) -> dict[tuple[str, int], tuple[int, str]]:
+    """(size, sha256) of the shards an interrupted run completed (a final name means complete: files
+    and objects appear whole), each read once to fill its manifest entry's record index."""
     done = {}
     for split, info in manifest["splits"].items():
+        present = out.sizes(split) or {}
         for i, shard in enumerate(info["shards"]):
-            if (out / shard["path"]).exists():
-                done[(split, i)] = file_sha256(out / shard["path"])
+            if shard["path"].rsplit("/", 1)[-1] in present:
+                with out.open(shard["path"]) as stream:
+                    size, sha, index = index_shard(out.url(shard["path"]), stream)
+                shard["records"] = index.as_dict()
+                done[(split, i)] = (size, sha)
     return done

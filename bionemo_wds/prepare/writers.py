@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,13 +20,18 @@ from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.plan import Task
 from bionemo_wds.prepare.sources.fasta import read_span
 from bionemo_wds.prepare.windows import WindowTable
+from bionemo_wds.storage.location import join
 
 _WORKER: dict[str, Any] = {}
 
 
-def _init_writer(root: Path, catalog: Catalog, table: bytes, prefix: str, codec: tuple[str, int]) -> None:
+def _init_writer(
+    root: str, catalog: Catalog, table: bytes, prefix: str, codec: tuple[str, int], storage_options: dict | None
+) -> None:
     _WORKER.clear()
-    _WORKER.update(root=root, catalog=catalog, table=table, prefix=prefix, codec=codec, handles={})
+    _WORKER.update(
+        root=root, catalog=catalog, table=table, prefix=prefix, codec=codec, handles={}, options=storage_options
+    )
 
 
 def _window_bases(row_seq: int, start: int, length: int) -> bytes:
@@ -73,13 +77,13 @@ def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tupl
 
 def _write_task(task: Task) -> tuple[str, int, int, str, RecordIndex]:
     split, shard, windows, per_record, _ = task
-    final = _WORKER["root"] / split / shard_name(shard, _WORKER["prefix"])
-    written = write_shard(final, _records(shard, windows, per_record))
+    final = join(_WORKER["root"], split, shard_name(shard, _WORKER["prefix"]))
+    written = write_shard(final, _records(shard, windows, per_record), _WORKER["options"])
     return split, shard, written.bytes, written.sha256, written.records
 
 
 def run_writers(
-    root: Path,
+    root: str,
     tasks: list[Task],
     catalog: Catalog,
     table: bytes,
@@ -87,6 +91,7 @@ def run_writers(
     codec: tuple[str, int],
     workers: int,
     progress: bool,
+    storage_options: dict | None = None,
 ) -> dict:
     """Write every task's shard; returns ``(split, shard) -> (bytes, sha256)`` and fills each task's
     manifest entry with the shard's record index (``records``)."""
@@ -100,7 +105,7 @@ def run_writers(
         bar.update()
 
     if workers <= 1 or len(tasks) <= 1:
-        _init_writer(root, catalog, table, prefix, codec)
+        _init_writer(root, catalog, table, prefix, codec, storage_options)
         try:
             for task in tasks:
                 finished(*_write_task(task))
@@ -110,7 +115,7 @@ def run_writers(
             _WORKER.clear()
     else:
         with ProcessPoolExecutor(
-            workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec)
+            workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec, storage_options)
         ) as pool:
             for result in pool.map(_write_task, tasks, chunksize=1):
                 finished(*result)

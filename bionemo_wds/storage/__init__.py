@@ -1,0 +1,32 @@
+"""Where data lives and how its bytes are fetched: local paths and fsspec URLs (s3://, http(s)://).
+
+- `location`: checking a location (`check_location`), URLs vs paths, opening a filesystem;
+- `store`: `Store`, a dataset root's files (whole reads, ranges, listings, atomic writes);
+- `shards`: byte ranges of a split's shards for the planned reader (`LocalShards`, `RemoteShards`);
+- `cache`: `RangeCache`, the node-local cache of remote ranges (bounded, LRU, safe to share);
+- `retry`: `RetryPolicy`, `retrying`, `RemoteReadError`;
+- `stats`: `StorageStats`, the counters of bytes, requests, cache hits and misses, retries.
+
+Modules are imported by name (nothing here imports them), so the format package can use
+`location` without a cycle.
+"""
+
+from __future__ import annotations
+
+from bionemo_wds.storage.location import check_location, is_url, join
+
+__all__ = ["check_location", "is_url", "join", "list_shards"]
+
+
+def list_shards(directory: str, prefix: str, storage_options: dict | None = None) -> list[str]:
+    """Sorted shard paths or URLs ``{directory}/{prefix}-*.tar`` (a listing, then a name filter)."""
+    import fnmatch
+    import glob
+
+    directory = check_location(directory)
+    if not is_url(directory):
+        return sorted(glob.glob(join(directory, f"{prefix}-*.tar")))
+    from bionemo_wds.storage.store import Store
+
+    sizes = Store(directory, storage_options).sizes("") or {}
+    return sorted(join(directory, name) for name in sizes if fnmatch.fnmatch(name, f"{prefix}-*.tar"))

@@ -1,0 +1,44 @@
+"""Counts of what the storage layer did: bytes fetched, requests, cache hits and misses, retries.
+
+The counters live in shared memory from the context loader workers start with (as the skip
+counter of `ShardErrorPolicy` does), so what every worker fetched adds up in the main process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+#: The counters, in order.
+FIELDS = ("bytes_fetched", "requests", "cache_hits", "cache_misses", "retries", "shards_skipped")
+
+
+class StorageStats:
+    """Process-shared counters; `snapshot` reads them all, `since` the change from an earlier one."""
+
+    def __init__(self, context: Any = None):
+        self._values = (context or mp.get_context()).Array("q", len(FIELDS))
+
+    def add(self, **counts: int) -> None:
+        """Add to the named counters (unknown names are a programming error)."""
+        with self._values.get_lock():
+            for name, n in counts.items():
+                self._values[FIELDS.index(name)] += n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._values.get_lock():
+            return dict(zip(FIELDS, self._values[:]))
+
+    @staticmethod
+    def since(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+        """Counts between two snapshots."""
+        return {name: now[name] - before.get(name, 0) for name in FIELDS}
+
+    @staticmethod
+    def describe(counts: dict[str, int]) -> str:
+        """One line for a log."""
+        return (
+            f"{counts['bytes_fetched'] / 1e6:.1f} MB fetched in {counts['requests']} request(s), "
+            f"cache {counts['cache_hits']} hit(s) / {counts['cache_misses']} miss(es), {counts['retries']} retries, "
+            f"{counts['shards_skipped']} shard(s) skipped"
+        )
