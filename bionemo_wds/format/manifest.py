@@ -23,10 +23,8 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bionemo_wds.format.atomic import atomic_write
 from bionemo_wds.format.index import index_of
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.storage.store import Store

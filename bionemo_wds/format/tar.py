@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import tarfile
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import NamedTuple, Protocol
 
 import numpy as np

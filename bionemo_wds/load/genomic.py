@@ -17,9 +17,12 @@ a filesystem do not race) and reuses a complete output.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import multiprocessing as mp
+import tempfile
 import warnings
+from collections.abc import Iterable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,16 +30,21 @@ from typing import Any
 import lightning as L
 import webdataset as wds
 
-from bionemo_wds.format import read_manifest
+from bionemo_wds.load.checked import read_checked_manifest
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loader
 from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs, to_tensors
 from bionemo_wds.load.plan import Consumed, RankPlan, eval_plan, resampled_plan, train_batches, train_plan
 from bionemo_wds.load.planned import PlannedBatches, SplitRecords, assemble, in_order
 from bionemo_wds.load.resume import TrainProgress
-from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy
+from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.transfer import BatchTransfer
 from bionemo_wds.load.world import World
+from bionemo_wds.storage.cache import RangeCache
+from bionemo_wds.storage.retry import RetryPolicy
+from bionemo_wds.storage.stats import FIELDS as STORAGE_FIELDS
+from bionemo_wds.storage.stats import StorageStats
+from bionemo_wds.storage.store import Store
 
 log = logging.getLogger(__name__)
 #: The epoch modes: "exact" (every window at most once, equal batches) or "resampled".
@@ -52,7 +60,8 @@ class GenomicWebDataModule(L.LightningDataModule):
     """Lightning data module over `bionemo-wds prepare` output.
 
     Args:
-        shards: dataset root (holds manifest.json and one directory per split).
+        shards: dataset root (holds manifest.json and one directory per split): a local directory or
+            a URL (``s3://bucket/run1``, ``https://host/run1``, any fsspec protocol).
         micro_batch_size: samples per batch on each rank.
         global_batch_size: samples per optimizer step over all ranks (default micro x data-parallel
             size); with ``epoch="resampled"`` it sets the pseudo-epoch of
@@ -79,6 +88,14 @@ class GenomicWebDataModule(L.LightningDataModule):
             batches on every rank (``n_windows // (micro x dp_size)``), fewer than one global batch
             left out; "resampled": an endless seeded stream of exact epochs cut into bionemo's
             pseudo-epoch of ``ceil(n_samples / global_batch_size)`` batches.
+        storage_options: fsspec options for a remote `shards` (endpoint, credentials, ...); the
+            standard AWS variables (``AWS_ENDPOINT_URL``, ...) apply without them.
+        cache_dir: a local directory caching the remote record ranges read (shared safely by every
+            worker and rank of a node); a range is fetched once and reused in later epochs.
+        cache_limit: bytes the cache may hold (least recently used ranges are evicted); None: no limit.
+        retries: attempts per remote read (connection refused or reset, timeouts, 5xx) before an
+            error naming the URL; waits start at `retry_backoff` seconds and double.
+        retry_backoff: seconds to wait after the first failed attempt.
     """
 
     def __init__(
@@ -101,6 +118,11 @@ class GenomicWebDataModule(L.LightningDataModule):
         dp_rank: int | None = None,
         dp_size: int | None = None,
         epoch: str = "exact",
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        retries: int = 5,
+        retry_backoff: float = 0.5,
     ):
         super().__init__()
         if not 0 <= rc_prob <= 1:
@@ -111,8 +133,16 @@ class GenomicWebDataModule(L.LightningDataModule):
             raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
         if fasta and seq_length is None:
             raise ValueError("preparing from fasta needs seq_length")
+        if cache_limit is not None and cache_limit < 0:
+            raise ValueError(f"cache_limit must be non-negative bytes, got {cache_limit}")
         self.save_hyperparameters()
-        self.root = Path(shards)
+        self.store = Store(shards, storage_options, RetryPolicy(retries, retry_backoff), what="shards")
+        self.root = self.store.root
+        self.cache_dir, self.cache_limit = cache_dir, cache_limit
+        self.stats: StorageStats | None = None  # made in setup, from the loader workers' context
+        self.cache: RangeCache | None = None
+        self.shard_sizes: dict[str, int] = {}
+        self.pass_start: dict[Split, dict[str, int]] = {}
         self.micro_batch_size = micro_batch_size
         self.requested_global_batch_size = global_batch_size
         self.seq_length = seq_length
@@ -150,73 +180,39 @@ class GenomicWebDataModule(L.LightningDataModule):
         from bionemo_wds.prepare import PrepareOptions, prepare
 
         opts = PrepareOptions(**{"seed": self.seed, **self.prepare_options, "seq_length": self.seq_length})
-        lock_path = Path(f"{self.root}.lock")
+        lock_path = (
+            Path(tempfile.gettempdir()) / f"bionemo-wds-{hashlib.sha256(self.root.encode()).hexdigest()[:16]}.lock"
+            if self.store.remote  # one node's processes share it; prepare itself is safe to rerun
+            else Path(f"{self.root}.lock")
+        )
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with open(lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # the second node waits, then finds the run finished
-            result = prepare(self.fasta, self.root, opts)
+            result = prepare(self.fasta, self.root, opts, self.store.storage_options)
         if result.status != "unchanged":
             print(f"prepared {self.root}: {result.shards_written} shard(s) in {result.seconds:.1f} s")
 
     # -- setup ------------------------------------------------------------------------------------
 
-    def read_checked_manifest(self) -> dict[str, Any]:
-        """The manifest, checked against the request (seq_length) and the shard files (presence, size)."""
-        manifest = read_manifest(self.root)
-        params = manifest["params"]
-        if self.seq_length is not None and self.seq_length != params["seq_length"]:
-            raise ValueError(
-                f"{self.root} was cut for seq_length {params['seq_length']} (windows of {params['window_length']} "
-                f"bases); seq_length={self.seq_length} was asked for. Use seq_length={params['seq_length']} or "
-                f"prepare again with --seq-length {self.seq_length}"
-            )
-        for name, info in manifest["splits"].items():
-            held = sum(shard["n_samples"] for shard in info["shards"])
-            if info["n_samples"] != held:
-                raise CorruptShardError(
-                    f"{self.root}/manifest.json disagrees with itself: the {name} split lists n_samples "
-                    f"{info['n_samples']} but its shards hold {held} (run `bionemo-wds verify`, or prepare again)"
-                )
-            listed = {shard["path"] for shard in info["shards"]}
-            strays = sorted(
-                f"{name}/{p.name}"
-                for p in (self.root / name).glob(f"{params['prefix']}-*.tar")
-                if f"{name}/{p.name}" not in listed
-            )
-            if strays:  # the manifest is the list: a stray copy is never read
-                warnings.warn(
-                    f"{self.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
-                    f"{', '.join(strays[:3])}{', ...' if len(strays) > 3 else ''}",
-                    stacklevel=2,
-                )
-            for shard in info["shards"]:
-                path = self.root / shard["path"]
-                if not path.exists():
-                    raise CorruptShardError(f"shard {path} is listed in {self.root}/manifest.json but missing")
-                size = path.stat().st_size
-                if size != shard["bytes"]:
-                    raise CorruptShardError(
-                        f"shard {path} has {size} bytes but the manifest lists {shard['bytes']}: "
-                        "the manifest disagrees with the file (run `bionemo-wds verify`)"
-                    )
-        return manifest
-
     def setup(self, stage: str) -> None:
         """Read the manifest once, then build the datasets of the splits `stage` reads."""
         splits = check_stage(stage)
         if self.manifest is None:  # once; later stages reuse the datasets built so far
-            manifest = self.read_checked_manifest()
+            manifest, self.shard_sizes = read_checked_manifest(self.store, self.seq_length)
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
             self.seq_length = manifest["params"]["seq_length"]
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
             expected = {
-                str(self.root / sh["path"]): sh["n_samples"]
+                self.store.url(sh["path"]): sh["n_samples"]
                 for info in manifest["splits"].values()
                 for sh in info["shards"]
             }
             # the skip counter lives in shared memory of the context the loader workers start with
             # (the planned reader checks each record against the index itself: no per-record checks here)
             self.policy = ShardErrorPolicy(self.handler, expected, mp.get_context())
+            self.stats = self.store.stats = StorageStats(mp.get_context())
+            if self.store.remote and self.cache_dir is not None:
+                self.cache = RangeCache(self.cache_dir, self.cache_limit, self.stats)
             self.manifest = manifest
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:
@@ -231,7 +227,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         assert self.manifest is not None
         params, info = self.manifest["params"], self.manifest["splits"][split.name]
         train = split is Split.train
-        self.records[split] = records = SplitRecords.from_manifest(str(self.root), info, self.policy)
+        self.records[split] = records = SplitRecords.from_manifest(
+            self.store, info, self.policy, self.shard_sizes, self.cache
+        )
         workers = self.num_workers
         window, max_tag = params["window_length"], params["max_tag_bytes"]
         stages: list[Any] = [
@@ -296,6 +294,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         transfer = self.transfers.get(split)
         if transfer is not None:
             transfer.new_generation()
+        if self.stats is not None:
+            self.pass_start[split] = self.stats.snapshot()
 
     def current_plan(self, split: Split) -> RankPlan:
         """The plan of the pass under way (set by `start_pass`)."""
@@ -307,6 +307,19 @@ class GenomicWebDataModule(L.LightningDataModule):
             if self.trainer is None:
                 self.progress.batches += 1
             yield batch
+
+    def log_storage(self, split: Split, src: Iterable[Any]) -> Iterator[Any]:
+        """(main side) After a pass over a remote dataset, log what it fetched (`storage_stats`)."""
+        yield from src
+        if self.store.remote and self.stats is not None and split in self.pass_start:
+            counts = StorageStats.since(self.stats.snapshot(), self.pass_start[split])
+            log.info("%s epoch %d: %s", split.name, self.epochs[split].epoch, StorageStats.describe(counts))
+
+    @property
+    def storage_stats(self) -> dict[str, int]:
+        """What the storage layer did so far, over all loader workers: bytes fetched, requests,
+        cache hits and misses, retries, shards skipped (all zero for a local dataset)."""
+        return self.stats.snapshot() if self.stats is not None else dict.fromkeys(STORAGE_FIELDS, 0)
 
     # -- loaders ----------------------------------------------------------------------------------
 
@@ -322,6 +335,7 @@ class GenomicWebDataModule(L.LightningDataModule):
             *([transfer.from_workers()] if transfer else []),
             in_order(first),
             *([self.count_yielded] if split is Split.train else []),
+            partial(self.log_storage, split),
             to_tensors(pin_memory=self.pin_memory),
         ]
         epoch = self.epochs[split].next_epoch if self.trainer_epoch() is None else self.trainer_epoch()

@@ -12,7 +12,6 @@ replaced by filler, so every rank still yields its planned number of batches.
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -29,6 +28,10 @@ from bionemo_wds.load.plan import FILLER, UNIT_BATCHES, RankPlan, RecordTable, w
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.stages import BlockRows, Window, collate_compact, reverse_complement
 from bionemo_wds.load.world import Worker
+from bionemo_wds.storage.cache import RangeCache
+from bionemo_wds.storage.retry import RemoteReadError
+from bionemo_wds.storage.shards import LocalShards, RemoteShards, ShardRanges
+from bionemo_wds.storage.store import Store
 
 #: Records a loader worker keeps decoded (about two mixing blocks of 8 kb windows: ~16 MB).
 CACHE_RECORDS = 128
@@ -54,48 +57,67 @@ class Unreported:
     def bad_checksum(self, *args: Any) -> None:
         pass
 
+    def unreachable(self, *args: Any) -> None:
+        pass
+
     def bad_window_count(self, *args: Any) -> None:
         pass
 
 
 class SplitRecords:
-    """Every record of a split: its shard file, byte range, window count and crc32.
+    """Every record of a split: its shard, byte range, window count and crc32.
 
     Damage found here (a shard shorter than its index, one that cannot be read to its end, a window
     count that disagrees with the manifest) goes to the policy once per shard: an error, or under
-    ``handler="warn"`` a counted skip whose unreadable records are read as filler.
+    ``handler="warn"`` a counted skip whose unreadable records are read as filler. Bytes come from
+    `shards` (local files, or remote objects with retries, a cache and read-ahead).
     """
 
-    def __init__(self, paths: list[str], indexes: list[RecordIndex], damaged: set[int] | None = None):
-        self.paths, self.indexes = paths, indexes
+    def __init__(self, shards: ShardRanges, indexes: list[RecordIndex], damaged: set[int] | None = None):
+        self.shards, self.indexes = shards, indexes
+        self.paths = shards.urls
         self.table = RecordTable.from_counts([index.windows for index in indexes])
         self.local = np.concatenate(
             [np.arange(len(index), dtype=np.int64) for index in indexes] or [np.empty(0, np.int64)]
         )
         self.damaged = damaged or set()  # record ids read as filler (already reported)
-        self._files: dict[int, int] = {}
 
     @classmethod
-    def from_manifest(cls, root: str, split_info: dict[str, Any], policy: ShardErrorPolicy) -> SplitRecords:
-        """From the manifest's record index; shards of a dataset without one are scanned once here."""
-        paths, indexes, damaged_local = [], [], []
+    def from_manifest(
+        cls,
+        store: Store,
+        split_info: dict[str, Any],
+        policy: ShardErrorPolicy,
+        sizes: dict[str, int],
+        cache: RangeCache | None = None,
+    ) -> SplitRecords:
+        """From the manifest's record index; shards of a dataset without one are scanned once here.
+        `sizes` are the shard sizes found (by URL), `cache` the node's range cache (remote only)."""
+        urls = [store.url(shard["path"]) for shard in split_info["shards"]]
+        shards: ShardRanges = RemoteShards(store, urls, cache) if store.remote else LocalShards(urls)
+        indexes, damaged_local = [], []
         for number, shard in enumerate(split_info["shards"]):
-            path = os.path.join(root, shard["path"])
-            paths.append(path)
-            index, bad = _shard_index(path, number, shard, policy)
+            index, bad = _shard_index(store, number, shard, policy, sizes.get(urls[number]))
             indexes.append(index)
             damaged_local.append(bad)
-        records = cls(paths, indexes)
+        records = cls(shards, indexes)
         first = np.concatenate([[0], np.cumsum([len(index) for index in indexes])]).astype(int)
         records.damaged = {int(first[n]) + r for n, bad in enumerate(damaged_local) for r in bad}
         return records
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_files": {}}  # descriptors stay in the process that opened them
-
     def key(self, record: int) -> str:
         """The record's member key, as prepare names it."""
         return f"{int(self.table.shard[record]):06d}-{int(self.local[record]):06d}"
+
+    def span(self, record: int) -> tuple[int, int, int]:
+        """(shard, offset, size) of the record's bytes."""
+        shard, n = int(self.table.shard[record]), int(self.local[record])
+        index = self.indexes[shard]
+        return shard, index.offset[n], index.size[n]
+
+    def prefetch(self, records: list[int]) -> None:
+        """Start fetching these records' bytes (remote shards; in the order given)."""
+        self.shards.prefetch(self.span(r) for r in records if r not in self.damaged)
 
     def read(self, record: int, policy: ShardErrorPolicy, report: bool = True) -> BlockRows | None:
         """The record, decoded and checked; None when it is damaged and the policy skips it (told
@@ -108,18 +130,25 @@ class SplitRecords:
         return block
 
     def _read(self, record: int, policy: ShardErrorPolicy | Unreported) -> BlockRows | None:
-        shard, n = int(self.table.shard[record]), int(self.local[record])
-        index, path = self.indexes[shard], self.paths[shard]
+        shard, offset, size = self.span(record)
+        n, path = int(self.local[record]), self.paths[shard]
+        index = self.indexes[shard]
         try:
-            if shard not in self._files:
-                self._files[shard] = os.open(path, os.O_RDONLY)
-            data = os.pread(self._files[shard], index.size[n], index.offset[n])
-            if len(data) != index.size[n]:
-                raise OSError(f"read {len(data)} of {index.size[n]} bytes at offset {index.offset[n]}: truncated")
+            data = self.shards.read(shard, offset, size)
+            crc = record_crc32(data)
+            if crc != index.crc32[n] and isinstance(self.shards, RemoteShards):
+                self.shards.drop(shard, offset, size)  # a bad cached or fetched copy: fetch once more
+                data = self.shards.read(shard, offset, size)
+                crc = record_crc32(data)
+        except RemoteReadError as exc:
+            policy.unreachable(path, self.key(record), exc)  # raises it under "raise"
+            self.skip_shard(shard)
+            if isinstance(self.shards, RemoteShards):
+                self.shards.store.count(shards_skipped=1)
+            return None
         except OSError as exc:
             policy.bad_record(path, self.key(record), exc)
             return None
-        crc = record_crc32(data)
         if crc != index.crc32[n]:
             policy.bad_checksum(path, self.key(record), crc, index.crc32[n])
             return None
@@ -133,10 +162,13 @@ class SplitRecords:
             return None
         return BlockRows(block)
 
+    def skip_shard(self, shard: int) -> None:
+        """Read every record of `shard` as filler from now on (it could not be fetched)."""
+        first = int(np.searchsorted(self.table.shard, shard, side="left"))
+        self.damaged.update(range(first, first + len(self.indexes[shard])))
+
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
+        self.shards.close()
 
 
 def _key(shard: int, record: int) -> str:
@@ -144,12 +176,13 @@ def _key(shard: int, record: int) -> str:
 
 
 def _shard_index(
-    path: str, number: int, shard: dict[str, Any], policy: ShardErrorPolicy
+    store: Store, number: int, shard: dict[str, Any], policy: ShardErrorPolicy, size: int | None
 ) -> tuple[RecordIndex, list[int]]:
     """One shard's record index and the records of it that cannot be read (reported to the policy)."""
+    path = store.url(shard["path"])
     if shard.get("records"):
         index = RecordIndex.from_dict(shard["records"])
-        size = os.path.getsize(path)
+        size = shard["bytes"] if size is None else size
         past = [r for r in range(len(index)) if index.offset[r] + index.size[r] > size]
         if past:
             exc = OSError(
@@ -163,7 +196,7 @@ def _shard_index(
     index = RecordIndex()  # a dataset written before the index: scan the shard once
     key = None
     try:
-        with open(path, "rb") as fh:
+        with store.open(shard["path"]) as fh:
             for key, offset, data in iter_record_members(fh, path):
                 index.append(offset, data, len(decode_named(data, key, path)))
     except (OSError, ValueError) as exc:
@@ -190,26 +223,46 @@ class PlannedBatches(IterableDataset):
     def __iter__(self) -> Iterator[tuple[int, list[Window]]]:
         plan, worker = self.current(), Worker.detect()
         cache: OrderedDict[int, BlockRows | None] = OrderedDict()
+        units: OrderedDict[int, list[int]] = OrderedDict()
         for b in worker_units(len(plan), worker.id, worker.count, self.unit):
-            ids = plan.batches[b]
-            real = ids != FILLER
-            records, rows = self.records.table.locate(ids[real])
-            windows, it = [], iter(zip(records.tolist(), rows.tolist()))
-            for is_real in real.tolist():
-                if not is_real:
-                    windows.append(Window(FILLER_ROWS, 0))
-                    continue
-                record, row = next(it)
-                if record in cache:
-                    cache.move_to_end(record)
-                else:
-                    report = self.policy.mode == "raise" or self.reporter(plan, record, worker.count) == worker.id
-                    cache[record] = self.records.read(record, self.policy, report)
-                    if len(cache) > self.cache_records:
-                        cache.popitem(last=False)
-                block = cache[record]
-                windows.append(Window(block, row) if block is not None else Window(FILLER_ROWS, 0))
-            yield plan.first_batch + b, windows
+            units.setdefault(b // self.unit, []).append(b)
+        ordered = list(units.values())
+        for u, unit in enumerate(ordered):
+            # what the plan says comes next: this unit's records (first unit) and the next unit's
+            for ahead in ordered[u : u + 2] if u == 0 else ordered[u + 1 : u + 2]:
+                self.prefetch(plan, ahead, cache)
+            for b in unit:
+                yield plan.first_batch + b, self.windows(plan, b, cache, worker)
+
+    def prefetch(self, plan: RankPlan, batches: list[int], cache: OrderedDict[int, BlockRows | None]) -> None:
+        """Ask for the records of `batches` not decoded already, in the order they are read."""
+        ids = plan.batches[batches].ravel()
+        records, _ = self.records.table.locate(ids[ids != FILLER])
+        self.records.prefetch([r for r in dict.fromkeys(records.tolist()) if r not in cache])
+
+    def windows(
+        self, plan: RankPlan, b: int, cache: OrderedDict[int, BlockRows | None], worker: Worker
+    ) -> list[Window]:
+        """The windows of batch `b` of the plan (filler where the plan or a damaged record says so)."""
+        ids = plan.batches[b]
+        real = ids != FILLER
+        records, rows = self.records.table.locate(ids[real])
+        windows, it = [], iter(zip(records.tolist(), rows.tolist()))
+        for is_real in real.tolist():
+            if not is_real:
+                windows.append(Window(FILLER_ROWS, 0))
+                continue
+            record, row = next(it)
+            if record in cache:
+                cache.move_to_end(record)
+            else:
+                report = self.policy.mode == "raise" or self.reporter(plan, record, worker.count) == worker.id
+                cache[record] = self.records.read(record, self.policy, report)
+                if len(cache) > self.cache_records:
+                    cache.popitem(last=False)
+            block = cache[record]
+            windows.append(Window(block, row) if block is not None else Window(FILLER_ROWS, 0))
+        return windows
 
     def reporter(self, plan: RankPlan, record: int, workers: int) -> int:
         """The worker that reports a damaged record: the one producing its first window's batch

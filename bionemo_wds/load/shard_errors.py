@@ -89,6 +89,13 @@ class ShardErrorPolicy:
         where = f"after sample {after_key}" if after_key else "before its first sample"
         self._fail(f"shard {url} is truncated or corrupt ({where}): {exc}")
 
+    def unreachable(self, url: str, key: str | None, exc: Exception) -> None:
+        """A shard that could not be fetched after every retry: `exc` itself (it names the URL, the
+        attempts and the last cause), or under ``handler="warn"`` the shard is skipped and counted."""
+        if self.mode == "raise":
+            raise exc
+        self._fail(f"shard {url} (record {key}) could not be fetched: {exc}")
+
     def bad_record(self, url: str | None, key: str | None, exc: Exception) -> None:
         self._fail(f"shard {url}: record {key} cannot be decoded: {exc}")
 

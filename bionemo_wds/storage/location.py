@@ -119,4 +119,3 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None, own_retr
     protocol = protocol_of(url) or "file"
     options = _merged(default_options(protocol, own_retries), dict(storage_options or {}))
     return fsspec.filesystem(protocol, **options)
-

@@ -1,0 +1,70 @@
+"""A prepared dataset's manifest, checked before any loader reads it.
+
+The manifest is the list of what to read: it must agree with itself (split totals), with the
+request (``seq_length``), and with the shards it names (present, of the listed size). Shards found
+but not listed are ignored with a warning. The checks use one listing per split directory (never a
+glob on a bucket), or a size request per shard where the protocol cannot list.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import warnings
+from typing import Any
+
+from bionemo_wds.format import MANIFEST_NAME, read_manifest
+from bionemo_wds.load.shard_errors import CorruptShardError
+from bionemo_wds.storage.store import Store
+
+
+def read_checked_manifest(store: Store, seq_length: int | None) -> tuple[dict[str, Any], dict[str, int]]:
+    """(manifest, shard URL -> size found) of the dataset at `store`; clear errors for disagreements."""
+    manifest = read_manifest(store)
+    params = manifest["params"]
+    where = store.url(MANIFEST_NAME)
+    if seq_length is not None and seq_length != params["seq_length"]:
+        raise ValueError(
+            f"{store.root} was cut for seq_length {params['seq_length']} (windows of {params['window_length']} "
+            f"bases); seq_length={seq_length} was asked for. Use seq_length={params['seq_length']} or "
+            f"prepare again with --seq-length {seq_length}"
+        )
+    sizes: dict[str, int] = {}
+    for name, info in manifest["splits"].items():
+        held = sum(shard["n_samples"] for shard in info["shards"])
+        if info["n_samples"] != held:
+            raise CorruptShardError(
+                f"{where} disagrees with itself: the {name} split lists n_samples "
+                f"{info['n_samples']} but its shards hold {held} (run `bionemo-wds verify`, or prepare again)"
+            )
+        found = store.sizes(name)  # None: the protocol cannot list; each shard is asked for its size
+        listed = {shard["path"] for shard in info["shards"]}
+        strays = sorted(
+            f"{name}/{file}"
+            for file in (found or {})
+            if fnmatch.fnmatch(file, f"{params['prefix']}-*.tar") and f"{name}/{file}" not in listed
+        )
+        if strays:  # the manifest is the list: a stray copy is never read
+            warnings.warn(
+                f"{store.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
+                f"{', '.join(strays[:3])}{', ...' if len(strays) > 3 else ''}",
+                stacklevel=3,
+            )
+        for shard in info["shards"]:
+            url = store.url(shard["path"])
+            file = shard["path"].rsplit("/", 1)[-1]
+            if found is not None:
+                size = found.get(file)
+            else:
+                try:
+                    size = store.size(shard["path"])
+                except FileNotFoundError:
+                    size = None
+            if size is None:
+                raise CorruptShardError(f"shard {url} is listed in {where} but missing")
+            if size != shard["bytes"]:
+                raise CorruptShardError(
+                    f"shard {url} has {size} bytes but the manifest lists {shard['bytes']}: "
+                    "the manifest disagrees with the file (run `bionemo-wds verify`)"
+                )
+            sizes[url] = size
+    return manifest, sizes
