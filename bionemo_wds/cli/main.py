@@ -16,6 +16,7 @@ from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, add_prepare_parser, run_prepare
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.report import inspect_text, verify
+from bionemo_wds.storage.retry import RemoteReadError
 
 __all__ = ["BUNDLED_GENOME", "main"]
 
@@ -48,14 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="table of splits, shards, samples, tokens, bytes/token and length mix",
         description="Summarise a prepared dataset from its manifest (reads no shard).",
     )
-    ins.add_argument("dataset", help="directory holding manifest.json")
+    ins.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
     ver = sub.add_parser(
         "verify",
         help="re-read every shard and check it against the manifest",
         description="Check every shard's size, sha256, records, sample and token counts against "
         "manifest.json; exit 1 naming each bad shard.",
     )
-    ver.add_argument("dataset", help="directory holding manifest.json")
+    ver.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
     ver.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sub.add_parser(
         "benchmark",
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{'ok' if report.ok else f'{len(report.problems)} problem(s)'}"
         )
         return 0 if report.ok else 1
-    except BadInputError as exc:
+    except (BadInputError, RemoteReadError) as exc:
         print(f"bionemo-wds {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError) as exc:

@@ -131,7 +131,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help=f"FASTA files or directories (default: the bundled {BUNDLED_GENOME.name})",
     )
     run.add_argument(
-        "--out", "-o", metavar="DIR", help="output directory (new, empty, or an earlier run's); required for the run"
+        "--out",
+        "-o",
+        metavar="DIR|URL",
+        help="output directory (new, empty, or an earlier run's) or object-store prefix such as s3://bucket/run1 "
+        "(endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); required for the run",
     )
     run.add_argument(
         "--config",

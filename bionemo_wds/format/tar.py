@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tarfile
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple, Protocol
+from typing import IO, NamedTuple, Protocol
 
 import numpy as np
 from webdataset import TarWriter
@@ -176,7 +176,7 @@ def iter_records(fileobj: ByteStream, name: str = "<stream>") -> Iterator[tuple[
         yield key, decode_named(data, key, name)
 
 
-def index_shard(path: str | os.PathLike[str], stream: ByteStream | None = None) -> tuple[int, str, RecordIndex]:
+def index_shard(path: str | os.PathLike[str], stream: IO[bytes] | None = None) -> tuple[int, str, RecordIndex]:
     """(size, sha256, record index) of a shard file, from one read of it (ValueError when damaged).
 
     `stream` reads the shard from an open stream (a remote object) instead; `path` then names it."""

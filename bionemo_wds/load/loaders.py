@@ -15,6 +15,7 @@ import webdataset as wds
 
 from bionemo_wds.load.epochs import EpochLoader, EpochState
 from bionemo_wds.storage import list_shards
+from bionemo_wds.storage.streams import register_webdataset_opener
 
 Composable = Callable[[Iterable[Any]], Iterable[Any]]
 Pipeline = Composable | Iterable[Composable] | None
@@ -52,6 +53,7 @@ def shard_urls(directory: str, prefix: str, split: Split) -> list[str]:
     urls = list_shards(directory, prefix)
     if not urls:
         raise FileNotFoundError(f"no shards match {directory}/{prefix}-*.tar for the {split.name} split")
+    register_webdataset_opener(directory)  # s3:// and other fsspec protocols webdataset cannot open itself
     return urls
 
 

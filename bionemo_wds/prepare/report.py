@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from bionemo_wds.format import (
     iter_record_members,
     read_manifest,
 )
+from bionemo_wds.storage.store import Store
 
 #: Record-index disagreements listed per shard before the rest are summed up in one line.
 MAX_RECORD_PROBLEMS = 10
@@ -37,9 +39,10 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
-def inspect_text(root: str | Path) -> str:
-    """Splits, shards, samples, tokens, bytes per token and the length mix, as text tables."""
-    manifest = read_manifest(Path(root))
+def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None) -> str:
+    """Splits, shards, samples, tokens, bytes per token and the length mix, as text tables
+    (`root` a directory or a URL; only the manifest is read)."""
+    manifest = read_manifest(str(root), storage_options)
     params = manifest["params"]
     splits: dict[str, Any] = manifest["splits"]
     rows, total = [], [0, 0, 0, 0, 0, 0]
@@ -105,29 +108,32 @@ class VerifyReport:
         return not self.problems
 
 
-def verify(root: str | Path, progress: bool = True) -> VerifyReport:
+def verify(root: str | Path, progress: bool = True, storage_options: dict[str, Any] | None = None) -> VerifyReport:
     """Re-read every shard: size, sha256, readable records, sample and token counts, and each
-    record's offset, size, window count and crc32 against the record index (format version 3)."""
-    root = Path(root)
-    manifest = read_manifest(root)
+    record's offset, size, window count and crc32 against the record index (format version 3).
+    `root` is a directory or a URL (each shard is then streamed once)."""
+    store = Store(root, storage_options)
+    manifest = read_manifest(store)
     report = VerifyReport()
     indexed = has_record_index(manifest)
     if not indexed:
         report.notes.append(
-            f"{root} has no record index (format version {manifest['format_version']}; written since version "
+            f"{store.root} has no record index (format version {manifest['format_version']}; written since version "
             f"{INDEXED_FORMAT_VERSION}): records are checked by their shard's sha256 only"
         )
     shards = [sh for s in manifest["splits"].values() for sh in s["shards"]]
     listed = {sh["path"] for sh in shards}
+    found: dict[str, dict[str, int] | None] = {}
     for split in manifest["splits"]:
-        for path in sorted((root / split).glob(f"{manifest['params']['prefix']}-*.tar")):
-            rel = f"{split}/{path.name}"
-            if rel not in listed:
+        found[split] = store.sizes(split)  # None: the protocol cannot list (each shard is then fetched)
+        for name in sorted(found[split] or {}):
+            rel = f"{split}/{name}"
+            if fnmatch.fnmatch(name, f"{manifest['params']['prefix']}-*.tar") and rel not in listed:
                 report.problems.append(f"{rel}: shard on disk but not in the manifest")
     for sh in tqdm(shards, desc="verify", unit="shard", disable=not progress):
-        path = root / sh["path"]
+        split, _, name = sh["path"].rpartition("/")
         report.checked += 1
-        if not path.exists():
+        if found.get(split) is not None and name not in found[split]:  # type: ignore[operator]
             report.problems.append(f"{sh['path']}: missing")
             continue
         try:
@@ -138,28 +144,13 @@ def verify(root: str | Path, progress: bool = True) -> VerifyReport:
         else:
             if indexed and index is None:
                 report.problems.append(f"{sh['path']}: no record index in the manifest")
-        samples = tokens = records = 0
-        parse_problem = None
-        disagree: list[str] = []
-        with open(path, "rb") as fh:
-            reader = HashingReader(fh)  # one read of the shard serves the hash, the parse and the index
-            try:
-                for key, offset, data in iter_record_members(reader, sh["path"]):
-                    block: WindowBlock | None = None
-                    try:  # decode_record checks each record's lengths against its tokens
-                        block = decode_record(data)
-                    except Exception as exc:
-                        parse_problem = parse_problem or f"{sh['path']}: record {key} cannot be decoded: {exc}"
-                    if index is not None:
-                        windows = len(block) if block is not None else None
-                        disagree += index.disagreements(records, key, offset, data, windows)
-                    records += 1
-                    if block is not None:
-                        samples += len(block)
-                        tokens += len(block.tokens)
-            except ValueError as exc:  # not a complete tar
-                parse_problem = f"{sh['path']}: {exc}"
-            size, sha = reader.finish()
+        try:
+            with store.open(sh["path"]) as fh:
+                read = _read_shard(fh, sh["path"], index)
+        except FileNotFoundError:
+            report.problems.append(f"{sh['path']}: missing")
+            continue
+        size, sha, samples, tokens, records, parse_problem, disagree = read
         if size != sh["bytes"]:
             report.problems.append(f"{sh['path']}: {size} bytes, manifest says {sh['bytes']} (truncated or replaced)")
         elif sha != sh["sha256"]:
@@ -185,3 +176,30 @@ def verify(root: str | Path, progress: bool = True) -> VerifyReport:
                 f"{sh['n_samples']} / {sh['n_tokens']}"
             )
     return report
+
+
+def _read_shard(fh: Any, name: str, index: Any) -> tuple[int, str, int, int, int, str | None, list[str]]:
+    """One read of a shard serves the hash, the parse and the record-index check: (size, sha256,
+    samples, tokens, records, the first parse problem, the record-index disagreements)."""
+    samples = tokens = records = 0
+    parse_problem = None
+    disagree: list[str] = []
+    reader = HashingReader(fh)
+    try:
+        for key, offset, data in iter_record_members(reader, name):
+            block: WindowBlock | None = None
+            try:  # decode_record checks each record's lengths against its tokens
+                block = decode_record(data)
+            except Exception as exc:
+                parse_problem = parse_problem or f"{name}: record {key} cannot be decoded: {exc}"
+            if index is not None:
+                windows = len(block) if block is not None else None
+                disagree += index.disagreements(records, key, offset, data, windows)
+            records += 1
+            if block is not None:
+                samples += len(block)
+                tokens += len(block.tokens)
+    except ValueError as exc:  # not a complete tar
+        parse_problem = f"{name}: {exc}"
+    size, sha = reader.finish()
+    return size, sha, samples, tokens, records, parse_problem, disagree

@@ -5,7 +5,8 @@
 - `shards`: byte ranges of a split's shards for the planned reader (`LocalShards`, `RemoteShards`);
 - `cache`: `RangeCache`, the node-local cache of remote ranges (bounded, LRU, safe to share);
 - `retry`: `RetryPolicy`, `retrying`, `RemoteReadError`;
-- `stats`: `StorageStats`, the counters of bytes, requests, cache hits and misses, retries.
+- `stats`: `StorageStats`, the counters of bytes, requests, cache hits and misses, retries;
+- `streams`: whole remote objects as streams for webdataset's reader (the compat modules).
 
 Modules are imported by name (nothing here imports them), so the format package can use
 `location` without a cycle.
@@ -13,7 +14,7 @@ Modules are imported by name (nothing here imports them), so the format package 
 
 from __future__ import annotations
 
-from bionemo_wds.storage.location import check_location, is_url, join
+from bionemo_wds.storage.location import check_location, is_url, join, local_path
 
 __all__ = ["check_location", "is_url", "join", "list_shards"]
 
@@ -23,7 +24,7 @@ def list_shards(directory: str, prefix: str, storage_options: dict | None = None
     import fnmatch
     import glob
 
-    directory = check_location(directory)
+    directory = local_path(check_location(directory))
     if not is_url(directory):
         return sorted(glob.glob(join(directory, f"{prefix}-*.tar")))
     from bionemo_wds.storage.store import Store

@@ -191,9 +191,10 @@ class Store:
         if not self.remote:
             path = self.url(rel_dir)
             return sorted(os.listdir(path)) if os.path.isdir(path) else []
+        url = self.url(rel_dir)
         try:
-            self.fs.invalidate_cache(self.url(rel_dir))
-            entries = self.fs.ls(self.url(rel_dir), detail=False)
+            self.fs.invalidate_cache(url)
+            entries = self._retrying(lambda: self.fs.ls(url, detail=False), url)
         except FileNotFoundError:
             return []
         return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
