@@ -117,3 +117,36 @@ def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
     assert every - 8 < ours <= every  # an exact epoch: fewer than one batch (8) left out
     names = [t["target"] for t in results["targets"]]
     assert any("3x eden_fly" in n for n in names) and any("0.8x raw_limit" in n for n in names)
+
+
+@pytest.mark.slow
+def test_remote_s3_adds_cold_and_warm_rows(tmp_path, capsys):
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    out = tmp_path / "r.json"
+    args = ["--size-mbp", "0.2", "--seq-length", str(SEQ), "--stride", str(STRIDE), "--workers", "2"]
+    args += ["--only", "ours", "--repeat", "1", "--remote", "s3", "--workdir", str(tmp_path / "w")]
+    assert bench.main([*args, "--json", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads(out.read_text())
+    assert results["remote"]["endpoint"].startswith("http://127.0.0.1:")
+    local = results["peers"]["ours"]["load"]["2"]
+    cold, warm = (results["peers"][row]["load"]["2"] for row in ("ours_s3_cold", "ours_s3_warm"))
+    for row, load in (("ours_s3_cold", cold), ("ours_s3_warm", warm)):
+        assert load["samples"] == local["samples"] and load["samples_per_s"] > 0
+        assert any(line.startswith(row) for line in printed.splitlines())
+    assert cold["storage"]["bytes_fetched"] > 0 and cold["storage"]["requests"] > 0
+    assert cold["storage"]["cache_misses"] == cold["storage"]["requests"]  # every range fetched
+    assert warm["storage"]["bytes_fetched"] == 0 and warm["storage"]["requests"] == 0  # every range from the cache
+    assert warm["storage"]["cache_hits"] == cold["storage"]["cache_misses"]
+    assert not (tmp_path / "w" / "s3_cache").exists()
+
+
+def test_remote_without_moto_names_the_install(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moto.server" else real(name, *a))
+    assert bench.main(["--remote", "s3", "--workdir", str(tmp_path / "w"), "--quiet"]) == 2
+    assert "pip install 'bionemo-wds[test]'" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # refused before any peer ran

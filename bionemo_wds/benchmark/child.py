@@ -1,6 +1,9 @@
 """One measurement in its own process, so the parent can watch its memory from outside.
 
 ``python -m bionemo_wds.benchmark.child prepare|load --peer NAME ...`` prints one JSON line.
+With ``--url`` (peer ``ours`` only) the data is prepared into / read from that URL (endpoint and
+credentials from the environment), through a range cache in ``--cache-dir`` when given, and a load
+also reports the storage counters of its pass (``storage``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bionemo_wds.benchmark.peers import PEERS, make_peer
 
@@ -36,7 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--compress", default=None)
+    p.add_argument("--url", default=None, help="ours only: prepare into / read from this URL")
+    p.add_argument("--cache-dir", default=None, help="with --url: the loader's range cache")
     args = p.parse_args(argv)
+    if (args.url or args.cache_dir) and args.peer != "ours":
+        p.error("--url and --cache-dir are for --peer ours")
+    if args.cache_dir and not args.url:
+        p.error("--cache-dir needs --url")
+    remote = {"url": args.url, "cache_dir": args.cache_dir} if args.url else {}
     _import_everything()  # module imports are start-up cost, outside every peer's timing
     peer = make_peer(
         args.peer,
@@ -47,9 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.tail,
         args.batch_size,
         compress=args.compress,
+        **remote,
     )
     if args.action == "prepare":
-        shutil.rmtree(peer.dir, ignore_errors=True)  # every prepare starts from nothing
+        if not args.url:  # a URL is prepared with overwrite=True (its bucket is the benchmark's own)
+            shutil.rmtree(peer.dir, ignore_errors=True)  # every prepare starts from nothing
         t0 = time.perf_counter()
         peer.prepare(args.workers)
         seconds = time.perf_counter() - t0
@@ -65,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first is None:
             first = time.perf_counter() - t0
     seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "samples": samples, "tokens": tokens, "first_batch_s": first}))
+    out: dict[str, Any] = {"seconds": seconds, "samples": samples, "tokens": tokens, "first_batch_s": first}
+    if args.url:
+        out["storage"] = peer.storage_stats()  # counted from set-up on: this pass's fetches and cache use
+    print(json.dumps(out))
     return 0
 
 

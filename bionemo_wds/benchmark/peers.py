@@ -16,6 +16,10 @@ given, no split) and ends in the same model-ready batch on the main process: ``t
 - ``ours``: `GenomicWebDataModule`'s training loader (the epoch plan, records read by their index,
   reverse complement, compact batches) and `model_inputs` on each batch; an exact epoch leaves
   fewer than one batch of windows out.
+
+``ours`` can also live behind a URL (``url="s3://bucket/ours"``: prepared into it, read through the
+storage layer with an optional node-local range cache, `cache_dir`); `storage_stats` then says what a
+pass fetched.
 """
 
 from __future__ import annotations
@@ -151,6 +155,10 @@ class Peer:
 
     def batches(self, workers: int) -> Iterator[dict[str, Any]]:
         raise NotImplementedError
+
+    def storage_stats(self) -> dict[str, int] | None:
+        """What the storage layer fetched since the loader was set up (None: a peer without one)."""
+        return None
 
 
 class EdenFly(Peer):
@@ -297,6 +305,22 @@ class _RawBatches(torch.utils.data.IterableDataset):
 class Ours(Peer):
     name = "ours"
 
+    def __init__(self, *args: Any, url: str | None = None, cache_dir: str | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.url, self.cache_dir = url, cache_dir  # url: prepared into and read from there, not `dir`
+        self.dm: Any = None
+
+    @property
+    def location(self) -> str:
+        return self.url or str(self.dir)
+
+    def disk_bytes(self) -> int:
+        if not self.url:
+            return super().disk_bytes()
+        from bionemo_wds.storage.store import Store
+
+        return int(Store(self.url).fs.du(self.url, total=True))
+
     def prepare(self, workers: int) -> None:
         from bionemo_wds.prepare import PrepareOptions, prepare
 
@@ -311,16 +335,24 @@ class Ours(Peer):
             samples_per_shard=SAMPLES_PER_SHARD,
             compress=self.compress or "none",
         )
-        prepare([self.fasta], self.dir, opts)
+        prepare([self.fasta], self.location, opts)  # a URL's endpoint and credentials: from the environment
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
         from bionemo_wds.load.genomic import GenomicWebDataModule
 
-        dm = GenomicWebDataModule(
-            str(self.dir), micro_batch_size=self.batch_size, num_workers=workers, seed=SEED, rc_prob=rc_prob
+        self.dm = dm = GenomicWebDataModule(
+            self.location,
+            micro_batch_size=self.batch_size,
+            num_workers=workers,
+            seed=SEED,
+            rc_prob=rc_prob,
+            cache_dir=self.cache_dir,
         )
         dm.setup("fit")
         return (dm.model_inputs(compact) for compact in dm.train_dataloader())
+
+    def storage_stats(self) -> dict[str, int] | None:
+        return self.dm.storage_stats if self.dm is not None else None
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:

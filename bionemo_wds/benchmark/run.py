@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,14 @@ from tqdm import tqdm
 
 from bionemo_wds.benchmark.memory import PeakPss
 from bionemo_wds.benchmark.peers import PEERS
+from bionemo_wds.benchmark.remote import (
+    REMOTES,
+    ROWS,
+    RemoteUnavailable,
+    check_available,
+    measure_remote,
+    storage_cells,
+)
 from bionemo_wds.benchmark.synthetic import write_genome
 from bionemo_wds.format.atomic import atomic_write
 
@@ -48,12 +56,33 @@ loader reads (eden_fly: the FASTA and its .fai), per input base. Peak memory is 
 loading process and its workers, summed, sampled every 10 ms from outside, in a run of its own
 (sampling slows the process it watches). Each load is run --repeat times in a fresh process and
 the fastest run is reported; run nothing else on the machine meanwhile.
+
+--remote s3 adds two rows of `ours` read from S3: moto's S3 server is started in this process on
+127.0.0.1 only (a free port; it needs `pip install 'bionemo-wds[test]'`), the children get its
+AWS_ENDPOINT_URL and dummy credentials, and `ours` is prepared into s3://bionemo-wds-benchmark/ours
+with the local options (its prepare time and bytes are those of the upload). Both rows load through
+the storage layer (range GETs with read-ahead threads, the node-local range cache):
+  ours_s3_cold   cache_dir a fresh empty directory in every run: every record range is fetched.
+  ours_s3_warm   the cache directory the cold runs filled: every range is a cache hit, no GET.
+Two more columns give the MB fetched and the GETs of the pass (the storage_stats counters; the
+manifest and listing read at set-up are not counted). The endpoint is on loopback, so the rows show
+the storage layer's own cost, not a real network's latency or bandwidth.
 """
 
 
 def _measure(
-    action: str, peer: str, args: argparse.Namespace, fasta: Path, workers: int, compress: str | None = None
+    action: str,
+    peer: str,
+    args: argparse.Namespace,
+    fasta: Path,
+    workers: int,
+    compress: str | None = None,
+    per_run: Callable[[], list[str]] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """Run the child `action` for `peer` (loads: --repeat times, the fastest kept, then once more
+    for peak memory). `per_run` is called before every run for its extra child arguments (and to
+    get things ready for it); `env` replaces the children's environment (default: this one's)."""
     cmd = [
         sys.executable,
         "-m",
@@ -76,12 +105,15 @@ def _measure(
     ]
     if compress:
         cmd += ["--compress", compress]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env = {**(os.environ if env is None else env), "PYTHONWARNINGS": "ignore"}
 
     def once(meter: PeakPss | None) -> dict[str, Any]:
-        done = meter.run(cmd, env=env) if meter else subprocess.run(cmd, env=env, capture_output=True, text=True)
+        extra = per_run() if per_run else []
+        full = cmd + extra
+        done = meter.run(full, env=env) if meter else subprocess.run(full, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"{peer} {action} (workers={workers}) failed:\n{done.stderr[-3000:]}")
+            what = " ".join([f"workers={workers}", *extra])
+            raise RuntimeError(f"{peer} {action} ({what}) failed:\n{done.stderr[-3000:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     result = once(None)
@@ -98,7 +130,29 @@ def _measure(
     return result
 
 
+def _prepared(prep: dict[str, Any], bases: int) -> dict[str, Any]:
+    """A peer's entry from its prepare result (loads are added to it)."""
+    return {
+        "prepare_s": prep["seconds"],
+        "prepare_mbp_s": bases / 1e6 / prep["seconds"],
+        "disk_bytes": prep["disk_bytes"],
+        "bytes_per_base": prep["disk_bytes"] / bases,
+        "load": {},
+    }
+
+
+def _rates(load: dict[str, Any]) -> dict[str, Any]:
+    """A load result with its samples/s and tokens/s."""
+    return {
+        **load,
+        "samples_per_s": load["samples"] / load["seconds"],
+        "tokens_per_s": load["tokens"] / load["seconds"],
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.remote:
+        check_available(args.remote)  # before the local peers' runs, not after them
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if args.fasta:
@@ -118,7 +172,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tasks = [(p, w) for p in peers for w in workers]
     compress_runs = [("ours", w) for w in workers] if args.compress and "ours" in peers else []
     bar = tqdm(
-        total=len(peers) + len(tasks) + (1 + len(compress_runs) if compress_runs else 0),
+        total=len(peers)
+        + len(tasks)
+        + (1 + len(compress_runs) if compress_runs else 0)
+        + (1 + len(ROWS) * len(workers) if args.remote else 0),
         desc="benchmark",
         unit="run",
         disable=args.quiet,
@@ -133,39 +190,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     for peer in peers:
         bar.set_postfix_str(f"{peer} prepare")
-        prep = _measure("prepare", peer, args, fasta, max(workers))
-        results["peers"][peer] = {
-            "prepare_s": prep["seconds"],
-            "prepare_mbp_s": bases / 1e6 / prep["seconds"],
-            "disk_bytes": prep["disk_bytes"],
-            "bytes_per_base": prep["disk_bytes"] / bases,
-            "load": {},
-        }
+        results["peers"][peer] = _prepared(_measure("prepare", peer, args, fasta, max(workers)), bases)
         bar.update()
     for peer, w in tasks:
         bar.set_postfix_str(f"{peer} load workers={w}")
-        load = _measure("load", peer, args, fasta, w)
-        load["samples_per_s"] = load["samples"] / load["seconds"]
-        load["tokens_per_s"] = load["tokens"] / load["seconds"]
-        results["peers"][peer]["load"][str(w)] = load
+        results["peers"][peer]["load"][str(w)] = _rates(_measure("load", peer, args, fasta, w))
         bar.update()
     if compress_runs:
         name = f"ours+{args.compress}"
         prep = _measure("prepare", "ours", args, fasta, max(workers), compress=args.compress)
-        results["peers"][name] = {
-            "prepare_s": prep["seconds"],
-            "prepare_mbp_s": bases / 1e6 / prep["seconds"],
-            "disk_bytes": prep["disk_bytes"],
-            "bytes_per_base": prep["disk_bytes"] / bases,
-            "load": {},
-        }
+        results["peers"][name] = _prepared(prep, bases)
         bar.update()
         for _, w in compress_runs:
             load = _measure("load", "ours", args, fasta, w, compress=args.compress)
-            load["samples_per_s"] = load["samples"] / load["seconds"]
-            load["tokens_per_s"] = load["tokens"] / load["seconds"]
-            results["peers"][name]["load"][str(w)] = load
+            results["peers"][name]["load"][str(w)] = _rates(load)
             bar.update()
+    if args.remote:
+
+        def step(what: str) -> None:  # before a measurement: its name; after it: ""
+            if what:
+                bar.set_postfix_str(what)
+            else:
+                bar.update()
+
+        info, prep, loads = measure_remote(args, fasta, workers, _measure, step)
+        results["remote"] = info
+        for row, by_workers in loads.items():
+            results["peers"][row] = _prepared(prep, bases)
+            results["peers"][row]["load"] = {w: _rates(load) for w, load in by_workers.items()}
     bar.close()
     return results
 
@@ -188,6 +240,9 @@ def table(results: dict[str, Any]) -> str:
         "peak PSS MB",
         "x eden_fly",
     ]
+    remote = any("storage" in load for peer in peers.values() for load in peer["load"].values())
+    if remote:  # what the storage layer counted in the pass: range GETs and their bytes
+        header += ["MB fetched", "GETs"]
     rows = []
     for name, peer in peers.items():
         for w, load in peer["load"].items():
@@ -203,6 +258,7 @@ def table(results: dict[str, Any]) -> str:
                     f"{load['tokens_per_s'] / 1e6:,.1f}M",
                     f"{load['peak_pss_bytes'] / 1e6:,.0f}",
                     f"{load['samples_per_s'] / ref:.2f}" if ref else "-",
+                    *(storage_cells(load) if remote else []),
                 ]
             )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
@@ -215,6 +271,14 @@ def table(results: dict[str, Any]) -> str:
         "  ".join("-" * w for w in widths),
         *map(fmt, rows),
     ]
+    if "remote" in results:
+        r = results["remote"]
+        lines += [
+            "",
+            f"ours_s3_*: {r['url']} on {r['endpoint']} ({r['server']});",
+            "cold: an empty range cache in every run; warm: the cache the cold runs filled;",
+            "MB fetched, GETs: the range requests of the pass (storage_stats).",
+        ]
     return "\n".join(lines)
 
 
@@ -269,6 +333,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="samples per batch")
     p.add_argument("--compress", choices=("zstd",), help="also run `ours` with this record codec")
     p.add_argument("--repeat", type=int, default=3, help="load runs per peer and worker count; the fastest is reported")
+    p.add_argument(
+        "--remote",
+        choices=REMOTES,
+        help="also load `ours` from an S3 endpoint on 127.0.0.1 (moto), cold and warm cache (see above)",
+    )
     p.add_argument("--workdir", default="bench_out", help="where inputs and each peer's prepared data go")
     p.add_argument("--json", help="write the results here as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -277,7 +346,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    results = run(args)
+    try:
+        results = run(args)
+    except RemoteUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     results["targets"] = [{"target": t, "met": met, "value": v} for t, met, v in targets(results)]
     print(table(results))
     print()
