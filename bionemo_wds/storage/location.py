@@ -108,7 +108,7 @@ def default_options(protocol: str, own_retries: bool) -> dict[str, Any]:
     per call, so a stopped endpoint is reported after our attempts, not after botocore's too.
     """
     if protocol in ("s3", "s3a") and own_retries:
-        return {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 10, "read_timeout": 60}}
+        return {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 10, "read_timeout": 30}}
     return {}
 
 
@@ -118,4 +118,7 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None, own_retr
 
     protocol = protocol_of(url) or "file"
     options = _merged(default_options(protocol, own_retries), dict(storage_options or {}))
-    return fsspec.filesystem(protocol, **options)
+    fs = fsspec.filesystem(protocol, **options)
+    if own_retries and hasattr(fs, "retries"):
+        fs.retries = 1  # s3fs's own retry loop (5 attempts by default) would hide ours and multiply the waits
+    return fs

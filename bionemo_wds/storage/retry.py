@@ -35,8 +35,11 @@ _RETRY_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeo
 class RemoteReadError(RuntimeError):
     """A remote read that failed after every attempt (the URL, attempts and last cause are in the text)."""
 
-    def __init__(self, url: str, attempts: int, cause: BaseException):
+    def __init__(self, url: str, attempts: int | None = None, cause: BaseException | None = None):
         self.url, self.attempts, self.cause = url, attempts, cause
+        if attempts is None:  # re-raised from a message alone (a loader worker's error in the main process)
+            super().__init__(url)
+            return
         detail = " ".join(f"{type(cause).__name__}: {cause}".split())
         super().__init__(f"{url}: read failed after {attempts} attempt(s); last error {detail}")
 
