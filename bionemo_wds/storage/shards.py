@@ -106,9 +106,17 @@ class RemoteShards:
         pool = self._executor()
         for key in ranges:
             if len(self._ahead) >= MAX_AHEAD:
-                break
+                self._forget_finished()
+                if len(self._ahead) >= MAX_AHEAD:
+                    break
             if key not in self._ahead:
                 self._ahead[key] = pool.submit(self.fetch, *key)
+
+    def _forget_finished(self) -> None:
+        """Drop finished fetches nobody read (a skipped shard's records), oldest first, down to half
+        the read-ahead limit; fetches under way stay."""
+        for key in [k for k, f in self._ahead.items() if f.done()][: max(1, len(self._ahead) - MAX_AHEAD // 2)]:
+            del self._ahead[key]
 
     def drop(self, shard: int, offset: int, size: int) -> None:
         """Forget a range that failed its check, so the next read fetches it again."""
