@@ -29,5 +29,7 @@ def list_shards(directory: str, prefix: str, storage_options: dict | None = None
         return sorted(glob.glob(join(directory, f"{prefix}-*.tar")))
     from bionemo_wds.storage.store import Store
 
-    sizes = Store(directory, storage_options).sizes("") or {}
-    return sorted(join(directory, name) for name in sizes if fnmatch.fnmatch(name, f"{prefix}-*.tar"))
+    store = Store(directory, storage_options)
+    sizes = store.sizes("")
+    names = list(sizes) if sizes is not None else store.names("")
+    return sorted(join(directory, name) for name in names if fnmatch.fnmatch(name, f"{prefix}-*.tar"))

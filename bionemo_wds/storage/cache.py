@@ -64,14 +64,14 @@ class RangeCache:
             except FileNotFoundError:
                 return None  # evicted between our open and lock
             data = os.pread(fd, size + 1, 0)
-            if len(data) != size:
-                self.drop(url, offset, size)
-                return None
-            with contextlib.suppress(OSError):
-                os.utime(path)  # most recently used
-            return data
+            if len(data) == size:
+                with contextlib.suppress(OSError):
+                    os.utime(path)  # most recently used
+                return data
         finally:
-            os.close(fd)
+            os.close(fd)  # releases our lock: the drop below may take the entry
+        self.drop(url, offset, size)  # a wrongly sized entry
+        return None
 
     def put(self, url: str, offset: int, size: int, data: bytes) -> None:
         """Store the range (atomically), then evict down to the limit if this process added enough."""

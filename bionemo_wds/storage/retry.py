@@ -45,7 +45,11 @@ class RemoteReadError(RuntimeError):
 
 
 class ShortRead(IOError):
-    """A response with fewer (or more) bytes than asked for (a cut connection, or a server without ranges)."""
+    """A response with fewer bytes than asked for (a cut connection): worth another attempt."""
+
+
+class RangeIgnored(IOError):
+    """A response with more bytes than asked for: the server ignores range requests (not retried)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ def _status(exc: BaseException) -> int | None:
 def is_transient(exc: BaseException) -> bool:
     """Is `exc` (or anything it was raised from) a failure worth another attempt?"""
     for e in _chain(exc):
-        if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError):
+        if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | RangeIgnored | RemoteReadError):
             return False
         if isinstance(e, ConnectionError | TimeoutError | asyncio.TimeoutError | ShortRead):
             return True

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bionemo_wds.storage.location import check_location, filesystem, is_url, join, local_path
-from bionemo_wds.storage.retry import RetryPolicy, ShortRead, retrying
+from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError, RetryPolicy, ShortRead, retrying
 from bionemo_wds.storage.stats import StorageStats
 
 
@@ -94,11 +94,17 @@ class Store:
 
         def call() -> bytes:
             data = self.fs.cat_file(url, start=offset, end=offset + size)
-            if len(data) != size:
-                raise ShortRead(
-                    f"asked for {size} bytes at offset {offset}, got {len(data)}"
-                    + (" (does the server answer range requests?)" if len(data) > size else "")
+            if len(data) > size:  # the whole object, or more: retrying cannot help
+                raise RemoteReadError(
+                    url,
+                    1,
+                    RangeIgnored(
+                        f"asked for {size} bytes at offset {offset}, got {len(data)}: the server "
+                        "does not answer range requests; serve the dataset from one that does (S3, nginx, ...)"
+                    ),
                 )
+            if len(data) < size:
+                raise ShortRead(f"asked for {size} bytes at offset {offset}, got {len(data)}")
             return bytes(data)
 
         data = self._retrying(call, url)
@@ -122,7 +128,7 @@ class Store:
 
     def sizes(self, rel_dir: str) -> dict[str, int] | None:
         """Name -> size of the files directly in `rel_dir` (one listing); {} when it does not exist;
-        None when the protocol cannot list (an HTTP server without index pages)."""
+        None when the listing gives no sizes or the protocol cannot list (HTTP index pages)."""
         url = self.url(rel_dir)
         if not self.remote:
             if not os.path.isdir(url):
@@ -136,11 +142,10 @@ class Store:
         except (NotImplementedError, ValueError):
             return None
         self.count(requests=1)
-        return {
-            str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
-            for e in entries
-            if e.get("type") == "file"
-        }
+        files = [e for e in entries if e.get("type") == "file"]
+        if any(e.get("size") is None for e in files):
+            return None  # an HTTP index page names files without sizes
+        return {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e["size"]) for e in files}
 
     def size(self, rel: str) -> int:
         """The size of one file (a HEAD request when remote)."""
