@@ -244,7 +244,10 @@ def test_remote_read_error_survives_pickling_and_reraise_by_message():
 
 
 class FakeFS:
-    """A filesystem whose cat_file answers from `data`, wrongly sized `short` times first."""
+    """A filesystem whose cat_file answers from `data`, wrongly sized `short` times first.
+
+    A stand-in (not a real server) because no real server here cuts a response short on demand; the
+    real-server tests in test_remote.py cover the outage and no-Range cases end to end."""
 
     def __init__(self, data: bytes, short: int = 0, extra: bool = False):
         self.data, self.short, self.extra, self.calls = data, short, extra, 0
