@@ -17,12 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import servers
 import torch
 from conftest import KLEBSIELLA
 from servers import HTTPServer, S3Server
 
+from bionemo_wds import Split, WebDataModule
 from bionemo_wds.format import MANIFEST_NAME, read_manifest
 from bionemo_wds.format.atomic import atomic_write
 from bionemo_wds.load.genomic import GenomicWebDataModule
@@ -413,3 +415,29 @@ def test_a_missing_shard_is_named_before_any_read(s3_server, s3_dataset):
     s3_server.client().delete_object(Bucket=BUCKET, Key=f"kleb/{path}")
     with pytest.raises(CorruptShardError, match=rf"{S3_ROOT}/{path} is listed in .*{MANIFEST_NAME} but missing"):
         make(s3_dataset)
+
+
+# ---------------------------------------------------------------------------------------- compat WebDataModule
+
+
+def webdatamodule_samples(directory: str) -> list[bytes]:
+    """Every train record the first-release `WebDataModule` yields from `directory` (its decoded msgpack,
+    packed again for comparison), in order."""
+    dm = WebDataModule(
+        {Split.train: directory, Split.val: directory},
+        None,
+        "msgpack",
+        1,
+        kwargs_wds={Split.train: {"shardshuffle": False}, Split.val: {"shardshuffle": False}},
+        kwargs_wld={Split.train: {"num_workers": 0}, Split.val: {"num_workers": 0}},
+    )
+    dm.setup("fit")
+    return [msgpack.packb(record) for (record,) in dm.train_dataloader()]
+
+
+def test_webdatamodule_reads_shard_directories_from_s3_and_http(local_dataset, s3_dataset, serve):
+    local = webdatamodule_samples(str(local_dataset / "train"))
+    assert len(local) > 1
+    assert webdatamodule_samples(f"{s3_dataset}/train") == local
+    server = serve(local_dataset.parent)
+    assert webdatamodule_samples(f"{server.url}/{local_dataset.name}/train") == local
