@@ -25,6 +25,7 @@ from conftest import KLEBSIELLA
 from servers import HTTPServer, S3Server
 
 from bionemo_wds import Split, WebDataModule
+from bionemo_wds.cli.main import main as cli_main
 from bionemo_wds.format import MANIFEST_NAME, read_manifest
 from bionemo_wds.format.atomic import atomic_write
 from bionemo_wds.load.genomic import GenomicWebDataModule
@@ -441,3 +442,39 @@ def test_webdatamodule_reads_shard_directories_from_s3_and_http(local_dataset, s
     assert webdatamodule_samples(f"{s3_dataset}/train") == local
     server = serve(local_dataset.parent)
     assert webdatamodule_samples(f"{server.url}/{local_dataset.name}/train") == local
+
+
+# ---------------------------------------------------------------------------------------- LightningCLI fit
+
+
+def test_lightning_cli_fit_from_a_bucket_with_the_s3_config(s3_server, own_process, tmp_path):
+    """`bionemo-wds fit --config configs/fit_s3.yaml` trains from s3:// (the config's bucket, made here)."""
+    own_process(s3_server)
+    s3_server.make_bucket("my-bucket")
+    prepare([KLEBSIELLA], "s3://my-bucket/run1", options(seq_length=512, stride=500))
+    cache = tmp_path / "cache"
+    code = cli_main(
+        [
+            "fit",
+            "--config",
+            str(Path(__file__).resolve().parents[1] / "configs" / "fit_s3.yaml"),
+            "--model.d_model",
+            "32",
+            "--model.n_layers",
+            "1",
+            "--trainer.max_steps",
+            "4",
+            "--trainer.val_check_interval",
+            "2",
+            "--trainer.limit_val_batches",
+            "2",
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path / "logs"),
+            "--data.cache_dir",
+            str(cache),
+        ]
+    )
+    assert code == 0
+    assert any((tmp_path / "logs").rglob("metrics.csv"))
+    assert cache_bytes(cache) > 0  # the ranges trained on came through the cache
+    assert shard_requests(s3_server.requests)  # and from the bucket
