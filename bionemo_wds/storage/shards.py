@@ -96,6 +96,7 @@ class RemoteShards:
         return data
 
     def read(self, shard: int, offset: int, size: int) -> bytes:
+        self._executor()  # in a forked process: forget the parent's fetches (they never finish here)
         future = self._ahead.pop((shard, offset, size), None)
         if future is not None:
             return future.result()  # a failed fetch raises here, in the reader
