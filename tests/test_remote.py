@@ -478,3 +478,9 @@ def test_lightning_cli_fit_from_a_bucket_with_the_s3_config(s3_server, own_proce
     assert any((tmp_path / "logs").rglob("metrics.csv"))
     assert cache_bytes(cache) > 0  # the ranges trained on came through the cache
     assert shard_requests(s3_server.requests)  # and from the bucket
+
+
+def test_a_cache_dir_for_a_local_dataset_is_not_silently_ignored(local_dataset, tmp_path):
+    with pytest.warns(UserWarning, match="cache_dir is for remote datasets"):
+        make(local_dataset, cache_dir=str(tmp_path / "cache"))
+    assert not (tmp_path / "cache").exists()

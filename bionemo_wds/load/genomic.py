@@ -213,6 +213,8 @@ class GenomicWebDataModule(L.LightningDataModule):
             self.stats = self.store.stats = StorageStats(mp.get_context())
             if self.store.remote and self.cache_dir is not None:
                 self.cache = RangeCache(self.cache_dir, self.cache_limit, self.stats)
+            elif self.cache_dir is not None:
+                warnings.warn(f"cache_dir is for remote datasets; {self.root} is read in place", stacklevel=2)
             self.manifest = manifest
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:
