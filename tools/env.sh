@@ -1,7 +1,8 @@
 # Sourced by tools/demo.sh and tools/test.sh: create or reuse a virtualenv and install the package.
 # - An active virtualenv ($VIRTUAL_ENV) is used as it is; otherwise .venv at the repo root.
-# - torch: the CPU build 2.13.0 is installed only when no torch is importable, so a user's own
-#   torch is never replaced (and pip never pulls a multi-GB CUDA build for the bare requirement).
+# - torch: 2.13.0 is installed only when no torch is importable, so a user's own torch is never
+#   replaced; the build is what the package index serves (the CPU wheel on our CI machines; set
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build from pypi.org).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ -n "${VIRTUAL_ENV:-}" ]; then
@@ -12,8 +13,9 @@ else
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-    echo "installing torch 2.13.0 (CPU build) into $("$PY" -c 'import sys; print(sys.prefix)')" >&2
-    "$PY" -m pip install -q "torch==2.13.0"
+    # the build is whatever the index serves (TORCH_INDEX_URL picks one, e.g. PyTorch's CPU index)
+    echo "installing torch 2.13.0 into $("$PY" -c 'import sys; print(sys.prefix)')${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}" >&2
+    "$PY" -m pip install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 fi
 STAMP="$("$PY" -c 'import sys; print(sys.prefix)')/.bionemo-wds-installed"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
