@@ -6,7 +6,8 @@ decoded and the members named by `suffix_keys_wds` are extracted as a tuple (hen
 `untuple` first stage); ``pipeline_wds[split]`` is composed on the WebDataset and
 ``pipeline_prebatch_wld[split]`` on the WebLoader; the loader yields
 ``ceil(n_samples / global_batch_size)`` batches per (pseudo-)epoch. ``invoke_wds``/``invoke_wld``
-(from the later upstream release) call named methods on the built objects.
+(from the later upstream release) call named methods on the built objects. Every per-split argument
+may name its splits as `Split` members or as strings (``{"train": dir}``, as YAML configs give them).
 
 Pickled shards (`PickledDataWDS`) execute code when loaded: use them only with trusted input.
 """
@@ -27,6 +28,7 @@ from bionemo_wds.load.loaders import (
     Invocations,
     Pipeline,
     Split,
+    by_split,
     check_stage,
     compose,
     epoch_batches,
@@ -98,6 +100,10 @@ class WebDataModule(L.LightningDataModule):
         invoke_wld: dict[Split, Invocations] | None = None,
     ):
         super().__init__()
+        dirs_tars_wds = by_split(dirs_tars_wds, "dirs_tars_wds")
+        n_samples = by_split(n_samples, "n_samples") if n_samples is not None else None
+        if global_batch_size < 1:
+            raise ValueError(f"global_batch_size must be at least 1, got {global_batch_size}")
         if n_samples is not None and set(n_samples) != set(dirs_tars_wds):
             raise ValueError(
                 f"n_samples has splits {sorted(s.name for s in n_samples)} but dirs_tars_wds has "
@@ -107,17 +113,17 @@ class WebDataModule(L.LightningDataModule):
             suffix_keys_wds = [suffix_keys_wds]
         elif not isinstance(suffix_keys_wds, Iterable):
             raise TypeError("suffix_keys_wds must be a str or an iterable of str")
-        self._dirs_tars_wds = dict(dirs_tars_wds)
-        self._n_samples = dict(n_samples) if n_samples is not None else None
+        self._dirs_tars_wds = dirs_tars_wds
+        self._n_samples = n_samples
         self._suffix_keys_wds = list(suffix_keys_wds)
         self._global_batch_size = global_batch_size
         self._prefix_tars_wds = prefix_tars_wds
-        self._pipeline_wds = pipeline_wds or {}
-        self._pipeline_prebatch_wld = pipeline_prebatch_wld or {}
-        self._kwargs_wds = kwargs_wds or {}
-        self._kwargs_wld = kwargs_wld or {}
-        self._invoke_wds = invoke_wds or {}
-        self._invoke_wld = invoke_wld or {}
+        self._pipeline_wds = by_split(pipeline_wds, "pipeline_wds")
+        self._pipeline_prebatch_wld = by_split(pipeline_prebatch_wld, "pipeline_prebatch_wld")
+        self._kwargs_wds = by_split(kwargs_wds, "kwargs_wds")
+        self._kwargs_wld = by_split(kwargs_wld, "kwargs_wld")
+        self._invoke_wds = by_split(invoke_wds, "invoke_wds")
+        self._invoke_wld = by_split(invoke_wld, "invoke_wld")
         self._dataset: dict[Split, Any] = {}
 
     def shard_urls(self, split: Split) -> list[str]:
@@ -175,7 +181,14 @@ class PickledSplits:
     _prefix_tars_wds: str
 
     def keep_pickles(self, dir_pickles: str, names_subset: dict[Split, list[str]], n_tars_wds: int | None) -> None:
-        self.dir_pickles, self.names_subset, self.n_tars_wds = dir_pickles, names_subset, n_tars_wds
+        self.dir_pickles, self.n_tars_wds = dir_pickles, n_tars_wds
+        self.names_subset = by_split(names_subset, "names_subset")
+        missing = [split.name for split in self.names_subset if split not in self._dirs_tars_wds]
+        if missing:
+            raise ValueError(
+                f"names_subset has the {', '.join(missing)} split(s) but dirs_tars_wds has "
+                f"{', '.join(s.name for s in self._dirs_tars_wds) or 'none'}; give a directory for each"
+            )
 
     def prepare_data(self) -> None:
         """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""
@@ -208,6 +221,7 @@ class PickledDataWDS(PickledSplits, WebDataModule):
         n_tars_wds: int | None = None,
         **kwargs: Any,
     ):
+        names_subset = by_split(names_subset, "names_subset")
         dirs = {split: f"{prefix_dir_tars_wds}{split.name}" for split in names_subset}
         n_samples = {split: len(names) for split, names in names_subset.items()}
         super().__init__(dirs, n_samples, suffix_pickles, *args, **kwargs)

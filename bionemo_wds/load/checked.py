@@ -4,6 +4,10 @@ The manifest is the list of what to read: it must agree with itself (split total
 request (``seq_length``), and with the shards it names (present, of the listed size). Shards found
 but not listed are ignored with a warning. The checks use one listing per split directory (never a
 glob on a bucket), or a size request per shard where the protocol cannot list.
+
+A shard missing or of another size than listed is an error here under ``handler="raise"``; under
+``handler="warn"`` its size found goes on to the reader (`planned.SplitRecords`), which warns about
+it, counts it and reads its records past the end of the file as filler when its split is read.
 """
 
 from __future__ import annotations
@@ -13,12 +17,16 @@ import warnings
 from typing import Any
 
 from bionemo_wds.format import MANIFEST_NAME, read_manifest
-from bionemo_wds.load.shard_errors import CorruptShardError
+from bionemo_wds.load.shard_errors import CorruptShardError, size_problem
 from bionemo_wds.storage.store import Store
 
 
-def read_checked_manifest(store: Store, seq_length: int | None) -> tuple[dict[str, Any], dict[str, int]]:
-    """(manifest, shard URL -> size found) of the dataset at `store`; clear errors for disagreements."""
+def read_checked_manifest(
+    store: Store, seq_length: int | None, handler: str = "raise", warn_strays: bool = True
+) -> tuple[dict[str, Any], dict[str, int | None]]:
+    """(manifest, shard URL -> size found, None for a missing shard) of the dataset at `store`; clear
+    errors for disagreements (a shard's size only under ``handler="raise"``). `warn_strays`: warn
+    about shard files the manifest does not list (one rank does)."""
     manifest = read_manifest(store)
     params = manifest["params"]
     where = store.url(MANIFEST_NAME)
@@ -28,7 +36,7 @@ def read_checked_manifest(store: Store, seq_length: int | None) -> tuple[dict[st
             f"bases); seq_length={seq_length} was asked for. Use seq_length={params['seq_length']} or "
             f"prepare again with --seq-length {seq_length}"
         )
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int | None] = {}
     for name, info in manifest["splits"].items():
         held = sum(shard["n_samples"] for shard in info["shards"])
         if info["n_samples"] != held:
@@ -43,7 +51,7 @@ def read_checked_manifest(store: Store, seq_length: int | None) -> tuple[dict[st
             for file in (found or {})
             if fnmatch.fnmatch(file, f"{params['prefix']}-*.tar") and f"{name}/{file}" not in listed
         )
-        if strays:  # the manifest is the list: a stray copy is never read
+        if strays and warn_strays:  # the manifest is the list: a stray copy is never read
             warnings.warn(
                 f"{store.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
                 f"{', '.join(strays[:3])}{', ...' if len(strays) > 3 else ''}",
@@ -59,12 +67,7 @@ def read_checked_manifest(store: Store, seq_length: int | None) -> tuple[dict[st
                     size = store.size(shard["path"])
                 except FileNotFoundError:
                     size = None
-            if size is None:
-                raise CorruptShardError(f"shard {url} is listed in {where} but missing")
-            if size != shard["bytes"]:
-                raise CorruptShardError(
-                    f"shard {url} has {size} bytes but the manifest lists {shard['bytes']}: "
-                    "the manifest disagrees with the file (run `bionemo-wds verify`)"
-                )
+            if size != shard["bytes"] and handler == "raise":
+                raise CorruptShardError(size_problem(url, size, shard["bytes"], where))
             sizes[url] = size
     return manifest, sizes

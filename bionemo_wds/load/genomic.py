@@ -10,21 +10,17 @@ A `LightningDataModule` composed from the public building blocks in `loaders`, `
 
 and loaders yield compact uint8 batches; `on_after_batch_transfer` expands them with
 `to_model_inputs` on the device. Users who iterate a loader themselves call `model_inputs(batch)`.
-Given ``fasta=[...]``, `prepare_data` runs the preparer once (under a file lock, so nodes sharing
-a filesystem do not race) and reuses a complete output.
+Given ``fasta=[...]``, `prepare_data` runs the preparer once (under the output's file lock, which
+`prepare` takes, so nodes sharing a filesystem do not race) and reuses a complete output.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import logging
 import multiprocessing as mp
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -131,6 +127,10 @@ class GenomicWebDataModule(L.LightningDataModule):
             raise ValueError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
+        if global_batch_size is not None and global_batch_size < 1:
+            raise ValueError(
+                f"global_batch_size must be at least 1 (or None: micro x data-parallel size), got {global_batch_size}"
+            )
         if fasta and seq_length is None:
             raise ValueError("preparing from fasta needs seq_length")
         if cache_limit is not None and cache_limit < 0:
@@ -141,7 +141,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.cache_dir, self.cache_limit = cache_dir, cache_limit
         self.stats: StorageStats | None = None  # made in setup, from the loader workers' context
         self.cache: RangeCache | None = None
-        self.shard_sizes: dict[str, int] = {}
+        self.shard_sizes: dict[str, int | None] = {}
         self.pass_start: dict[Split, dict[str, int]] = {}
         self.micro_batch_size = micro_batch_size
         self.requested_global_batch_size = global_batch_size
@@ -180,15 +180,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         from bionemo_wds.prepare import PrepareOptions, prepare
 
         opts = PrepareOptions(**{"seed": self.seed, **self.prepare_options, "seq_length": self.seq_length})
-        lock_path = (
-            Path(tempfile.gettempdir()) / f"bionemo-wds-{hashlib.sha256(self.root.encode()).hexdigest()[:16]}.lock"
-            if self.store.remote  # one node's processes share it; prepare itself is safe to rerun
-            else Path(f"{self.root}.lock")
-        )
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # the second node waits, then finds the run finished
-            result = prepare(self.fasta, self.root, opts, self.store.storage_options)
+        # prepare holds the output's lock (`prepare.run.lock_path`, a filelock): a second process or
+        # node waits, then finds the run finished, as does a `bionemo-wds prepare` into the same place
+        result = prepare(self.fasta, self.root, opts, self.store.storage_options)
         if result.status != "unchanged":
             print(f"prepared {self.root}: {result.shards_written} shard(s) in {result.seconds:.1f} s")
 
@@ -198,8 +192,11 @@ class GenomicWebDataModule(L.LightningDataModule):
         """Read the manifest once, then build the datasets of the splits `stage` reads."""
         splits = check_stage(stage)
         if self.manifest is None:  # once; later stages reuse the datasets built so far
-            manifest, self.shard_sizes = read_checked_manifest(self.store, self.seq_length)
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
+            # under handler="warn" a shard of the wrong size is reported when its split is read
+            manifest, self.shard_sizes = read_checked_manifest(
+                self.store, self.seq_length, self.handler, warn_strays=self.world.rank == 0
+            )
             self.seq_length = manifest["params"]["seq_length"]
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
             expected = {

@@ -13,14 +13,14 @@ replaced by filler, so every rank still yields its planned number of batches.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.format import decode_record
+from bionemo_wds.format import MANIFEST_NAME, decode_record
 from bionemo_wds.format.index import RecordIndex, record_crc32
 from bionemo_wds.format.tar import decode_named, iter_record_members
 from bionemo_wds.load.epochs import EpochState
@@ -88,16 +88,20 @@ class SplitRecords:
         store: Store,
         split_info: dict[str, Any],
         policy: ShardErrorPolicy,
-        sizes: dict[str, int],
+        sizes: Mapping[str, int | None],
         cache: RangeCache | None = None,
     ) -> SplitRecords:
         """From the manifest's record index; shards of a dataset without one are scanned once here.
-        `sizes` are the shard sizes found (by URL), `cache` the node's range cache (remote only)."""
+        `sizes` are the shard sizes found (by URL; None: missing; a shard not in it is taken to have
+        its listed size), `cache` the node's range cache (remote only). A shard missing or not of its
+        listed size goes to the policy here (under ``handler="warn"``: its records past the end of
+        the file are filler)."""
         urls = [store.url(shard["path"]) for shard in split_info["shards"]]
         shards: ShardRanges = RemoteShards(store, urls, cache) if store.remote else LocalShards(urls)
         indexes, damaged_local = [], []
         for number, shard in enumerate(split_info["shards"]):
-            index, bad = _shard_index(store, number, shard, policy, sizes.get(urls[number]))
+            size = sizes[urls[number]] if urls[number] in sizes else shard["bytes"]
+            index, bad = _shard_index(store, number, shard, policy, size)
             indexes.append(index)
             damaged_local.append(bad)
         records = cls(shards, indexes)
@@ -178,31 +182,39 @@ def _key(shard: int, record: int) -> str:
 def _shard_index(
     store: Store, number: int, shard: dict[str, Any], policy: ShardErrorPolicy, size: int | None
 ) -> tuple[RecordIndex, list[int]]:
-    """One shard's record index and the records of it that cannot be read (reported to the policy)."""
+    """One shard's record index and the records of it that cannot be read (reported to the policy,
+    once per shard). `size` is the shard's size found (None: missing)."""
     path = store.url(shard["path"])
+    sized = size == shard["bytes"]
+    if not sized:  # raises under "raise"; else one counted skip for the shard, nothing more reported
+        policy.wrong_size(path, size, shard["bytes"], store.url(MANIFEST_NAME))
     if shard.get("records"):
         index = RecordIndex.from_dict(shard["records"])
-        size = shard["bytes"] if size is None else size
-        past = [r for r in range(len(index)) if index.offset[r] + index.size[r] > size]
-        if past:
+        end = size or 0
+        past = [r for r in range(len(index)) if index.offset[r] + index.size[r] > end]
+        if past and sized:  # the file has its listed size, but the index points past its end
             exc = OSError(
                 f"record {_key(number, past[0])} ends at byte {index.offset[past[0]] + index.size[past[0]]}, "
-                f"past the end of the file ({size} bytes)"
+                f"past the end of the file ({end} bytes)"
             )
             policy.damaged_shard(path, exc, _key(number, past[0] - 1) if past[0] else None)
         if sum(index.windows) != shard["n_samples"]:
             policy.check_count(path, sum(index.windows))
         return index, past
     index = RecordIndex()  # a dataset written before the index: scan the shard once
+    if size is None:
+        return index, []  # missing: reported above, nothing to read
     key = None
     try:
         with store.open(shard["path"]) as fh:
             for key, offset, data in iter_record_members(fh, path):
                 index.append(offset, data, len(decode_named(data, key, path)))
     except (OSError, ValueError) as exc:
-        policy.damaged_shard(path, exc, key)
+        if sized:
+            policy.damaged_shard(path, exc, key)
         return index, []
-    policy.check_count(path, sum(index.windows))
+    if sized:
+        policy.check_count(path, sum(index.windows))
     return index, []
 
 

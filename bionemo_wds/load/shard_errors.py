@@ -2,7 +2,8 @@
 
 One `ShardErrorPolicy` judges tar-level damage reported by the shard reader (truncation, bad
 headers), records that do not decode, records that fail their checksum against the manifest's
-record index, and shards whose window count disagrees with the manifest, so every message names
+record index, shards missing or not of their listed size, and shards whose window count disagrees
+with the manifest, so every message names
 the shard and the last good sample key (or the failing record's key).
 The skip counter lives in shared memory, so counts from loader workers reach the main process.
 """
@@ -25,6 +26,16 @@ class CorruptShardError(RuntimeError):
 
 
 HANDLER_MODES = ("raise", "warn")
+
+
+def size_problem(url: str, size: int | None, listed: int, manifest_url: str) -> str:
+    """What is wrong with a shard that is missing (`size` None) or not of the size its manifest lists."""
+    if size is None:
+        return f"shard {url} is listed in {manifest_url} but missing"
+    return (
+        f"shard {url} has {size} bytes but the manifest lists {listed}: "
+        "the manifest disagrees with the file (run `bionemo-wds verify`)"
+    )
 
 
 class RecordChecks(NamedTuple):
@@ -88,6 +99,15 @@ class ShardErrorPolicy:
         """A shard that could not be read to its end."""
         where = f"after sample {after_key}" if after_key else "before its first sample"
         self._fail(f"shard {url} is truncated or corrupt ({where}): {exc}")
+
+    def wrong_size(self, url: str, size: int | None, listed: int, manifest_url: str) -> None:
+        """A shard missing or not of its listed size: an error, or under ``handler="warn"`` one counted
+        skip for the shard (its records past the end of the file, all of a missing one's, become filler)."""
+        message = size_problem(url, size, listed, manifest_url)
+        if self.mode == "raise":
+            raise CorruptShardError(message)
+        filler = "its records are" if size is None else "its records past the end of the file are"
+        self._fail(f"{message}; {filler} read as filler")
 
     def unreachable(self, url: str, key: str | None, exc: Exception) -> None:
         """A shard that could not be fetched after every retry: `exc` itself (it names the URL, the

@@ -121,10 +121,28 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             f"{store.root} has no record index (format version {manifest['format_version']}; written since version "
             f"{INDEXED_FORMAT_VERSION}): records are checked by their shard's sha256 only"
         )
-    shards = [sh for s in manifest["splits"].values() for sh in s["shards"]]
-    listed = {sh["path"] for sh in shards}
+    shards = []
+    listed: dict[str, str] = {}  # shard path -> the split that lists it first
+    for split, info in manifest["splits"].items():
+        held = [sum(sh[key] for sh in info["shards"]) for key in ("n_samples", "n_tokens")]
+        for key, total in zip(("n_samples", "n_tokens"), held):
+            if key in info and info[key] != total:
+                report.problems.append(
+                    f"manifest.json: the {split} split lists {key} {info[key]} but its shards hold {total}"
+                )
+        for sh in info["shards"]:
+            path = sh["path"]
+            if path in listed:  # read once; a loader would read its windows twice
+                report.problems.append(f"{path}: listed more than once in the manifest ({listed[path]}, {split})")
+                continue
+            if path.rpartition("/")[0] != split:
+                report.problems.append(f"{path}: listed in the {split} split but not in its folder {split}/")
+            listed[path] = split
+            shards.append(sh)
     found: dict[str, dict[str, int] | None] = {}
-    for split in manifest["splits"]:
+    from bionemo_wds.prepare.splits import SPLIT_NAMES
+
+    for split in dict.fromkeys([*manifest["splits"], *SPLIT_NAMES]):  # a split's folder without its split too
         found[split] = store.sizes(split)  # None: the protocol cannot list (each shard is then fetched)
         for name in sorted(found[split] or {}):
             rel = f"{split}/{name}"

@@ -3,19 +3,27 @@
 Planning (catalog, split, windows, a seeded global window order cut into shards; `plan.py`) happens
 once in the calling process; writers (`writers.py`) then produce one shard per task in a process
 pool. A run killed at any point resumes by writing only the shards that are missing.
+
+A run holds the output's lock (`lock_path`: ``<out>.lock``) from the moment it looks at the output
+until it is done, so two runs into one output (two shells, or the ranks of a job calling
+`GenomicWebDataModule.prepare_data`) do not race: the second waits and finds the first finished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import MANIFEST_NAME, index_shard, read_manifest, remove_stale_temporaries, write_manifest
@@ -47,6 +55,50 @@ def local_cache(out: Store) -> Path:
     return Path(tempfile.gettempdir()) / "bionemo-wds-prepare" / digest
 
 
+def lock_path(out: Store) -> Path:
+    """The lock file of an output location, held by every `prepare` into it (and so by the data
+    module's `prepare_data`): ``<out>.lock`` beside a local output (shared by the nodes of a shared
+    filesystem); for an object store, a file in this machine's temporary directory named by a hash
+    of the URL (one node's processes share it)."""
+    if not out.remote:
+        return Path(f"{out.root}.lock")
+    digest = hashlib.sha256(out.root.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"bionemo-wds-{digest}.lock"
+
+
+@contextlib.contextmanager
+def output_lock(out: Store, progress: bool = False) -> Iterator[None]:
+    """Hold `out`'s lock (`lock_path`), waiting for another run that holds it (saying so when
+    `progress`). A run refused with `BadInputError` removes the lock file (and the directories made
+    for it) when it created them."""
+    path = lock_path(out)
+    lock = FileLock(str(path))
+    made = _first_missing_ancestor(path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        created = not path.exists()
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if progress:
+                print(f"waiting for another prepare into {out.root} to finish (lock {path})", file=sys.stderr)
+            lock.acquire()
+    except OSError as exc:
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is not a directory" if blocker else f"cannot create its lock file {path}: {exc}"
+        raise BadInputError(f"--out {out.root}: {why}") from exc
+    try:
+        yield
+    except BadInputError:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        elif created:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        lock.release()
+
+
 def prepare(
     inputs: Sequence[str | os.PathLike],
     out: str | os.PathLike,
@@ -54,18 +106,33 @@ def prepare(
     storage_options: dict[str, Any] | None = None,
 ) -> PrepareResult:
     """Prepare `inputs` into `out` (a directory or an object-store URL such as ``s3://bucket/run1``);
-    resumes an interrupted run, refuses to clobber anything else."""
+    resumes an interrupted run, refuses to clobber anything else. Holds `out`'s lock meanwhile: a
+    second run into the same output waits for the first, then finds it finished ("unchanged")."""
     t0 = time.perf_counter()
     opts = opts or PrepareOptions()
     store = Store(out, storage_options, write=True, what="--out")  # a malformed URL fails here, before any write
-    result_out: Path | str = store.root if store.remote else Path(store.root)
     paths = [str(p) for p in inputs]
     request = request_of(paths, opts)
+    created = None if store.remote else _first_missing_ancestor(Path(store.root))
+    with output_lock(store, opts.progress):
+        return _prepare_locked(store, paths, request, opts, storage_options, created, t0)
+
+
+def _prepare_locked(
+    store: Store,
+    paths: list[str],
+    request: dict[str, Any],
+    opts: PrepareOptions,
+    storage_options: dict[str, Any] | None,
+    created: Path | None,
+    t0: float,
+) -> PrepareResult:
+    """`prepare` under the output's lock; `created`: the outermost directory the run creates."""
+    result_out: Path | str = store.root if store.remote else Path(store.root)
     state = check_out_dir(store, request, opts.overwrite)
     if state is OutState.FINISHED:
         return PrepareResult("unchanged", result_out, read_manifest(store))
     cache = local_cache(store)
-    created = None if store.remote else _first_missing_ancestor(Path(store.root))
     store.makedirs()
     if not store.remote:
         remove_stale_temporaries(store.root)  # recursive: split directories and the cache (gzip copies, .fai)

@@ -4,10 +4,20 @@ A shard's bytes depend only on its planned windows, so the output is identical f
 workers. Each shard goes through `format.write_shard` (atomic: its name appears only when complete),
 which also returns the shard's record index; `run_writers` puts it into the task's manifest entry
 (in the calling process) and returns sizes and hashes.
+
+A pool worker dies with the process that started it (`die_with_parent`): after a ``kill -9`` of
+`prepare` no writer lives on holding the cache files the next run deletes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -25,9 +35,51 @@ from bionemo_wds.storage.location import join
 _WORKER: dict[str, Any] = {}
 
 
+#: prctl(2) option: the signal this process gets when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+#: Seconds between checks of the parent where prctl is not available.
+PARENT_POLL = 0.5
+
+
+def die_with_parent(parent: int, start_method: str) -> None:
+    """Make this process end when `parent` (the process that started it) dies, even by SIGKILL.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, so the kernel kills it at once, whatever it is doing
+    (a thread could not run while a C call holds the GIL). Elsewhere: a daemon thread that exits
+    the process once its parent changes. A parent that died before this call is caught by
+    comparing ``os.getppid()`` (with the forkserver start method the parent is the fork server,
+    which itself ends with `parent`)."""
+    direct = start_method != "forkserver"
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+            if direct and os.getppid() != parent:
+                os._exit(1)
+            return
+    watched = os.getppid()
+    if direct and watched != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == watched:
+            time.sleep(PARENT_POLL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="bionemo-wds-parent-watch", daemon=True).start()
+
+
 def _init_writer(
-    root: str, catalog: Catalog, table: bytes, prefix: str, codec: tuple[str, int], storage_options: dict | None
+    root: str,
+    catalog: Catalog,
+    table: bytes,
+    prefix: str,
+    codec: tuple[str, int],
+    storage_options: dict | None,
+    parent: int | None = None,
+    start_method: str = "fork",
 ) -> None:
+    if parent is not None:  # a pool worker
+        die_with_parent(parent, start_method)
     _WORKER.clear()
     _WORKER.update(
         root=root, catalog=catalog, table=table, prefix=prefix, codec=codec, handles={}, options=storage_options
@@ -114,9 +166,9 @@ def run_writers(
                 handle.close()
             _WORKER.clear()
     else:
-        with ProcessPoolExecutor(
-            workers, initializer=_init_writer, initargs=(root, catalog, table, prefix, codec, storage_options)
-        ) as pool:
+        context = mp.get_context()
+        initargs = (root, catalog, table, prefix, codec, storage_options, os.getpid(), context.get_start_method())
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_writer, initargs=initargs) as pool:
             for result in pool.map(_write_task, tasks, chunksize=1):
                 finished(*result)
     bar.close()
