@@ -1,29 +1,131 @@
-"""`bionemo-wds fit|validate|test|predict`: LightningCLI over `GenomicWebDataModule` and `TinyDNALM`.
+"""`bionemo-wds fit|validate|test|predict`: LightningCLI over `GenomicWebDataModule` and any `LightningModule`.
 
 Every option of the trainer, the model and the data module can be set in YAML (``--config
 configs/fit_demo.yaml``) or on the command line (``--data.micro_batch_size 16``); ``bionemo-wds fit
---help`` lists them. For your own model, use `lightning.pytorch.cli.LightningCLI` with
-`GenomicWebDataModule` the same way.
+--help`` lists them. The model is `TinyDNALM` unless another `LightningModule` is named (subclass
+mode: ``--model my_pkg.MyLM`` or ``model: {class_path: my_pkg.MyLM, init_args: {...}}``; ``bionemo-wds
+fit --model my_pkg.MyLM --model.help my_pkg.MyLM`` lists its options). A model that takes ``max_len``
+gets ``data.seq_length`` (the shards' when not given), so the two cannot disagree.
+
+A user error (bad input, a missing file or manifest, an unreadable remote, a damaged shard, an option
+the data module or the model refuses) prints one line naming it and exits 2, as in the other
+subcommands; anything else (a bug) keeps its traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+DEFAULT_MODEL = "bionemo_wds.models.tiny_lm.TinyDNALM"
+PACKAGE = Path(__file__).resolve().parents[1]
+DESCRIPTION = (
+    "Train or evaluate a LightningModule on bionemo-wds shards. The model is TinyDNALM unless --model "
+    "names another (--model my_pkg.MyLM); `--model.help TinyDNALM` (or `--model.help my_pkg.MyLM`) lists "
+    "its options. data.seq_length (the shards' when not given) sets the model's max_len when it has one. "
+    "Exit codes: 0 ok, 2 bad input."
+)
 
 
 def run(argv: Sequence[str]) -> int:
+    """LightningCLI `argv` (``fit ...``); returns the exit code (0 ok, 2 a user error, named in one line)."""
+    import lightning as L
     from lightning.pytorch.cli import LightningCLI
 
     from bionemo_wds.load.genomic import GenomicWebDataModule
-    from bionemo_wds.models.tiny_lm import TinyDNALM
 
-    LightningCLI(
-        TinyDNALM,
-        GenomicWebDataModule,
-        args=list(argv),
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs={"description": "Train or evaluate TinyDNALM on bionemo-wds shards."},
-    )
+    class GenomicCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser: Any) -> None:
+            parser.set_defaults({"model": {"class_path": DEFAULT_MODEL}})
+
+        def before_instantiate_classes(self) -> None:
+            follow_seq_length(self.config[self.subcommand] if self.subcommand else self.config)
+
+    argv = list(argv)
+    # LightningCLI warns when given args= while sys.argv holds arguments too: it suspects two command
+    # lines. From the console they are one and the same, so it parses sys.argv itself; from Python
+    # (`main([...])`), args= is the command line and the warning is about the caller's sys.argv, not ours.
+    args = None if argv == sys.argv[1:] else argv
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+            GenomicCLI(
+                L.LightningModule,
+                GenomicWebDataModule,
+                subclass_mode_model=True,
+                args=args,
+                save_config_kwargs={"overwrite": True},
+                parser_kwargs={
+                    "description": DESCRIPTION,
+                    **{c: {"description": DESCRIPTION} for c in LIGHTNING_COMMANDS},
+                },
+            )
+    except Exception as exc:
+        culprit = user_error(exc)
+        if culprit is None:
+            raise
+        print(f"bionemo-wds {argv[0]}: error: {culprit}", file=sys.stderr)
+        return 2
     return 0
+
+
+def follow_seq_length(config: Any) -> None:
+    """Give the model `data.seq_length` as ``max_len`` when its ``__init__`` takes one (in place, on the
+    parsed config of one subcommand). Without ``data.seq_length``, the shards' (from their manifest)
+    unless the data module prepares them from FASTA (which needs ``seq_length`` and says so)."""
+    init_args = config.get("model.init_args")
+    if init_args is None or "max_len" not in init_args:
+        return
+    seq_length = config.get("data.seq_length")
+    if seq_length is None:
+        if config.get("data.fasta"):
+            return
+        from bionemo_wds.format import read_manifest
+
+        seq_length = read_manifest(config.get("data.shards"), config.get("data.storage_options"))["params"][
+            "seq_length"
+        ]
+    init_args["max_len"] = seq_length
+
+
+def user_error(exc: BaseException) -> BaseException | None:
+    """The user error behind `exc` (itself or one it was raised from), or None for anything else.
+
+    User errors: `BadInputError`, `RemoteReadError`, `CorruptShardError`, `FileNotFoundError`, and a
+    `ValueError` raised by bionemo_wds's own code (its option checks: the data module's, the model's);
+    a `ValueError` from torch or Lightning inside a step is a bug and keeps its traceback. Followed
+    through exception chains because jsonargparse wraps what a model's ``__init__`` raises."""
+    from bionemo_wds.errors import BadInputError
+    from bionemo_wds.load.shard_errors import CorruptShardError
+    from bionemo_wds.storage.retry import RemoteReadError
+
+    for error in chain(exc):
+        if isinstance(error, (BadInputError, RemoteReadError, CorruptShardError, FileNotFoundError)):
+            return error
+        if isinstance(error, ValueError) and raised_in_package(error):
+            return error
+    return None
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then the exceptions it was raised from or while handling, innermost last (each once)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+
+
+def raised_in_package(exc: BaseException) -> bool:
+    """Whether the innermost frame of `exc`'s traceback is bionemo_wds's code."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return PACKAGE in Path(tb.tb_frame.f_code.co_filename).resolve().parents

@@ -8,6 +8,7 @@ makes: ``tokens``, ``labels``, ``loss_mask``, ``position_ids``.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 import lightning as L
@@ -17,6 +18,20 @@ from torch import nn
 
 
 class TinyDNALM(L.LightningModule):
+    """A small causal transformer over byte-level DNA tokens (the default model of `bionemo-wds fit`).
+
+    Args:
+        d_model: width of the embeddings and of every transformer block.
+        n_layers: number of transformer blocks.
+        n_heads: attention heads per block; must divide ``d_model``.
+        max_len: longest sample the model takes (learned positions 0 .. max_len-1). Under
+            `bionemo-wds fit` it follows ``data.seq_length`` (the shards' when that is not given).
+        lr: peak learning rate of AdamW (weight decay 0.01).
+        warmup_steps: steps of linear learning-rate warm-up from ``lr / warmup_steps`` to ``lr``.
+        vocab_size: number of token ids (256: one per byte, as `bionemo_wds.tokenizer` makes them).
+        dropout: dropout probability inside the transformer blocks (0: none).
+    """
+
     def __init__(
         self,
         d_model: int = 192,
@@ -28,6 +43,10 @@ class TinyDNALM(L.LightningModule):
         vocab_size: int = 256,
         dropout: float = 0.0,
     ):
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
+        if max_len < 1:
+            raise ValueError(f"max_len must be at least 1, got {max_len}")
         super().__init__()
         self.save_hyperparameters()
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -80,43 +99,82 @@ class TinyDNALM(L.LightningModule):
 
 
 class Throughput(L.Callback):
-    """Logs training samples/s and tokens/s (wall clock from the end of the first step, so worker
-    start-up is excluded); prints a progress line every `print_every_n_steps` (0: only the summary)."""
+    """Training samples/s and tokens/s over a sliding window of the last `window` training steps.
 
-    def __init__(self, log_every_n_steps: int = 10, print_every_n_steps: int = 0):
+    Only training counts: the clock stops while validation runs inside `fit`, and the first step
+    (worker start-up, warm-up) only starts the clock. Logs ``samples_per_s`` and ``tokens_per_s``
+    every `log_every_n_steps` steps, prints a line with the training loss every
+    `print_every_n_steps` steps (0: only the summary at the end) on global rank 0.
+
+    Args:
+        log_every_n_steps: log the rates every this many training steps.
+        print_every_n_steps: print step, training loss and rates every this many steps (0: never).
+        window: number of most recent training steps the rates are measured over.
+    """
+
+    def __init__(self, log_every_n_steps: int = 10, print_every_n_steps: int = 0, window: int = 20):
+        if window < 1:
+            raise ValueError(f"window must be at least 1 step, got {window}")
         self.every = log_every_n_steps
         self.print_every = print_every_n_steps
+        self.points: deque[tuple[float, int, int]] = deque(maxlen=window + 1)  # (train clock, samples, tokens)
         self.samples = self.tokens = 0
-        self.start: float | None = None
+        self.paused = 0.0  # seconds of validation inside fit, taken off the clock
+        self.pause_start: float | None = None
         self.first_loss: float | None = None
         self.last_loss: float | None = None
 
+    def clock(self) -> float:
+        """Seconds of training so far (wall clock minus validation)."""
+        return time.perf_counter() - self.paused
+
+    def rates(self) -> tuple[float, float] | None:
+        """(samples/s, tokens/s) over the window; None before two steps are in it."""
+        if len(self.points) < 2:
+            return None
+        (t0, s0, k0), (t1, s1, k1) = self.points[0], self.points[-1]
+        elapsed = max(t1 - t0, 1e-9)
+        return (s1 - s0) / elapsed, (k1 - k0) / elapsed
+
+    def on_validation_start(self, trainer, pl_module):
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self.pause_start = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module):
+        if self.pause_start is not None:
+            self.paused += time.perf_counter() - self.pause_start
+            self.pause_start = None
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.start is None:
-            self.start = time.perf_counter()  # excludes worker start-up and the first step's warm-up
-            return
         self.samples += batch["tokens"].shape[0]
         self.tokens += batch["tokens"].numel()
-        loss = float(outputs["loss"]) if isinstance(outputs, dict) else float(outputs)
-        self.first_loss = loss if self.first_loss is None else self.first_loss
-        self.last_loss = loss
-        elapsed = time.perf_counter() - self.start
-        if trainer.global_step % self.every == 0:
-            pl_module.log_dict({"samples_per_s": self.samples / elapsed, "tokens_per_s": self.tokens / elapsed})
-        if self.print_every and trainer.global_step % self.print_every == 0:
+        self.points.append((self.clock(), self.samples, self.tokens))
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            self.last_loss = float(loss)
+            self.first_loss = self.last_loss if self.first_loss is None else self.first_loss
+        rates = self.rates()
+        if rates is None:
+            return
+        samples_per_s, tokens_per_s = rates
+        if self.every and trainer.global_step % self.every == 0:
+            pl_module.log_dict({"samples_per_s": samples_per_s, "tokens_per_s": tokens_per_s})
+        if self.print_every and trainer.global_step % self.print_every == 0 and trainer.is_global_zero:
+            shown = "n/a" if self.last_loss is None else f"{self.last_loss:.3f}"
             print(
-                f"step {trainer.global_step:5d}  train loss {loss:.3f}  {self.samples / elapsed:.1f} samples/s  "
-                f"{self.tokens / elapsed:,.0f} tokens/s",
+                f"step {trainer.global_step:5d}  train loss {shown}  {samples_per_s:.1f} samples/s  "
+                f"{tokens_per_s:,.0f} tokens/s (last {len(self.points) - 1} steps)",
                 flush=True,
             )
 
     def on_train_end(self, trainer, pl_module):
-        if not self.start or not self.samples:
+        if len(self.points) < 2 or not trainer.is_global_zero:
             return
-        elapsed = time.perf_counter() - self.start
+        samples_per_s, tokens_per_s = self.rates() or (0.0, 0.0)
+        losses = "" if self.first_loss is None else f"; train loss {self.first_loss:.3f} -> {self.last_loss:.3f}"
         print(
-            f"throughput: {self.samples / elapsed:.1f} samples/s, {self.tokens / elapsed:,.0f} tokens/s "
-            f"over {self.samples} samples; train loss {self.first_loss:.3f} -> {self.last_loss:.3f}"
+            f"throughput: {samples_per_s:.1f} samples/s, {tokens_per_s:,.0f} tokens/s over the last "
+            f"{len(self.points) - 1} training steps ({self.samples} samples in all){losses}"
         )
         if trainer.logger is not None and getattr(trainer.logger, "log_dir", None):
             print(f"logs: {trainer.logger.log_dir}")
