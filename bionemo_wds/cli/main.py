@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_parser(
             command,
             add_help=False,
-            help=f"LightningCLI {command} of the tiny DNA LM on prepared shards "
+            help=f"LightningCLI {command} of any LightningModule (default: the tiny DNA LM) on prepared shards "
             f"(`bionemo-wds {command} --help` lists trainer/model/data options)",
         )
     args = parser.parse_args(argv)
