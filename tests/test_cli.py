@@ -17,6 +17,7 @@ from conftest import KLEBSIELLA, LAMBDA
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, PrepareRequest, option_specs, parse_request
+from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CODECS
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
@@ -90,8 +91,8 @@ def test_samples_name_every_field_with_a_value_other_than_its_default():
 
 
 def test_parsed_defaults_are_the_dataclass_defaults():
-    request = parse_request(["--out", "x"])
-    assert request == PrepareRequest([str(BUNDLED_GENOME)], "x", PrepareOptions())
+    request = parse_request(["a.fa", "--out", "x"])
+    assert request == PrepareRequest(["a.fa"], "x", PrepareOptions())
     for f in dataclasses.fields(PrepareOptions):
         assert getattr(request.options, f.name) == f.default, f.name
 
@@ -99,7 +100,7 @@ def test_parsed_defaults_are_the_dataclass_defaults():
 @pytest.mark.parametrize("name", FIELDS)
 def test_every_field_has_an_option_that_sets_it(name):
     tokens, _, value = SAMPLES[name]
-    options = parse_request(["-o", "x", *tokens]).options
+    options = parse_request(["a.fa", "-o", "x", *tokens]).options
     assert getattr(options, name) == value
     assert options == dataclasses.replace(PrepareOptions(), **{name: value})
 
@@ -158,7 +159,7 @@ def test_config_with_every_key_equals_the_same_command_line(tmp_path):
     ],
 )
 def test_split_list_in_config_as_mapping_or_list(tmp_path, split_list):
-    cfg = write_config(tmp_path / "c.yaml", {"split-list": split_list, "out": "x"})
+    cfg = write_config(tmp_path / "c.yaml", {"split-list": split_list, "inputs": "a.fa", "out": "x"})
     assert parse_request(["--config", str(cfg)]).options.split_lists == {"train": "a.txt", "val": "b.txt"}
 
 
@@ -269,14 +270,17 @@ def test_missing_config_file_and_missing_out(tmp_path, capsys):
     )
 
 
-def test_no_inputs_means_the_bundled_genome_which_exists():
-    assert parse_request(["-o", "x"]).inputs == [str(BUNDLED_GENOME)]
+def test_no_inputs_is_refused_naming_the_bundled_genome_which_exists():
+    with pytest.raises(BadInputError, match="prepare needs INPUTS") as info:
+        parse_request(["-o", "x"])
+    assert str(BUNDLED_GENOME) in str(info.value)
     assert BUNDLED_GENOME.is_file() and BUNDLED_GENOME == KLEBSIELLA.resolve()
 
 
 @pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].glob("configs/prepare_*.yaml")))
 def test_shipped_prepare_configs_parse(path):
-    assert parse_request(["--config", str(path), "-o", "x"]).options.seq_length > 0
+    inputs = [] if "inputs" in yaml.safe_load(path.read_text()) else [str(LAMBDA)]
+    assert parse_request([*inputs, "--config", str(path), "-o", "x"]).options.seq_length > 0
 
 
 def test_no_private_argparse_attributes_in_the_cli():

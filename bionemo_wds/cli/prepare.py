@@ -29,16 +29,23 @@ import yaml
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
-from bionemo_wds.prepare.options import CLI, CliOption
+from bionemo_wds.prepare.options import CliOption, cli_of, flags_of
 from bionemo_wds.prepare.report import inspect_text
+from bionemo_wds.storage.location import is_url
 
-#: The genome prepared when no INPUTS are given (shipped as package data).
+#: The genome shipped as package data, for a first try (`configs/prepare_demo.yaml` names it); never a default.
 BUNDLED_GENOME = Path(__file__).resolve().parents[1] / "data" / "klebsiella_fragmented_assembly.fa.gz"
 
 #: Config keys (and namespace names) of the run that are not `PrepareOptions` fields.
 RUN_KEYS = ("inputs", "out")
 
 HELP = "FASTA to split, windowed, tokenized WebDataset tar shards plus manifest.json"
+#: INPUTS and --out are required, on the command line or in the --config file: the usage says so
+#: (argparse's own would show both as optional, since a config file may give them).
+USAGE = (
+    "%(prog)s INPUTS [INPUTS ...] --out DIR|URL [options]\n"
+    "       %(prog)s --config FILE.yaml [INPUTS ...] [--out DIR|URL] [options]"
+)
 DESCRIPTION = (
     "Catalog every sequence of the FASTA inputs (plain, gzip or bgzip; files or directories "
     "of them), split whole sequences into train/val/test, cut each into windows, and write "
@@ -92,12 +99,9 @@ def option_specs() -> tuple[OptionSpec, ...]:
     hints = typing.get_type_hints(PrepareOptions)
     specs = []
     for f in dataclasses.fields(PrepareOptions):
-        cli = f.metadata.get(CLI)
-        if not isinstance(cli, CliOption):
-            raise TypeError(f"PrepareOptions.{f.name} has no command-line option: declare it with option(...)")
-        flags = cli.flags or ("--" + f.name.replace("_", "-"),)
+        cli = cli_of(f)
         parse = None if cli.switch is not None else cli.parse or _value_type(hints[f.name], f.name)
-        specs.append(OptionSpec(f, cli, flags, parse))
+        specs.append(OptionSpec(f, cli, flags_of(f), parse))
     return tuple(specs)
 
 
@@ -123,19 +127,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     `parser` must have been made with `argument_default=argparse.SUPPRESS`, so that the namespace
     holds only what was given and `request_from` can tell it from the config and the defaults.
     """
-    run = parser.add_argument_group("inputs and output (--out is required, here or as 'out:' in --config)")
+    run = parser.add_argument_group("inputs and output (both required, here or as 'inputs:' and 'out:' in --config)")
     run.add_argument(
         "inputs",
         nargs="*",
         metavar="INPUTS",
-        help=f"FASTA files or directories (default: the bundled {BUNDLED_GENOME.name})",
+        help="FASTA files or directories (plain, gzip or bgzip); required",
     )
     run.add_argument(
         "--out",
         "-o",
         metavar="DIR|URL",
         help="output directory (new, empty, or an earlier run's) or object-store prefix such as s3://bucket/run1 "
-        "(endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); required for the run",
+        "(endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); required",
     )
     run.add_argument(
         "--config",
@@ -159,14 +163,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_prepare_parser(subparsers: Any) -> argparse.ArgumentParser:
     """The `prepare` subcommand of `bionemo-wds`, added to its `add_subparsers()` action."""
-    parser = subparsers.add_parser("prepare", help=HELP, description=DESCRIPTION, argument_default=argparse.SUPPRESS)
+    parser = subparsers.add_parser(
+        "prepare", help=HELP, description=DESCRIPTION, usage=USAGE, argument_default=argparse.SUPPRESS
+    )
     return add_arguments(parser)
 
 
 def prepare_parser() -> argparse.ArgumentParser:
     """A stand-alone `bionemo-wds prepare` parser (for `parse_request` and tests)."""
     parser = argparse.ArgumentParser(
-        prog="bionemo-wds prepare", description=DESCRIPTION, argument_default=argparse.SUPPRESS
+        prog="bionemo-wds prepare", description=DESCRIPTION, usage=USAGE, argument_default=argparse.SUPPRESS
     )
     return add_arguments(parser)
 
@@ -257,11 +263,30 @@ def request_from(args: argparse.Namespace) -> PrepareRequest:
             given[spec.name] = spec.cli.collect(given[spec.name])
     config = getattr(args, "config", None)
     values = {**(read_config(config) if config else {}), **given}
+    if not values.get("inputs"):
+        raise BadInputError(
+            "prepare needs INPUTS: FASTA files or directories (or 'inputs:' in the --config file); "
+            f"to try the bundled genome: bionemo-wds prepare {BUNDLED_GENOME} --out DIR"
+        )
     if not values.get("out"):
         raise BadInputError("prepare needs --out DIR (or 'out:' in the --config file)")
     options = PrepareOptions(**{s.name: values[s.name] for s in specs if s.name in values})
-    inputs = [str(p) for p in values.get("inputs") or [BUNDLED_GENOME]]
-    return PrepareRequest(inputs, str(values["out"]), options)
+    options.check()
+    out = str(values["out"])
+    check_out_path(out)
+    return PrepareRequest([str(p) for p in values["inputs"]], out, options)
+
+
+def check_out_path(out: str) -> None:
+    """Refuse a local `--out` that cannot become a directory: it, or a directory above it, is a file."""
+    if is_url(out):
+        return
+    for path in (Path(out), *Path(out).parents):
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                where = "" if path == Path(out) else f" is under {path}, which"
+                raise BadInputError(f"--out {out}{where} is not a directory")
+            return
 
 
 def parse_request(argv: Sequence[str]) -> PrepareRequest:

@@ -15,6 +15,11 @@ One new version for both codecs rather than one per codec: the codec has been in
 in each record) since version 1, so a second number per feature would say nothing new. Readers
 take every version in `READABLE_VERSIONS`; a dataset of version 1 or 2 has no record index, so its
 records are decoded without per-record checks and `verify` says so.
+
+Each split entry also names its sequences, ``seq_ids`` (in input order), since version 3: a key
+added without a new version, as no reader needs it (datasets written before it lack it).
+`read_manifest` refuses a manifest without what every reader does need (`REQUIRED_PARAMS`, ...)
+with a `ManifestError` naming the file.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bionemo_wds.errors import BadInputError
 from bionemo_wds.format.index import index_of
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.storage.store import Store
@@ -40,6 +46,26 @@ COMPRESSED_FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 DEFAULT_PREFIX = "wdshards"
+#: The ``params`` every reader relies on (all versions have them).
+REQUIRED_PARAMS = (
+    "seq_length",
+    "stride",
+    "window_length",
+    "tail",
+    "tags",
+    "max_tag_bytes",
+    "seed",
+    "windows_per_record",
+    "prefix",
+)
+#: What every split entry and every shard entry holds (all versions).
+REQUIRED_SPLIT_KEYS = ("n_samples", "shards")
+REQUIRED_SHARD_KEYS = ("path", "n_samples", "n_tokens", "bytes", "sha256")
+
+
+class ManifestError(BadInputError, ValueError):
+    """A ``manifest.json`` that cannot be used (not JSON, foreign, another version, keys missing); the
+    message names the file. A `BadInputError` (one line, exit 2 in the CLI) and, as before, a `ValueError`."""
 
 
 def shard_name(index: int, prefix: str = DEFAULT_PREFIX) -> str:
@@ -70,12 +96,16 @@ def has_record_index(manifest: dict[str, Any]) -> bool:
 # a JSON list of numbers as `json.dumps(indent=...)` writes it, one number per line (a string
 # cannot hold a raw newline, so this only ever matches a list)
 _NUMBER_LIST = re.compile(r"\[\n[\s\d.,eE+-]*\]")
+# a JSON list of strings as `json.dumps(indent=...)` writes it, one string per line
+_STRING_LIST = re.compile(r'\[\n(?:[ ]*"(?:[^"\\\n]|\\.)*",?\n)+[ ]*\]')
 
 
 def dumps_manifest(obj: dict[str, Any]) -> str:
-    """JSON text of a manifest: indented, but lists of numbers (the index columns) on one line."""
+    """JSON text of a manifest: indented, but lists of numbers (the index columns) and of strings
+    (each split's `seq_ids`) on one line."""
     text = json.dumps(obj, indent=1, sort_keys=False)
-    return _NUMBER_LIST.sub(lambda m: "".join(m.group(0).split()), text) + "\n"
+    text = _NUMBER_LIST.sub(lambda m: "".join(m.group(0).split()), text)
+    return _STRING_LIST.sub(lambda m: json.dumps(json.loads(m.group(0)), separators=(",", ":")), text) + "\n"
 
 
 def complete_record_index(root: str | os.PathLike[str] | Store, manifest: dict[str, Any]) -> int:
@@ -129,13 +159,41 @@ def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | 
         raise FileNotFoundError(
             f"{path} does not exist: {store.root} is not a prepared dataset (run `bionemo-wds prepare`)"
         ) from None
-    except ValueError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ManifestError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise ValueError(f"{path} is not a bionemo-wds manifest")
+        raise ManifestError(f"{path} is not a bionemo-wds manifest")
     if manifest.get("format_version") not in READABLE_VERSIONS:
-        raise ValueError(
+        raise ManifestError(
             f"{path} has format version {manifest.get('format_version')}; this bionemo-wds reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
+    missing = _missing_key(manifest)
+    if missing is not None:
+        raise ManifestError(f"{path} is damaged: it has no {missing} (prepare the dataset again)")
     return manifest
+
+
+def _missing_key(manifest: dict[str, Any]) -> str | None:
+    """The first key readers need that `manifest` lacks (`params.prefix`, `splits.train.shards[0].bytes`), or None."""
+    params, splits = manifest.get("params"), manifest.get("splits")
+    if not isinstance(params, dict):
+        return "params"
+    for key in REQUIRED_PARAMS:
+        if key not in params:
+            return f"params.{key}"
+    if not isinstance(splits, dict):
+        return "splits"
+    for name, info in splits.items():
+        if not isinstance(info, dict):
+            return f"splits.{name}"
+        for key in REQUIRED_SPLIT_KEYS:
+            if key not in info:
+                return f"splits.{name}.{key}"
+        if not isinstance(info["shards"], list):
+            return f"splits.{name}.shards list"
+        for i, shard in enumerate(info["shards"]):
+            for key in REQUIRED_SHARD_KEYS:
+                if not isinstance(shard, dict) or key not in shard:
+                    return f"splits.{name}.shards[{i}].{key}"
+    return None

@@ -5,18 +5,25 @@ in its metadata (written with `option(...)`). `bionemo_wds.cli.prepare` builds t
 YAML config keys and `--help` from `dataclasses.fields(PrepareOptions)` alone, so a default, a
 choice or a help line is written once and the command line cannot drift from what `prepare` does.
 The choices are the tuples that the code checking them defines (codecs, tail modes, tag modes, ...).
+The allowed values are there too (`minimum`, `maximum`, `check`): `PrepareOptions.check` refuses
+any other value with one line naming the option, before anything is written, whether the options
+come from the command line, a config file or Python.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import numbers
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CODECS, DEFAULT_PREFIX
 from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
-from bionemo_wds.prepare.splits import SPLIT_NAMES
+from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
 from bionemo_wds.prepare.windows import TAIL_MODES
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
@@ -24,8 +31,15 @@ SHARD_TARGET_BYTES = 256 << 20
 #: Default record size in token bytes (16 windows at 8 kb; see format/records.py for why blocks).
 RECORD_TARGET_BYTES = 128 << 10
 
+#: zstd's compression levels (`zstandard.MAX_COMPRESSION_LEVEL` is 22; 0 and below are not offered).
+ZSTD_LEVELS = (1, 22)
+
 #: Key of the `CliOption` in a `PrepareOptions` field's metadata.
 CLI = "cli"
+
+#: A shard file name prefix: a plain file-name stem, so `<split>/<prefix>-NNNNNN.tar` stays in its split
+#: directory, is not hidden (a dot name is a temporary to `remove_stale_temporaries`) and is no glob.
+_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 
 
 @dataclass(frozen=True)
@@ -53,11 +67,62 @@ class CliOption:
     collect: Callable[[list[Any]], Any] | None = None
     #: What the default means, for `--help`, when its value alone does not say (e.g. None).
     default_help: str | None = None
+    #: Smallest and largest allowed value of an integer option (None: no bound; None values are not checked).
+    minimum: int | None = None
+    maximum: int | None = None
+    #: A value -> what is wrong with it ("must be ..."), or None when it is fine.
+    check: Callable[[Any], str | None] | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with `value` for this option, or None (None is the "not given" of optional options)."""
+        if value is None:
+            return None
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}"
+        lo, hi = self.minimum, self.maximum
+        if lo is not None or hi is not None:
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):  # numpy integers are fine
+                return "must be an integer"
+            number = int(value)
+            if lo is not None and hi is not None and not lo <= number <= hi:
+                return f"must be between {lo} and {hi}"
+            if lo is not None and number < lo:
+                return f"must be at least {lo}"
+            if hi is not None and number > hi:
+                return f"must be at most {hi}"
+        return self.check(value) if self.check is not None else None
 
 
 def option(default: Any, help: str, **cli: Any) -> Any:
     """A dataclass field with `default` and its command-line description (`CliOption(help, **cli)`)."""
     return field(default=default, metadata={CLI: CliOption(help=help, **cli)})
+
+
+def cli_of(f: dataclasses.Field) -> CliOption:
+    """The `CliOption` of a `PrepareOptions` field; a field declared without `option(...)` is an error."""
+    cli = f.metadata.get(CLI)
+    if not isinstance(cli, CliOption):
+        raise TypeError(f"PrepareOptions.{f.name} has no command-line option: declare it with option(...)")
+    return cli
+
+
+def flags_of(f: dataclasses.Field) -> tuple[str, ...]:
+    """Option strings of a field, the long one first: the `CliOption.flags`, or `--field-name`."""
+    return cli_of(f).flags or ("--" + f.name.replace("_", "-"),)
+
+
+def shown_value(value: Any) -> str:
+    """A value as a message shows it: `0.8,0.1,0.1` for a sequence (as typed), quoted for a string."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def prefix_problem(prefix: Any) -> str | None:
+    """What is wrong with a shard name prefix (`--prefix`), or None for a plain file-name stem."""
+    if isinstance(prefix, str) and _STEM.fullmatch(prefix):
+        return None
+    return "must be a plain file-name stem (up to 200 letters, digits, '_', '-', '.'; not starting with '.' or '-')"
 
 
 def parse_ratios(text: str) -> tuple[float, ...]:
@@ -88,8 +153,9 @@ class PrepareOptions:
     seq_length: int = option(
         8192,
         "tokens per model sample; windows hold seq_length - 3 - longest tag bases, leaving room for BOS, tag, SEP, EOS",
+        minimum=1,
     )
-    stride: int = option(7992, "bases between window starts (at most the window length)")
+    stride: int = option(7992, "bases between window starts (at most the window length)", minimum=1)
     tail: str = option(
         "end",
         "'end': add a last window aligned to the sequence end so no base is lost; "
@@ -102,6 +168,7 @@ class PrepareOptions:
         "(buckets <10kb, <100kb, longer); 0 leaves a split out",
         parse=parse_ratios,
         metavar=",".join(s.upper() for s in SPLIT_NAMES),
+        check=ratio_problem,
     )
     split_lists: dict[str, str] | None = option(  # noqa: RUF009 - option() is dataclasses.field plus CLI metadata
         None,
@@ -112,7 +179,7 @@ class PrepareOptions:
         collect=dict,
         metavar="SPLIT=FILE",
     )
-    seed: int = option(42, "seed of the split and of the window order in shards")
+    seed: int = option(42, "seed of the split and of the window order in shards (0 or more)", minimum=0)
     tags: str = option(
         "none",
         "control tag per sequence: none; description (header text after the name); "
@@ -128,19 +195,38 @@ class PrepareOptions:
         None,
         "windows per shard",
         default_help=f"about {SHARD_TARGET_BYTES >> 20} MB of tokens per shard, 32k windows at 8 kb",
+        minimum=1,
     )
     windows_per_record: int | None = option(
         None,
         "windows per tar member (1 gives one member per window)",
         default_help=f"about {RECORD_TARGET_BYTES >> 10} kB, 16 at 8 kb",
+        minimum=1,
     )
-    prefix: str = option(DEFAULT_PREFIX, "shard file name prefix")
+    prefix: str = option(
+        DEFAULT_PREFIX,
+        "shard file name prefix: a plain file-name stem (letters, digits, '_', '-', '.')",
+        check=prefix_problem,
+    )
     compress: str = option(
         "none",
         "record codec: zstd stores DNA at about 2 bits per base (format version 2; needs bionemo-wds[zstd])",
         choices=CODECS,
     )
-    compress_level: int = option(17, "zstd level (17: ~0.27 bytes/base, ~5 MB/s per core to write, fast to read)")
+    compress_level: int = option(
+        17,
+        f"zstd level {ZSTD_LEVELS[0]}-{ZSTD_LEVELS[1]} (17: ~0.27 bytes/base, ~5 MB/s per core to write, fast to read)",
+        minimum=ZSTD_LEVELS[0],
+        maximum=ZSTD_LEVELS[1],
+    )
     workers: int | None = option(None, "shard writer processes; output does not depend on it", default_help="all cores")
     overwrite: bool = option(False, "replace an earlier run with different options in --out", switch=True)
     progress: bool = option(True, "no progress bars", flags=("--quiet", "-q"), switch=False)
+
+    def check(self) -> None:
+        """Refuse a value an option does not allow: `BadInputError` naming the option, its rule and the value."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            problem = cli_of(f).problem(value)
+            if problem is not None:
+                raise BadInputError(f"{flags_of(f)[0]} {problem}, got {shown_value(value)}")

@@ -19,7 +19,6 @@ import numpy as np
 from bionemo_wds import __version__
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import (
-    CODECS,
     FORMAT_NAME,
     FORMAT_VERSION,
     ShardInfo,
@@ -36,7 +35,7 @@ from bionemo_wds.prepare.splits import (
     split_from_lists,
     stratified_split,
 )
-from bionemo_wds.prepare.windows import TAIL_MODES, WindowTable, check_stride, window_length, window_table
+from bionemo_wds.prepare.windows import WindowTable, check_stride, window_length, window_table
 from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
@@ -54,23 +53,16 @@ def _read_list(path: str) -> list[str]:
 
 
 def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
-    """The parts of a run that determine its output, as stored in the plan and the manifest."""
-    if opts.compress not in CODECS:
-        raise BadInputError(f"--compress must be one of {', '.join(CODECS)}, got {opts.compress!r}")
+    """The parts of a run that determine its output, as stored in the plan and the manifest.
+
+    Every option is checked first (`PrepareOptions.check`): `prepare` calls this before it writes anything.
+    """
+    opts.check()
     if opts.compress == "zstd":
         try:
             import zstandard  # noqa: F401
         except ImportError as exc:
             raise BadInputError("--compress zstd needs the zstandard package: pip install 'bionemo-wds[zstd]'") from exc
-    if opts.tail not in TAIL_MODES:
-        raise BadInputError(f"--tail must be one of {', '.join(TAIL_MODES)}, got {opts.tail!r}")
-    for name, value in (
-        ("--seq-length", opts.seq_length),
-        ("--samples-per-shard", opts.samples_per_shard),
-        ("--windows-per-record", opts.windows_per_record),
-    ):
-        if value is not None and value < 1:
-            raise BadInputError(f"{name} must be at least 1, got {value}")
     lists = None
     if opts.split_lists:
         lists = {
@@ -179,6 +171,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "n_bases": int(lengths.sum()),
             "n_tokens": int(table.length.sum()),
             "length_mix": _length_mix(lengths),
+            "seq_ids": [catalog.names[i] for i in rows],  # names of its sequences, in input order (one line)
             "shards": shards,
         }
     return manifest, tasks

@@ -42,9 +42,21 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None) -> str:
     """Splits, shards, samples, tokens, bytes per token and the length mix, as text tables
     (`root` a directory or a URL; only the manifest is read)."""
-    manifest = read_manifest(str(root), storage_options)
+    from bionemo_wds.format.manifest import MANIFEST_NAME, ManifestError
+
+    manifest = read_manifest(str(root), storage_options)  # checks what every reader needs
     params = manifest["params"]
     splits: dict[str, Any] = manifest["splits"]
+    for name, s in splits.items():  # and what only `inspect` reads (all versions write it)
+        for key in ("n_sequences", "n_bases", "n_tokens", "length_mix"):
+            if key not in s:
+                where = Store(str(root), storage_options).url(MANIFEST_NAME)
+                raise ManifestError(f"{where} is damaged: it has no splits.{name}.{key} (prepare the dataset again)")
+    inputs = [i for i in manifest.get("request", {}).get("inputs") or [] if isinstance(i, dict)]  # path, bytes
+    input_size = _fmt_bytes(sum(int(i.get("bytes", 0)) for i in inputs))
+    input_paths = ", ".join(str(i.get("path")) for i in inputs[:3]) or "-"
+    if len(inputs) > 3:
+        input_paths += f", ... ({len(inputs) - 3} more)"
     rows, total = [], [0, 0, 0, 0, 0, 0]
     for name, s in splits.items():
         size = sum(sh["bytes"] for sh in s["shards"])
@@ -69,7 +81,8 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         ]
     )
     out = [
-        f"dataset {root}  (format v{manifest['format_version']}, bionemo-wds {manifest['package_version']})",
+        f"dataset {root}  (format v{manifest['format_version']}, bionemo-wds {manifest.get('package_version', '?')})",
+        f"inputs ({len(inputs)} file(s), {input_size}): {input_paths}",
         f"seq_length {params['seq_length']}  window {params['window_length']}  stride {params['stride']}  "
         f"tail {params['tail']}  tags {params['tags']}  seed {params['seed']}  "
         f"windows/record {params['windows_per_record']}  codec {params.get('codec', 'none')}",

@@ -36,13 +36,28 @@ def length_buckets(lengths: np.ndarray, edges: Sequence[int] = DEFAULT_BUCKET_ED
     return np.searchsorted(np.asarray(edges), np.asarray(lengths), side="right")
 
 
-def check_ratios(ratios: Sequence[float]) -> np.ndarray:
-    """Ratios as a normalised array of three; refuses negative or all-zero ratios."""
-    arr = np.asarray(ratios, dtype=np.float64)
+def ratio_problem(ratios: Sequence[float]) -> str | None:
+    """What is wrong with split ratios ("needs 3 ratios ..."), or None: one finite, non-negative number
+    per split, not all zero (NaN would compare false everywhere and send every sequence to train)."""
+    try:
+        arr = np.asarray(ratios, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.empty(0)
     if arr.shape != (len(SPLIT_NAMES),):
-        raise BadInputError(f"--split needs {len(SPLIT_NAMES)} ratios (train,val,test), got {list(ratios)}")
-    if (arr < 0).any() or arr.sum() <= 0:
-        raise BadInputError(f"--split ratios must be non-negative and not all zero, got {list(ratios)}")
+        return f"needs {len(SPLIT_NAMES)} numbers ({','.join(SPLIT_NAMES)} ratios)"
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        return "ratios must be finite and non-negative"
+    if arr.sum() <= 0:
+        return "ratios must not all be zero"
+    return None
+
+
+def check_ratios(ratios: Sequence[float]) -> np.ndarray:
+    """Ratios as a normalised array of three; refuses non-finite, negative or all-zero ratios."""
+    problem = ratio_problem(ratios)
+    if problem is not None:
+        raise BadInputError(f"--split {problem}, got {list(ratios)}")
+    arr = np.asarray(ratios, dtype=np.float64)
     return arr / arr.sum()
 
 

@@ -10,6 +10,7 @@ written.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import re
@@ -86,12 +87,35 @@ def _local_copy(path: Path, number: int, cache_dir: Path) -> Path:
     target = cache_dir / f"{number:04d}-{stem}"
     if target.exists():  # written atomically by an earlier run over the same inputs
         return target
-    try:
+    try:  # a failed read is the input's fault, a failed write (a full disk) the cache's: told apart
         with gzip.open(path, "rb") as src, atomic_write(target) as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise BadInputError(f"input {path} is not a readable gzip file: {exc}") from exc
+            shutil.copyfileobj(_GzipReads(src, path), dst, 1 << 22)
+    except OSError as exc:
+        raise BadInputError(_cache_write_error(exc, target, path)) from exc
     return target
+
+
+class _GzipReads:
+    """`read` of a gzip input whose errors (damaged or truncated input) are a `BadInputError` saying so."""
+
+    def __init__(self, src: gzip.GzipFile, path: Path) -> None:
+        self.src, self.path = src, path
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.src.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise BadInputError(f"input {self.path} is not a readable gzip file: {exc}") from exc
+
+
+def _cache_write_error(exc: OSError, target: Path, path: Path) -> str:
+    """One line for a failed write of the decompressed copy of `path` into the cache (`target`)."""
+    if exc.errno == errno.ENOSPC:
+        return (
+            f"no space left on device writing {target} (gzip input {path} unpacked into the cache of --out): "
+            "free space there or choose another --out"
+        )
+    return f"cannot write {target}, the unpacked copy of gzip input {path}: {exc.strerror or exc}"
 
 
 def _index(origin: Path, local: Path, number: int, cache_dir: Path) -> pyfaidx.Faidx:
