@@ -248,6 +248,8 @@ class PlannedBatches(IterableDataset):
 
     def prefetch(self, plan: RankPlan, batches: list[int], cache: OrderedDict[int, BlockRows | None]) -> None:
         """Ask for the records of `batches` not decoded already, in the order they are read."""
+        if not self.records.shards.reads_ahead:
+            return  # local files: the page cache reads ahead, so no need to work out which records
         ids = plan.batches[batches].ravel()
         records, _ = self.records.table.locate(ids[ids != FILLER])
         self.records.prefetch([r for r in dict.fromkeys(records.tolist()) if r not in cache])

@@ -29,6 +29,8 @@ class ShardRanges(Protocol):
     """Byte ranges of shard number `shard` (its position in the split's shard list)."""
 
     urls: list[str]
+    #: Does `prefetch` do anything? (callers skip working out what to prefetch when it does not)
+    reads_ahead: bool
 
     def read(self, shard: int, offset: int, size: int) -> bytes: ...
 
@@ -39,6 +41,8 @@ class ShardRanges(Protocol):
 
 class LocalShards:
     """Shard files on a local filesystem, read with ``os.pread``."""
+
+    reads_ahead = False  # the page cache reads ahead
 
     def __init__(self, urls: list[str]):
         self.urls = urls
@@ -66,6 +70,8 @@ class LocalShards:
 
 class RemoteShards:
     """Shard objects behind URLs: range requests through `store`, cached in `cache`, fetched ahead."""
+
+    reads_ahead = True
 
     def __init__(self, store: Store, urls: list[str], cache: RangeCache | None = None, parallel: int = PARALLEL):
         self.store, self.urls, self.cache, self.parallel = store, urls, cache, parallel
