@@ -26,6 +26,8 @@ from typing import Any, BinaryIO
 
 import pytest
 
+from bionemo_wds.benchmark.remote import AWS_CONFLICTS
+
 HOST = "127.0.0.1"
 _POLL = 0.05  # seconds between serve_forever() checks for shutdown(); the default 0.5 s slows every stop()
 Request = tuple[str, str, str | None]  # (method, raw path with query, Range header or None)
@@ -224,15 +226,9 @@ def _clear_s3fs_cache() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
-# variables that would override or disturb the endpoint/credentials set by the s3_server fixture
-_AWS_CONFLICTS = (
-    "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE",
-    "AWS_SESSION_TOKEN",
-    "AWS_SECURITY_TOKEN",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
-)
+# variables that would override or disturb the endpoint/credentials set by the s3_server fixture: the
+# same list the benchmark clears for its moto endpoint
+_AWS_CONFLICTS = AWS_CONFLICTS
 
 
 @pytest.fixture
