@@ -7,6 +7,22 @@ should be caught that broadly.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class BadInputError(Exception):
     """Input, parameters or an output directory that cannot be used as given."""
+
+
+def exception_chain(exc: BaseException, suppressed: bool = False) -> Iterator[BaseException]:
+    """`exc`, then the exceptions it was raised from or while handling, innermost last (each once).
+
+    A context hidden with ``raise ... from None`` is followed only when `suppressed` (retrying wants
+    every network cause; the CLI reports what the raiser chose to show)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        hidden = current.__suppress_context__ and not suppressed
+        current = current.__cause__ or (None if hidden else current.__context__)

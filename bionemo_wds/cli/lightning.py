@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,26 +99,16 @@ def user_error(exc: BaseException) -> BaseException | None:
     `ValueError` raised by bionemo_wds's own code (its option checks: the data module's, the model's);
     a `ValueError` from torch or Lightning inside a step is a bug and keeps its traceback. Followed
     through exception chains because jsonargparse wraps what a model's ``__init__`` raises."""
-    from bionemo_wds.errors import BadInputError
+    from bionemo_wds.errors import BadInputError, exception_chain
     from bionemo_wds.load.shard_errors import CorruptShardError
     from bionemo_wds.storage.retry import RemoteReadError
 
-    for error in chain(exc):
+    for error in exception_chain(exc):
         if isinstance(error, (BadInputError, RemoteReadError, CorruptShardError, FileNotFoundError)):
             return error
         if isinstance(error, ValueError) and raised_in_package(error):
             return error
     return None
-
-
-def chain(exc: BaseException) -> Iterator[BaseException]:
-    """`exc`, then the exceptions it was raised from or while handling, innermost last (each once)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
 
 
 def raised_in_package(exc: BaseException) -> bool:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from bionemo_wds.errors import exception_chain
+
 T = TypeVar("T")
 
 #: OSError numbers of a network that failed (not of data that is missing).
@@ -75,15 +77,6 @@ class RetryPolicy:
             wait *= 2
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def _status(exc: BaseException) -> int | None:
     status = getattr(exc, "status", None)  # aiohttp.ClientResponseError
     if isinstance(status, int):
@@ -99,7 +92,7 @@ def _status(exc: BaseException) -> int | None:
 
 def is_transient(exc: BaseException) -> bool:
     """Is `exc` (or anything it was raised from) a failure worth another attempt?"""
-    for e in _chain(exc):
+    for e in exception_chain(exc, suppressed=True):
         if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | RangeIgnored | RemoteReadError):
             return False
         if isinstance(e, ConnectionError | TimeoutError | asyncio.TimeoutError | ShortRead):
