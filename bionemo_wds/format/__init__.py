@@ -28,6 +28,7 @@ from bionemo_wds.format.manifest import (
     has_record_index,
     read_manifest,
     shard_name,
+    unlisted_shards,
     write_manifest,
 )
 from bionemo_wds.format.records import CODECS, RECORD_SUFFIX, WindowBlock, decode_record, encode_record, window_key
@@ -77,6 +78,7 @@ __all__ = [
     "record_crc32",
     "remove_stale_temporaries",
     "shard_name",
+    "unlisted_shards",
     "window_key",
     "write_manifest",
     "write_shard",

@@ -24,9 +24,11 @@ with a `ManifestError` naming the file.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +73,16 @@ class ManifestError(BadInputError, ValueError):
 def shard_name(index: int, prefix: str = DEFAULT_PREFIX) -> str:
     """File name of shard `index` of a split."""
     return f"{prefix}-{index:06d}.tar"
+
+
+def unlisted_shards(split: str, names: Iterable[str], prefix: str, listed: Container[str]) -> list[str]:
+    """``<split>/<name>`` of the shard files among `names` (a split folder's listing) that the
+    manifest does not list (`listed`: its ``path`` entries), sorted."""
+    return sorted(
+        f"{split}/{name}"
+        for name in names
+        if fnmatch.fnmatch(name, f"{prefix}-*.tar") and f"{split}/{name}" not in listed
+    )
 
 
 @dataclass
@@ -145,7 +157,7 @@ def write_manifest(path: str | os.PathLike[str], obj: dict[str, Any], storage_op
     store = Store(root or ".", storage_options, write=True)
     if obj.get("format") == FORMAT_NAME and "splits" in obj:
         complete_record_index(store, obj)
-    store.write_json_text(name, dumps_manifest(obj))
+    store.write_text(name, dumps_manifest(obj))
 
 
 def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | None = None) -> dict[str, Any]:

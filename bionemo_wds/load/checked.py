@@ -12,11 +12,10 @@ it, counts it and reads its records past the end of the file as filler when its 
 
 from __future__ import annotations
 
-import fnmatch
 import warnings
 from typing import Any
 
-from bionemo_wds.format import MANIFEST_NAME, read_manifest
+from bionemo_wds.format import MANIFEST_NAME, read_manifest, unlisted_shards
 from bionemo_wds.load.shard_errors import CorruptShardError, size_problem
 from bionemo_wds.storage.store import Store
 
@@ -46,11 +45,7 @@ def read_checked_manifest(
             )
         found = store.sizes(name)  # None: the protocol cannot list; each shard is asked for its size
         listed = {shard["path"] for shard in info["shards"]}
-        strays = sorted(
-            f"{name}/{file}"
-            for file in (found or {})
-            if fnmatch.fnmatch(file, f"{params['prefix']}-*.tar") and f"{name}/{file}" not in listed
-        )
+        strays = unlisted_shards(name, found or {}, params["prefix"], listed)
         if strays and warn_strays:  # the manifest is the list: a stray copy is never read
             warnings.warn(
                 f"{store.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "

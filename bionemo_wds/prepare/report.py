@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,9 @@ from bionemo_wds.format import (
     index_of,
     iter_record_members,
     read_manifest,
+    unlisted_shards,
 )
+from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.storage.store import Store
 
 #: Record-index disagreements listed per shard before the rest are summed up in one line.
@@ -153,14 +154,10 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             listed[path] = split
             shards.append(sh)
     found: dict[str, dict[str, int] | None] = {}
-    from bionemo_wds.prepare.splits import SPLIT_NAMES
-
     for split in dict.fromkeys([*manifest["splits"], *SPLIT_NAMES]):  # a split's folder without its split too
         found[split] = store.sizes(split)  # None: the protocol cannot list (each shard is then fetched)
-        for name in sorted(found[split] or {}):
-            rel = f"{split}/{name}"
-            if fnmatch.fnmatch(name, f"{manifest['params']['prefix']}-*.tar") and rel not in listed:
-                report.problems.append(f"{rel}: shard on disk but not in the manifest")
+        for rel in unlisted_shards(split, found[split] or {}, manifest["params"]["prefix"], listed):
+            report.problems.append(f"{rel}: shard on disk but not in the manifest")
     for sh in tqdm(shards, desc="verify", unit="shard", disable=not progress):
         split, _, name = sh["path"].rpartition("/")
         report.checked += 1

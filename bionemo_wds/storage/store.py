@@ -166,9 +166,10 @@ class Store:
         with atomic_write(self.url(rel), mode, storage_options=self.storage_options) as fh:
             yield fh
 
-    def write_json_text(self, rel: str, text: str) -> None:
-        with self.write(rel, "w" if not self.remote else "wb") as fh:
-            fh.write(text if not self.remote else text.encode())
+    def write_text(self, rel: str, text: str) -> None:
+        """Write `rel` atomically as UTF-8 text (bytes, so local files and objects alike)."""
+        with self.write(rel) as fh:
+            fh.write(text.encode())
 
     def makedirs(self, rel: str = "") -> None:
         """Create a directory (a no-op on object stores, which have none)."""
