@@ -20,7 +20,6 @@ import os
 import re
 import socket
 import threading
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -194,10 +193,13 @@ class S3Server:
         self.start()
 
     def reset(self) -> None:
-        """Empty all moto backends (process-wide) through moto's documented POST /moto-api/reset."""
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(urllib.request.Request(self.endpoint + "/moto-api/reset", method="POST"), timeout=10):
-            pass
+        """Empty all moto backends (process-wide), with the call moto's POST /moto-api/reset makes.
+
+        Called directly (the server runs in this process), not over HTTP: once, in CI, that request
+        timed out behind a slow handler and ran later, wiping the bucket the next test had just made."""
+        from moto.moto_api._internal.models import moto_api_backend
+
+        moto_api_backend.reset()
 
     def client(self) -> Any:
         """A boto3 S3 client for this server, configured explicitly (independent of the environment)."""
