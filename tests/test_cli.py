@@ -20,13 +20,16 @@ from bionemo_wds.cli.prepare import BUNDLED_GENOME, PrepareRequest, option_specs
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CODECS
 from bionemo_wds.prepare import PrepareOptions
-from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
+from bionemo_wds.prepare.options import SOURCE_KINDS
+from bionemo_wds.prepare.scan import ON_INVALID
+from bionemo_wds.prepare.sources.fasta import TAG_MODES
 from bionemo_wds.prepare.windows import TAIL_MODES
 
 CLI_DIR = Path(__file__).resolve().parents[1] / "bionemo_wds" / "cli"
 
 #: field -> (command-line tokens, config entry, resulting field value); config keys mix dashes and underscores.
 SAMPLES: dict[str, tuple[list[str], dict, object]] = {
+    "source": (["--source", "sharded-eden"], {"source": "sharded-eden"}, "sharded-eden"),
     "seq_length": (["--seq-length", "1024"], {"seq_length": 1024}, 1024),
     "stride": (["--stride", "1000"], {"stride": 1000}, 1000),
     "tail": (["--tail", "drop"], {"tail": "drop"}, "drop"),
@@ -36,6 +39,16 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
         {"split_list": {"train": "a.txt", "val": "b.txt"}},
         {"train": "a.txt", "val": "b.txt"},
     ),
+    "split_parquet": (
+        ["--split-parquet", "train=t.parquet", "--split-parquet", "test=u.parquet"],
+        {"split-parquet": {"train": "t.parquet", "test": "u.parquet"}},
+        {"train": "t.parquet", "test": "u.parquet"},
+    ),
+    "window_db": (["--window-db", "val=v.db"], {"window_db": ["val=v.db"]}, {"val": "v.db"}),
+    "x_key": (["--x-key", "tokens"], {"x_key": "tokens"}, "tokens"),
+    "y_key": (["--y-key", "label"], {"y-key": "label"}, "label"),
+    "group_by": (["--group-by", "regex:^(\\w+)_"], {"group_by": "regex:^(\\w+)_"}, "regex:^(\\w+)_"),
+    "split_at_n": (["--split-at-n", "100"], {"split_at_n": 100}, 100),
     "seed": (["--seed", "7"], {"seed": 7}, 7),
     "tags": (["--tags", "lineage"], {"tags": "lineage"}, "lineage"),
     "on_invalid": (["--on-invalid", "replace-N"], {"on-invalid": "replace-N"}, "replace-N"),
@@ -134,11 +147,15 @@ def test_every_field_has_one_help_entry_with_its_default_once(capsys):
 
 def test_choices_are_the_constants_the_code_checks_against():
     choices = {spec.name: spec.cli.choices for spec in option_specs() if spec.cli.choices}
-    assert choices == {"tail": TAIL_MODES, "tags": TAG_MODES, "on_invalid": ON_INVALID, "compress": CODECS}
-    assert all(
-        choices[name] is const
-        for name, const in (("tail", TAIL_MODES), ("tags", TAG_MODES), ("on_invalid", ON_INVALID), ("compress", CODECS))
-    )
+    constants = {
+        "source": SOURCE_KINDS,
+        "tail": TAIL_MODES,
+        "tags": TAG_MODES,
+        "on_invalid": ON_INVALID,
+        "compress": CODECS,
+    }
+    assert choices == constants
+    assert all(choices[name] is const for name, const in constants.items())
 
 
 def test_config_with_every_key_equals_the_same_command_line(tmp_path):

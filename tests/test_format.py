@@ -240,7 +240,7 @@ def test_kill_9_while_cataloguing_leaves_nothing_a_later_run_trusts(tmp_path, co
     clean = catalog_fasta([source], tmp_path / "clean-cache", progress=False)
     assert again.names == clean.names == ["one", "two", "three"]
     assert again.lengths.tolist() == clean.lengths.tolist() == [503, 300, 4]
-    assert again.offsets.tolist() == clean.offsets.tolist()
+    assert again.source.offsets.tolist() == clean.source.offsets.tolist()
     fai = cache / ("0000-0000-in.fa.fai" if compressed else "0000-in.fa.fai")  # index of the cached copy
     assert fai.read_bytes() == (tmp_path / "clean-cache" / fai.name).read_bytes()
     assert len(fai.read_text().splitlines()) == 3
@@ -260,7 +260,7 @@ def test_fai_is_reused_when_fresh_rebuilt_when_stale_and_never_published_when_ba
     assert len(builds) == 1 and Path(builds[0]).name.startswith(".0000-in.fa.fai.tmp-")  # built into the temporary
     second = catalog_fasta([source], cache, progress=False)
     assert len(builds) == 1  # the published index is whole: read, not rebuilt
-    assert second.offsets.tolist() == first.offsets.tolist()
+    assert second.source.offsets.tolist() == first.source.offsets.tolist()
     source.write_bytes(FASTA.replace(b">three\n", b"GG\n>three\n"))  # the input changes
     os.utime(cache / "0000-in.fa.fai", ns=(0, 0))  # and the index is now older than it
     third = catalog_fasta([source], cache, progress=False)

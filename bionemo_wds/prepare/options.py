@@ -22,7 +22,9 @@ from typing import Any
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CODECS, DEFAULT_PREFIX
-from bionemo_wds.prepare.sources.fasta import ON_INVALID, TAG_MODES
+from bionemo_wds.prepare.groups import group_rule_problem
+from bionemo_wds.prepare.scan import ON_INVALID
+from bionemo_wds.prepare.sources.fasta import TAG_MODES
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
 from bionemo_wds.prepare.windows import TAIL_MODES
 
@@ -137,7 +139,7 @@ def parse_ratios(text: str) -> tuple[float, ...]:
 
 
 def parse_split_list(text: str) -> tuple[str, str]:
-    """`--split-list train=FILE` -> (split name, file)."""
+    """`--split-list train=FILE` (also `--split-parquet`, `--window-db`) -> (split name, file)."""
     split, sep, path = text.partition("=")
     if not sep or split not in SPLIT_NAMES:
         raise argparse.ArgumentTypeError(
@@ -146,9 +148,20 @@ def parse_split_list(text: str) -> tuple[str, str]:
     return split, path
 
 
+#: `--source` kinds (`prepare/sources/`).
+SOURCE_KINDS = ("fasta", "sharded-eden", "hdf5")
+
+
 @dataclass
 class PrepareOptions:
     """Everything that shapes the output (except `workers`, `overwrite`, `progress`, which do not)."""
+
+    source: str = option(
+        "fasta",
+        "what INPUTS are: fasta (files or directories); sharded-eden (one SEQUENCE_DB_DIR of "
+        "<sample>/glm_dataset_<sample>.sqlite); hdf5 (one FILE.h5 of pre-tokenized rows, needs bionemo-wds[h5])",
+        choices=SOURCE_KINDS,
+    )
 
     seq_length: int = option(
         8192,
@@ -179,11 +192,52 @@ class PrepareOptions:
         collect=dict,
         metavar="SPLIT=FILE",
     )
+    split_parquet: dict[str, str] | None = option(  # noqa: RUF009
+        None,
+        "sharded-eden split: a Parquet file with columns contig_id, length per split; repeat per split; "
+        "replaces --split and the grouping by sample id",
+        flags=("--split-parquet",),
+        parse=parse_split_list,
+        collect=dict,
+        metavar="SPLIT=FILE",
+    )
+    window_db: dict[str, str] | None = option(  # noqa: RUF009
+        None,
+        "sharded-eden: take exactly the windows of an Eden window database (from `bionemo-wds "
+        "precompute-windows`) for SPLIT; its window_size and stride must equal --seq-length and --stride",
+        flags=("--window-db",),
+        parse=parse_split_list,
+        collect=dict,
+        metavar="SPLIT=FILE",
+    )
+    x_key: str | None = option(
+        None, "hdf5: dataset of token ids, one sample per row (fixed width or ragged)", default_help="required for hdf5"
+    )
+    y_key: str | None = option(
+        None, "hdf5: dataset with one label per row, stored as that row's control tag", default_help="none"
+    )
+    group_by: str | None = option(
+        None,
+        "keep groups in one split: sample-id (sharded-Eden sample of the id), regex:PATTERN (first group "
+        "of a match in the id), tsv:FILE (seq_id<TAB>group), mmseqs:FILE (MMseqs2 cluster TSV)",
+        default_help="none; sharded-eden groups by sample-id",
+        metavar="RULE",
+        check=group_rule_problem,
+    )
+    split_at_n: int | None = option(
+        None,
+        "cut sequences at runs of at least K N bases so no window spans one; pieces keep their sequence's id "
+        "and positions",
+        flags=("--split-at-n",),
+        metavar="K",
+        default_help="no cutting",
+        minimum=1,
+    )
     seed: int = option(42, "seed of the split and of the window order in shards (0 or more)", minimum=0)
     tags: str = option(
         "none",
         "control tag per sequence: none; description (header text after the name); "
-        "lineage (a d__...;p__... lineage in the header, as |d__...|)",
+        "lineage (a d__...;p__... lineage in the header, as |d__...|); sharded-eden (<ctrl_X> for an id X__...)",
         choices=TAG_MODES,
     )
     on_invalid: str = option(

@@ -26,16 +26,17 @@ from bionemo_wds.format import (
 )
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.options import RECORD_TARGET_BYTES, SHARD_TARGET_BYTES, PrepareOptions
-from bionemo_wds.prepare.sources.fasta import input_fingerprint
+from bionemo_wds.prepare.sources import file_fingerprint, input_files
 from bionemo_wds.prepare.splits import (
     DEFAULT_BUCKET_EDGES,
     SPLIT_NAMES,
     bucket_labels,
+    grouped_split,
     length_buckets,
     split_from_lists,
     stratified_split,
 )
-from bionemo_wds.prepare.windows import WindowTable, check_stride, window_length, window_table
+from bionemo_wds.prepare.windows import WindowTable, check_stride, window_counts, window_length, window_table
 from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
@@ -72,13 +73,23 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
             }
             for split, p in sorted(opts.split_lists.items())
         }
+    parquet = _named_files(opts.split_parquet)
+    window_dbs = _named_files(opts.window_db)
     return {
-        "inputs": input_fingerprint(inputs),
+        "source": opts.source,
+        "inputs": file_fingerprint(input_files(inputs, opts)),
         "seq_length": opts.seq_length,
         "stride": opts.stride,
         "tail": opts.tail,
-        "split": [float(r) for r in opts.split] if not lists else None,
+        "split": [float(r) for r in opts.split] if not (lists or parquet) else None,
         "split_lists": lists,
+        "split_parquet": parquet,
+        "window_db": window_dbs,
+        "x_key": opts.x_key,
+        "y_key": opts.y_key,
+        "group_by": opts.group_by,
+        "group_file": _group_file(opts.group_by),
+        "split_at_n": opts.split_at_n,
         "seed": opts.seed,
         "tags": opts.tags,
         "on_invalid": opts.on_invalid,
@@ -90,11 +101,68 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     }
 
 
+def _named_files(named: dict[str, str] | None) -> dict[str, dict[str, Any]] | None:
+    """{split: FILE} -> {split: fingerprint of FILE}, for the request (a changed file is a new request)."""
+    if not named:
+        return None
+    for split, path in named.items():
+        if not Path(path).is_file():
+            raise BadInputError(f"{split} file {path} does not exist")
+    return {split: file_fingerprint([path])[0] for split, path in sorted(named.items())}
+
+
+def _group_file(rule: str | None) -> dict[str, Any] | None:
+    """The fingerprint of a `--group-by tsv:FILE` / `mmseqs:FILE` table."""
+    if rule is None or not rule.startswith(("tsv:", "mmseqs:")):
+        return None
+    path = rule.split(":", 1)[1]
+    if not Path(path).is_file():
+        raise BadInputError(f"--group-by {rule}: {path} does not exist")
+    return file_fingerprint([path])[0]
+
+
 def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
+    """Split code per catalog row: fixed by the source, from split lists, by groups, or stratified."""
+    if catalog.split is not None:
+        return catalog.split
     if opts.split_lists:
         lists = {split: _read_list(path) for split, path in opts.split_lists.items()}
-        return split_from_lists(catalog.names, lists)
+        unique = list(dict.fromkeys(catalog.names))  # pieces share their sequence's name
+        by_name = dict(zip(unique, split_from_lists(unique, lists).tolist()))
+        return np.fromiter((by_name[n] for n in catalog.names), dtype=np.int8, count=len(catalog))
+    if catalog.groups is not None:
+        return grouped_split(catalog.groups, catalog.lengths, opts.split, opts.seed)
     return stratified_split(catalog.lengths, opts.split, opts.seed)
+
+
+def first_windows(catalog: Catalog, counts: np.ndarray) -> np.ndarray | None:
+    """Per row: the number of its sequence's windows in earlier rows (pieces of one sequence are
+    consecutive rows), so window numbers run on across pieces and keys stay unique; None when every
+    row is a whole sequence."""
+    seq = catalog.seq
+    if seq is None or len(seq) == 0 or bool((np.diff(seq) != 0).all()):
+        return None
+    before = np.cumsum(counts) - counts
+    starts = np.flatnonzero(np.r_[True, np.diff(seq) != 0])
+    run = np.repeat(starts, np.diff(np.r_[starts, len(seq)]))
+    return before - before[run]
+
+
+def fixed_windows(catalog: Catalog, split: str, window: int, stride: int) -> WindowTable:
+    """The windows a source fixed for `split` (Eden window databases: window k of a sequence starts
+    at k * stride), each checked to lie inside its sequence."""
+    assert catalog.windows is not None
+    rows, numbers = catalog.windows[split]
+    start = numbers * stride
+    lengths = catalog.lengths[rows]
+    outside = np.flatnonzero(start >= lengths)
+    if len(outside):
+        row = int(rows[outside[0]])
+        raise BadInputError(
+            f"window {int(numbers[outside[0]])} of sequence {catalog.names[row]!r} in the {split} window database "
+            f"starts at {int(start[outside[0]])}, beyond its {int(lengths[outside[0]])} bases"
+        )
+    return WindowTable(rows, numbers, start, np.minimum(lengths - start, window))
 
 
 def global_order(n: int, seed: int, split: str) -> np.ndarray:
@@ -136,6 +204,9 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "prefix": opts.prefix,
             "codec": opts.compress,
             "length_buckets": list(DEFAULT_BUCKET_EDGES),
+            "source": {"kind": catalog.source.kind, **catalog.notes},
+            "group_by": opts.group_by,
+            "split_at_n": opts.split_at_n,
             "tokenizer": {
                 "kind": "byte",
                 "case": "upper",
@@ -148,15 +219,23 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
         },
         "splits": {},
         "skipped": catalog.skipped,
-        "unassigned_sequences": int((assignment < 0).sum()),
+        "unassigned_sequences": len({catalog.names[i] for i in np.flatnonzero(assignment < 0).tolist()}),
     }
     tasks: list[Task] = []
+    fixed = catalog.windows or {}
+    first = first_windows(catalog, window_counts(catalog.lengths, window, opts.stride, opts.tail))
     for code, split in enumerate(SPLIT_NAMES):
         rows = np.flatnonzero(assignment == code)
         if len(rows) == 0:
             continue
         lengths = catalog.lengths[rows]
-        table = window_table(rows, lengths, window, opts.stride, opts.tail)
+        if split in fixed:
+            table = fixed_windows(catalog, split, window, opts.stride)
+        else:
+            table = window_table(rows, lengths, window, opts.stride, opts.tail)
+            if first is not None:
+                numbers = table.window_index + first[table.seq_index]
+                table = WindowTable(table.seq_index, numbers, table.start, table.length)
         table = table.take(global_order(len(table), opts.seed, split))
         shards = []
         for shard, lo in enumerate(range(0, len(table), per_shard)):
@@ -165,13 +244,14 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             entry = ShardInfo(rel, len(part), int(part.length.sum()), 0, "").as_dict()
             shards.append(entry)
             tasks.append((split, shard, part, per_record, entry))
+        seq_ids = list(dict.fromkeys(catalog.names[i] for i in rows.tolist()))
         manifest["splits"][split] = {
             "n_samples": len(table),
-            "n_sequences": len(rows),
+            "n_sequences": len(seq_ids),
             "n_bases": int(lengths.sum()),
             "n_tokens": int(table.length.sum()),
             "length_mix": _length_mix(lengths),
-            "seq_ids": [catalog.names[i] for i in rows],  # names of its sequences, in input order (one line)
+            "seq_ids": seq_ids,  # names of its sequences, in input order (one line)
             "shards": shards,
         }
     return manifest, tasks

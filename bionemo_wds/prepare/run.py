@@ -27,10 +27,12 @@ from filelock import FileLock, Timeout
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import MANIFEST_NAME, index_shard, read_manifest, remove_stale_temporaries, write_manifest
+from bionemo_wds.prepare.groups import apply_groups
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
 from bionemo_wds.prepare.plan import plan, request_of
-from bionemo_wds.prepare.sources.fasta import catalog_fasta
+from bionemo_wds.prepare.scan import scan
+from bionemo_wds.prepare.sources import source_catalog
 from bionemo_wds.prepare.writers import run_writers
 from bionemo_wds.storage.store import Store
 from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
@@ -142,7 +144,8 @@ def _prepare_locked(
     if state is not OutState.RESUME:  # a cache left by a run killed before its plan may hold other inputs
         shutil.rmtree(cache, ignore_errors=True)
     try:
-        catalog = catalog_fasta(paths, cache, opts.tags, opts.on_invalid, opts.progress)
+        catalog = scan(source_catalog(paths, opts, cache), opts.on_invalid, opts.split_at_n, opts.progress)
+        catalog = apply_groups(catalog, opts.group_by)
         manifest, tasks = plan(catalog, request, opts)
     except BadInputError:
         if created is not None:

@@ -28,7 +28,6 @@ from tqdm import tqdm
 from bionemo_wds.format import RecordIndex, encode_record, shard_name, write_shard
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.plan import Task
-from bionemo_wds.prepare.sources.fasta import read_span
 from bionemo_wds.prepare.windows import WindowTable
 from bionemo_wds.storage.location import join
 
@@ -82,26 +81,27 @@ def _init_writer(
         die_with_parent(parent, start_method)
     _WORKER.clear()
     _WORKER.update(
-        root=root, catalog=catalog, table=table, prefix=prefix, codec=codec, handles={}, options=storage_options
+        root=root,
+        catalog=catalog,
+        table=table,
+        prefix=prefix,
+        codec=codec,
+        options=storage_options,
+        seq=catalog.seq.tolist(),  # lists: per-window indexing of numpy arrays costs more than the read
+        origin=catalog.origin.tolist(),
     )
 
 
-def _window_bases(row_seq: int, start: int, length: int) -> bytes:
+def _window_bases(row: int, start: int, length: int) -> bytes:
+    """Bases of a window: `start` is relative to catalog row `row` (a piece starts at its origin)."""
     cat: Catalog = _WORKER["catalog"]
-    handles: dict[int, Any] = _WORKER["handles"]
-    f = int(cat.file_index[row_seq])
-    if f not in handles:
-        handles[f] = open(cat.files[f], "rb")
-    raw = read_span(
-        handles[f],
-        int(cat.offsets[row_seq]),
-        start,
-        start + length,
-        int(cat.line_bases[row_seq]),
-        int(cat.line_bytes[row_seq]),
-    )
+    reader = _WORKER.get("reader")
+    if reader is None:
+        reader = _WORKER["reader"] = cat.source.reader()
+    begin = _WORKER["origin"][row] + start
+    raw = reader.read(_WORKER["seq"][row], begin, begin + length)
     if len(raw) != length:
-        raise RuntimeError(f"sequence {cat.names[row_seq]!r} in {cat.files[f]} changed while preparing")
+        raise RuntimeError(f"{cat.source.describe(_WORKER['seq'][row])} changed while preparing")
     return raw.translate(_WORKER["table"])
 
 
@@ -117,7 +117,7 @@ def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tupl
             encode_record(
                 bases,
                 [cat.names[s] for s in seqs],
-                part.start.tolist(),
+                (part.start + cat.origin[part.seq_index]).tolist(),  # positions in the source sequence
                 part.window_index.tolist(),
                 [cat.tags[s] for s in seqs],
                 codec,
@@ -162,8 +162,8 @@ def run_writers(
             for task in tasks:
                 finished(*_write_task(task))
         finally:  # in this process the handles would outlive the run (and the cache they point into)
-            for handle in _WORKER.get("handles", {}).values():
-                handle.close()
+            if _WORKER.get("reader") is not None:
+                _WORKER["reader"].close()
             _WORKER.clear()
     else:
         context = mp.get_context()

@@ -3,9 +3,9 @@
 Indexing uses pyfaidx (a samtools-compatible ``.fai``; it also checks headers, line lengths and
 duplicate names within a file). Gzip inputs (bgzip is gzip too) are decompressed once into the
 output's cache, because plain gzip has no random access; every index goes to that cache, so inputs
-in read-only places work and nothing is written beside them. Characters are checked in large
-vectorised chunks so a bad base is reported with its sequence and position before any shard is
-written.
+in read-only places work and nothing is written beside them. `index_fasta` reads no base;
+`catalog_fasta` adds the check of every base (`prepare.scan`), which reports a bad one with its
+sequence and position before any shard is written.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import os
 import re
 import shutil
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyfaidx
@@ -26,14 +28,15 @@ from tqdm import tqdm
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format.atomic import atomic_path, atomic_write
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.tokenizer import encode_tag, first_invalid
+from bionemo_wds.prepare.scan import ON_INVALID, scan
+from bionemo_wds.tokenizer import encode_tag
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
 GZIP_SUFFIXES = (".gz", ".bgz")
-TAG_MODES = ("none", "description", "lineage")
-ON_INVALID = ("error", "skip", "replace-N")
+TAG_MODES = ("none", "description", "lineage", "sharded-eden")
+#: Tag modes that read the header line (the others need only the sequence id).
+HEADER_TAGS = ("description", "lineage")
 _LINEAGE = re.compile(r"d__[^|\s]+")
-_CHUNK_LINES = 1 << 16  # lines per validation read: a few MB, one numpy pass each
 
 
 def _is_fasta_name(path: Path) -> bool:
@@ -151,10 +154,17 @@ def _header(fh, prev_end: int, offset: int) -> str:
     return lines[-1][1:].strip() if lines else ""
 
 
+def eden_tag(seq_id: str) -> str:
+    """The sharded-Eden control tag of a contig id: ``BCR__ECT-S1__CT1-1`` -> ``<ctrl_bcr>``."""
+    return f"<ctrl_{seq_id.split('__')[0].lower()}>"
+
+
 def tag_for(header: str, mode: str) -> str:
     """Control tag text of a sequence under tag `mode`."""
     if mode == "none":
         return ""
+    if mode == "sharded-eden":  # as the sharded-Eden loader builds it: <ctrl_{first '__' field, lower case}>
+        return eden_tag(header.split(None, 1)[0] if header.strip() else header)
     description = header.split(None, 1)[1] if len(header.split(None, 1)) > 1 else ""
     if mode == "description":
         return description
@@ -164,50 +174,87 @@ def tag_for(header: str, mode: str) -> str:
     raise BadInputError(f"unknown tag mode {mode!r}; use one of {', '.join(TAG_MODES)}")
 
 
-def find_invalid(fh, offset: int, length: int, line_bases: int, line_bytes: int) -> int:
-    """0-based position of the first non-IUPAC base of a record, or -1."""
-    done = 0
-    while done < length:
-        n_bases = min(length - done, _CHUNK_LINES * line_bases)
-        raw = read_span(fh, offset, done, done + n_bases, line_bases, line_bytes)
-        bad = first_invalid(raw)
-        if bad >= 0:
-            return done + bad
-        if len(raw) != n_bases:  # a short read means the file changed under us
-            raise BadInputError(f"file {fh.name} is shorter than its index says")
-        done += n_bases
-    return -1
-
-
 def read_span(fh, offset: int, start: int, end: int, line_bases: int, line_bytes: int) -> bytes:
     """Bases [start, end) of a record with .fai layout, newlines removed.
 
     Written here rather than via pyfaidx.fetch: one positioned read and one C-level newline strip,
     without pyfaidx's str round-trip and per-call objects (the writers call it once per window).
     """
+    if end <= start:
+        return b""
     first = offset + (start // line_bases) * line_bytes + start % line_bases
     last = offset + ((end - 1) // line_bases) * line_bytes + (end - 1) % line_bases + 1
     raw = os.pread(fh.fileno(), last - first, first)
     return raw.translate(None, b"\r\n")
 
 
-def catalog_fasta(
+@dataclass
+class FastaSource:
+    """Indexed FASTA files: the .fai layout of every sequence, so any window is one positioned read."""
+
+    files: list[str]  # readable uncompressed FASTA per input (a cached copy for gzip inputs)
+    origins: list[str]  # the input path as the user gave it, for messages and the manifest
+    file_index: np.ndarray  # int64 per sequence: index into `files`
+    offsets: np.ndarray  # int64 per sequence: byte offset of the first base
+    line_bases: np.ndarray  # int64 per sequence: bases per full line
+    line_bytes: np.ndarray  # int64 per sequence: bytes per full line, newline included
+    names: list[str]
+    kind: str = "fasta"
+
+    def reader(self) -> FastaReader:
+        return FastaReader(self)
+
+    def describe(self, seq: int) -> str:
+        return f"sequence {self.names[seq]!r} in {self.file_of(seq)}"
+
+    def file_of(self, seq: int) -> str:
+        return self.origins[int(self.file_index[seq])]
+
+
+class FastaReader:
+    """`BaseReader` of a `FastaSource`: one open handle per file, positioned reads."""
+
+    def __init__(self, source: FastaSource) -> None:
+        self.source = source
+        self.handles: dict[int, Any] = {}
+        # plain lists: indexing them is several times faster than numpy scalars, per window
+        self.layout = list(
+            zip(
+                source.file_index.tolist(),
+                source.offsets.tolist(),
+                source.line_bases.tolist(),
+                source.line_bytes.tolist(),
+            )
+        )
+
+    def read(self, seq: int, start: int, end: int) -> bytes:
+        f, offset, line_bases, line_bytes = self.layout[seq]
+        fh = self.handles.get(f)
+        if fh is None:
+            fh = self.handles[f] = open(self.source.files[f], "rb")
+        return read_span(fh, offset, start, end, line_bases, line_bytes)
+
+    def close(self) -> None:
+        for fh in self.handles.values():
+            fh.close()
+        self.handles.clear()
+
+
+def index_fasta(
     inputs: Sequence[str | os.PathLike],
     cache_dir: Path,
     tag_mode: str = "none",
-    on_invalid: str = "error",
     progress: bool = True,
 ) -> Catalog:
-    """Index and check every input sequence; refuse bad input before anything is written."""
-    if on_invalid not in ON_INVALID:
-        raise BadInputError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+    """Index every input sequence (names, lengths, layout, tags); no base is read (`scan` checks them)."""
     if tag_mode not in TAG_MODES:
         raise BadInputError(f"--tags must be one of {', '.join(TAG_MODES)}, got {tag_mode!r}")
     files = find_fasta_files(inputs)
     cache_dir.mkdir(parents=True, exist_ok=True)
     locals_: list[str] = []
-    rows: list[tuple] = []
-    skipped: list[dict] = []
+    names: list[str] = []
+    tags: list[str] = []
+    cols: list[list[int]] = [[], [], [], [], []]  # file, length, offset, line bases, line bytes
     seen: dict[str, Path] = {}
     for number, origin in enumerate(tqdm(files, desc="index", unit="file", disable=not progress)):
         local = _local_copy(origin, number, cache_dir)
@@ -224,40 +271,29 @@ def catalog_fasta(
                 seen[name] = origin
                 if rec.rlen == 0:
                     raise BadInputError(f"sequence {name!r} in {origin} is empty (length 0)")
-                bad = find_invalid(fh, rec.offset, rec.rlen, rec.lenc, rec.lenb)
-                if bad >= 0:
-                    char = read_span(fh, rec.offset, bad, bad + 1, rec.lenc, rec.lenb)
-                    where = f"sequence {name!r} in {origin} has {char!r} at position {bad} (0-based), not an IUPAC code"
-                    if on_invalid == "error":
-                        raise BadInputError(f"{where}; use --on-invalid skip or replace-N to proceed")
-                    if on_invalid == "skip":
-                        skipped.append({"seq_id": name, "file": str(origin), "reason": where})
-                        continue
-                tag = tag_for(_header(fh, rec.prev_bend, rec.offset), tag_mode)
-                encode_tag(tag, name)
-                rows.append((number, name, tag, rec.rlen, rec.offset, rec.lenc, rec.lenb))
-    if not rows:
-        raise BadInputError("no usable sequences in the inputs (all were skipped)")
-    cols = list(zip(*rows))
-    as_int = lambda col: np.asarray(col, dtype=np.int64)
-    return Catalog(
-        files=locals_,
-        origins=[str(p) for p in files],
-        names=list(cols[1]),
-        tags=list(cols[2]),
-        file_index=as_int(cols[0]),
-        lengths=as_int(cols[3]),
-        offsets=as_int(cols[4]),
-        line_bases=as_int(cols[5]),
-        line_bytes=as_int(cols[6]),
-        skipped=skipped,
-    )
+                if tag_mode in HEADER_TAGS:
+                    tag = tag_for(_header(fh, rec.prev_bend, rec.offset), tag_mode)
+                else:
+                    tag = tag_for(name, tag_mode)
+                if tag:
+                    encode_tag(tag, name)
+                names.append(name)
+                tags.append(tag)
+                for col, value in zip(cols, (number, rec.rlen, rec.offset, rec.lenc, rec.lenb)):
+                    col.append(value)
+    file_index, lengths, offsets, line_bases, line_bytes = (np.asarray(c, dtype=np.int64) for c in cols)
+    source = FastaSource(locals_, [str(p) for p in files], file_index, offsets, line_bases, line_bytes, names)
+    return Catalog(source, names, tags, lengths)
 
 
-def input_fingerprint(inputs: Iterable[str | os.PathLike]) -> list[dict]:
-    """What identifies the inputs of a run, cheaply: path, size and modification time."""
-    out = []
-    for path in find_fasta_files(list(inputs)):
-        st = path.stat()
-        out.append({"path": str(path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
-    return out
+def catalog_fasta(
+    inputs: Sequence[str | os.PathLike],
+    cache_dir: Path,
+    tag_mode: str = "none",
+    on_invalid: str = "error",
+    progress: bool = True,
+) -> Catalog:
+    """Index and check every input sequence; refuse bad input before anything is written."""
+    if on_invalid not in ON_INVALID:
+        raise BadInputError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+    return scan(index_fasta(inputs, cache_dir, tag_mode, progress), on_invalid, None, progress)

@@ -1,0 +1,142 @@
+"""Leakage-safe splits: which sequences belong together (`--group-by`), so a split never divides them.
+
+Related sequences in two splits inflate evaluation: contigs of one genome or sample, or homologous
+sequences of one MMseqs2 cluster, teach the model the test set (hashFrag, bioRxiv
+2025.01.22.634321). A group rule names each sequence's group from its id:
+
+- ``sample-id``: the sharded-Eden sample id, ``".".join(id.split("__")[1].split("-")[1:])``
+  (``BCR__ECT-SAMPLE1__CT1-1`` -> ``SAMPLE1``);
+- ``regex:PATTERN``: the first capture group of the first match in the id (the whole match when
+  the pattern has no group);
+- ``tsv:FILE``: lines ``seq_id<TAB>group``;
+- ``mmseqs:FILE``: an MMseqs2 cluster TSV (``mmseqs createtsv``: ``representative<TAB>member``),
+  each member grouped with its representative.
+
+A rule that matches no sequence is an error; sequences it leaves ungrouped are counted (a warning
+and the manifest say how many) and each becomes a group of its own. The split then divides groups,
+stratified by their total length (`splits.grouped_split`).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.prepare.catalog import Catalog
+
+GROUP_RULES = ("sample-id", "regex:PATTERN", "tsv:FILE", "mmseqs:FILE")
+
+
+def group_rule_problem(rule: object) -> str | None:
+    """What is wrong with a `--group-by` value, or None."""
+    if not isinstance(rule, str):
+        return f"must be one of {', '.join(GROUP_RULES)}"
+    if rule == "sample-id" or any(rule.startswith(p) and len(rule) > len(p) for p in ("tsv:", "mmseqs:")):
+        return None
+    if rule.startswith("regex:") and len(rule) > 6:
+        try:
+            re.compile(rule[6:])
+        except re.error as exc:
+            return f"has an invalid regular expression ({exc})"
+        return None
+    return f"must be one of {', '.join(GROUP_RULES)}"
+
+
+def sample_id(seq_id: str) -> str | None:
+    """The sharded-Eden sample id of a contig id, or None when the id does not have that form."""
+    fields = seq_id.split("__")
+    if len(fields) < 2:
+        return None
+    parts = fields[1].split("-")
+    return ".".join(parts[1:]) or None
+
+
+def read_group_tsv(path: str, member_first: bool = True) -> dict[str, str]:
+    """Two-column TSV lines of `path` -> {seq_id: group}; ``member_first``: ``seq_id<TAB>group``,
+    else MMseqs2's ``representative<TAB>member``. A malformed line is an error naming it."""
+    rule = "tsv" if member_first else "mmseqs"
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise BadInputError(f"--group-by {rule}:{path} cannot be read: {exc.strerror or exc}") from exc
+    groups: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.rstrip("\r").split("\t")
+        if len(fields) < 2 or not fields[0] or not fields[1]:
+            shape = "seq_id<TAB>group" if member_first else "representative<TAB>member"
+            raise BadInputError(f"--group-by {rule}:{path} line {number}: expected {shape}, got {line!r}")
+        if not member_first:
+            fields = [fields[1], fields[0]]
+        if fields[0] in groups and groups[fields[0]] != fields[1]:
+            raise BadInputError(
+                f"--group-by {rule}:{path} line {number}: sequence {fields[0]!r} is in two groups "
+                f"({groups[fields[0]]!r} and {fields[1]!r})"
+            )
+        groups[fields[0]] = fields[1]
+    return groups
+
+
+def group_names(names: list[str], rule: str) -> list[str | None]:
+    """The group of each sequence id under `rule` (None: the rule does not place it)."""
+    if rule == "sample-id":
+        return [sample_id(n) for n in names]
+    if rule.startswith("regex:"):
+        pattern = re.compile(rule[6:])
+        out: list[str | None] = []
+        for name in names:
+            found = pattern.search(name)
+            out.append(None if found is None else (found.group(1) if pattern.groups else found.group(0)))
+        return out
+    if rule.startswith(("tsv:", "mmseqs:")):
+        kind, path = rule.split(":", 1)
+        table = read_group_tsv(path, member_first=kind == "tsv")
+        return [table.get(n) for n in names]
+    raise BadInputError(f"--group-by must be one of {', '.join(GROUP_RULES)}, got {rule!r}")
+
+
+def apply_groups(catalog: Catalog, rule: str | None) -> Catalog:
+    """Set `catalog.groups`: by `rule`, or (no rule) by sequence so the pieces of one stay together.
+
+    Without a rule and without pieces nothing is set: every row is its own group already.
+    """
+    names = catalog.names
+    if rule is None:
+        if catalog.seq is None or len(np.unique(catalog.seq)) == len(catalog):
+            return catalog
+        labels: list[str | None] = list(names)
+    else:
+        problem = group_rule_problem(rule)
+        if problem is not None:
+            raise BadInputError(f"--group-by {problem}, got {rule!r}")
+        unique = list(dict.fromkeys(names))
+        found = dict(zip(unique, group_names(unique, rule)))
+        labels = [found[n] for n in names]
+        placed = sum(1 for n in unique if found[n] is not None)
+        if placed == 0:
+            raise BadInputError(
+                f"--group-by {rule} places none of the {len(unique)} sequences in a group "
+                f"(first id: {unique[0]!r}); check the rule"
+            )
+        ungrouped = len(unique) - placed
+        if ungrouped:
+            warnings.warn(
+                f"--group-by {rule} leaves {ungrouped} of {len(unique)} sequences ungrouped; "
+                "each becomes its own group",
+                stacklevel=2,
+            )
+        catalog.notes["group_by"] = {"rule": rule, "groups": None, "ungrouped_sequences": ungrouped}
+    # an ungrouped sequence is its own group: keyed by its id, apart from the named groups
+    keys = [("g", label) if label is not None else ("s", name) for label, name in zip(labels, names)]
+    index: dict[tuple[str, str], int] = {}
+    groups = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+    catalog.groups = groups
+    catalog.group_names = [label for _, label in index]
+    if "group_by" in catalog.notes:
+        catalog.notes["group_by"]["groups"] = len(index)
+    return catalog

@@ -1,0 +1,135 @@
+"""One pass over every base of a catalog before anything is written: refuse (or skip) unknown
+characters, and cut sequences at long runs of N when asked (`--split-at-n K`).
+
+Source-agnostic: bases come through the source's `BaseReader` in chunks of `SCAN_CHUNK` bases, so
+memory is bounded by a chunk, not a sequence. The common case (all bases valid, no long N run) costs
+two C-level byte operations per chunk (`bytes.translate` with a delete set, a substring test);
+numpy is used only on chunks that have something to find. Per-sequence Python work is kept small
+because metagenomic catalogs have millions of short contigs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tqdm import tqdm
+
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid
+
+ON_INVALID = ("error", "skip", "replace-N")
+#: Bases per read while scanning (4 MiB).
+SCAN_CHUNK = 1 << 22
+#: Every IUPAC byte of either case: `bytes.translate(None, _VALID)` leaves only the invalid ones.
+_VALID = bytes(b for b in range(256) if VALID_BASE[b])
+_N = ord("N")
+
+
+def n_runs(upper: bytes, k: int, offset: int = 0) -> list[tuple[int, int]]:
+    """Runs of ``N`` in upper-cased bases that are at least `k` long or touch either end of `upper`
+    (a run cut by a chunk boundary may continue in the next chunk), as absolute ``(start, end)``."""
+    if b"N" * min(k, len(upper)) not in upper and upper[:1] != b"N" and upper[-1:] != b"N":
+        return []
+    is_n = np.frombuffer(upper, dtype=np.uint8) == _N
+    edges = np.diff(np.concatenate(([False], is_n, [False])).astype(np.int8))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    keep = (ends - starts >= k) | (starts == 0) | (ends == len(upper))
+    return [(offset + int(s), offset + int(e)) for s, e in zip(starts[keep], ends[keep])]
+
+
+def merge_runs(runs: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
+    """Join runs that touch (the two halves of a run cut by a chunk boundary); keep those >= `k`."""
+    merged: list[tuple[int, int]] = []
+    for start, end in runs:
+        if merged and merged[-1][1] == start:
+            merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return [(s, e) for s, e in merged if e - s >= k]
+
+
+def pieces(length: int, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The stretches of ``[0, length)`` between `runs` (sorted, disjoint), as ``(start, end)``; none empty."""
+    out, at = [], 0
+    for start, end in runs:
+        if start > at:
+            out.append((at, start))
+        at = end
+    if at < length:
+        out.append((at, length))
+    return out
+
+
+def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = None, progress: bool = True) -> Catalog:
+    """Check every base of `catalog` and, with `split_at_n`, cut its rows at runs of at least that
+    many N (either case); returns the catalog of what remains (rows of skipped sequences removed,
+    recorded in ``skipped``). `catalog` must hold whole sequences (origin 0), as sources build it."""
+    if on_invalid not in ON_INVALID:
+        raise BadInputError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+    if split_at_n is not None and catalog.windows is not None:
+        raise BadInputError("--split-at-n cannot be combined with --window-db: the window databases fix the windows")
+    reader = catalog.source.reader()
+    keep: list[int] = []
+    cut: list[tuple[int, int, int]] = []  # (row, start, end) when cutting
+    lengths = catalog.lengths.tolist()
+    seqs = catalog.seq.tolist() if catalog.seq is not None else list(range(len(catalog)))
+    bar = tqdm(total=catalog.total_bases, desc="check", unit="base", unit_scale=True, disable=not progress)
+    try:
+        for row, (seq, length) in enumerate(zip(seqs, lengths)):
+            runs: list[tuple[int, int]] = []
+            bad = -1
+            for lo in range(0, length, SCAN_CHUNK):
+                raw = reader.read(seq, lo, min(lo + SCAN_CHUNK, length))
+                if len(raw) != min(SCAN_CHUNK, length - lo):
+                    raise BadInputError(f"{catalog.source.describe(seq)} is shorter than its index says")
+                if raw.translate(None, _VALID):
+                    bad = lo + first_invalid(raw)
+                    break
+                if split_at_n is not None:
+                    runs.extend(n_runs(raw.translate(UPPERCASE_TABLE), split_at_n, lo))
+            bar.update(length)
+            if bad >= 0:
+                char = reader.read(seq, bad, bad + 1)
+                where = f"{catalog.source.describe(seq)} has {char!r} at position {bad} (0-based), not an IUPAC code"
+                if on_invalid == "error":
+                    raise BadInputError(f"{where}; use --on-invalid skip or replace-N to proceed")
+                if on_invalid == "skip":
+                    skipped = {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": where}
+                    catalog.skipped.append(skipped)
+                    continue
+            if split_at_n is None:
+                keep.append(row)
+                continue
+            parts = pieces(length, merge_runs(runs, split_at_n))
+            if not parts:
+                reason = f"only runs of N (--split-at-n {split_at_n})"
+                catalog.skipped.append(
+                    {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": reason}
+                )
+            cut.extend((row, s, e) for s, e in parts)
+    finally:
+        bar.close()
+        reader.close()
+    if split_at_n is None:
+        kept = catalog.take(np.asarray(keep, dtype=np.int64)) if len(keep) != len(catalog) else catalog
+    else:
+        arr = np.asarray(cut, dtype=np.int64).reshape(-1, 3)
+        kept = catalog.take(arr[:, 0])
+        kept.origin = arr[:, 1].copy()
+        kept.lengths = arr[:, 2] - arr[:, 1]
+        kept.notes["split_at_n"] = {"min_run": split_at_n, "pieces": len(arr), "sequences_cut": _n_cut(arr)}
+    if catalog.windows is not None:
+        if len(kept) != len(catalog):
+            raise BadInputError("--on-invalid skip dropped sequences that the --window-db windows name")
+        kept.windows = catalog.windows
+    if len(kept) == 0:
+        raise BadInputError("no usable sequences in the inputs (all were skipped)")
+    return kept
+
+
+def _n_cut(rows: np.ndarray) -> int:
+    """Sequences that became more than one piece."""
+    if len(rows) == 0:
+        return 0
+    _, counts = np.unique(rows[:, 0], return_counts=True)
+    return int((counts > 1).sum())
