@@ -103,11 +103,12 @@ def group_names(names: list[str], rule: str) -> list[str | None]:
 def apply_groups(catalog: Catalog, rule: str | None) -> Catalog:
     """Set `catalog.groups`: by `rule`, or (no rule) by sequence so the pieces of one stay together.
 
-    Without a rule and without pieces nothing is set: every row is its own group already.
+    Without a rule, groups a source set (sharded-Eden: its sample ids) are kept, and without those
+    and without pieces nothing is set: every row is its own group already.
     """
     names = catalog.names
     if rule is None:
-        if catalog.seq is None or len(np.unique(catalog.seq)) == len(catalog):
+        if catalog.groups is not None or len(np.unique(catalog.seq)) == len(catalog):
             return catalog
         labels: list[str | None] = list(names)
     else:
