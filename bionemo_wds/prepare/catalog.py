@@ -19,8 +19,10 @@ import numpy as np
 class BaseReader(Protocol):
     """Reads bases of a source's sequences; opened in the process that reads (a writer, a scan)."""
 
-    def read(self, seq: int, start: int, end: int) -> bytes:
-        """Bases ``[start, end)`` of sequence number `seq`, as the source's bytes (no newlines)."""
+    def read(self, seq: int, start: int, end: int, table: bytes | None = None) -> bytes:
+        """Bases ``[start, end)`` of sequence number `seq`, as the source's bytes (no newlines),
+        mapped through the `bytes.translate` `table` when one is given (the writers upper-case
+        this way; a source that must strip bytes anyway does both in one pass)."""
         ...
 
     def close(self) -> None:

@@ -99,10 +99,10 @@ def _window_bases(row: int, start: int, length: int) -> bytes:
     if reader is None:
         reader = _WORKER["reader"] = cat.source.reader()
     begin = _WORKER["origin"][row] + start
-    raw = reader.read(_WORKER["seq"][row], begin, begin + length)
+    raw = reader.read(_WORKER["seq"][row], begin, begin + length, _WORKER["table"])
     if len(raw) != length:
         raise RuntimeError(f"{cat.source.describe(_WORKER['seq'][row])} changed while preparing")
-    return raw.translate(_WORKER["table"])
+    return raw
 
 
 def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tuple[str, bytes, int]]:
