@@ -150,3 +150,31 @@ def test_remote_without_moto_names_the_install(tmp_path, monkeypatch, capsys):
     assert bench.main(["--remote", "s3", "--workdir", str(tmp_path / "w"), "--quiet"]) == 2
     assert "pip install 'bionemo-wds[test]'" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()  # refused before any peer ran
+
+
+def test_many_contigs_tool_measures_planning_and_both_prepares(tmp_path, capsys):
+    from bionemo_wds.benchmark import contigs
+
+    assert contigs.main(["catalog", "--contigs", "3000", "--workdir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "3,000 contigs of 100-1000 bases" in out and "peak PSS" in out
+    assert "3,000 windows" in out  # every contig is shorter than one 8 kb window
+    args = [
+        "compare",
+        "--contigs",
+        "500",
+        "--min-length",
+        "200",
+        "--max-length",
+        "5000",
+        "--workdir",
+        str(tmp_path / "b"),
+    ]
+    assert contigs.main(args) == 0
+    out = capsys.readouterr().out
+    assert "contigs take" in out and "x per base" in out
+    # both outputs hold every base once: the comparison is between equal work
+    many = json.loads((tmp_path / "b" / "out_contigs" / "manifest.json").read_text())
+    long = json.loads((tmp_path / "b" / "out_long" / "manifest.json").read_text())
+    assert many["splits"]["train"]["n_bases"] == long["splits"]["train"]["n_bases"]
+    assert many["splits"]["train"]["n_sequences"] == 500 and long["splits"]["train"]["n_sequences"] == 1

@@ -39,7 +39,7 @@ BUNDLED_GENOME = Path(__file__).resolve().parents[1] / "data" / "klebsiella_frag
 #: Config keys (and namespace names) of the run that are not `PrepareOptions` fields.
 RUN_KEYS = ("inputs", "out")
 
-HELP = "FASTA to split, windowed, tokenized WebDataset tar shards plus manifest.json"
+HELP = "FASTA (or sharded-Eden SQLite, HDF5) to split, windowed, tokenized WebDataset tar shards plus manifest.json"
 #: INPUTS and --out are required, on the command line or in the --config file: the usage says so
 #: (argparse's own would show both as optional, since a config file may give them).
 USAGE = (
@@ -47,8 +47,10 @@ USAGE = (
     "       %(prog)s --config FILE.yaml [INPUTS ...] [--out DIR|URL] [options]"
 )
 DESCRIPTION = (
-    "Catalog every sequence of the FASTA inputs (plain, gzip or bgzip; files or directories "
-    "of them), split whole sequences into train/val/test, cut each into windows, and write "
+    "Catalog every sequence of the inputs (--source fasta: FASTA files or directories, plain, gzip or "
+    "bgzip; sharded-eden: a directory of per-sample SQLite databases; hdf5: pre-tokenized rows), check "
+    "every base, split whole sequences (or whole groups, --group-by) into train/val/test, cut each "
+    "into windows, and write "
     "<out>/<split>/<prefix>-NNNNNN.tar shards and <out>/manifest.json. The output is "
     "byte-identical for any --workers; an interrupted run resumes when started again with "
     "the same options; a finished run with the same options does nothing."
@@ -132,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "inputs",
         nargs="*",
         metavar="INPUTS",
-        help="FASTA files or directories (plain, gzip or bgzip); required",
+        help="FASTA files or directories (plain, gzip or bgzip); with --source sharded-eden one "
+        "SEQUENCE_DB_DIR, with --source hdf5 one FILE.h5; required",
     )
     run.add_argument(
         "--out",
