@@ -40,6 +40,27 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
+def _source_line(params: dict) -> list[str]:
+    """One line on where the sequences came from and how they were grouped and cut, when not plain FASTA."""
+    source = params.get("source") or {}
+    parts = []
+    if source.get("kind", "fasta") != "fasta":
+        parts.append(f"source {source['kind']}")
+    if params.get("group_by"):
+        grouping = source.get("group_by") or {}
+        parts.append(
+            f"group-by {params['group_by']} ({grouping.get('groups', '?')} groups, "
+            f"{grouping.get('ungrouped_sequences', 0)} sequences ungrouped)"
+        )
+    if params.get("split_at_n"):
+        cut = source.get("split_at_n") or {}
+        parts.append(
+            f"split at runs of >= {params['split_at_n']} N ({cut.get('sequences_cut', '?')} sequences cut, "
+            f"{cut.get('pieces', '?')} pieces)"
+        )
+    return ["  ".join(parts)] if parts else []
+
+
 def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None) -> str:
     """Splits, shards, samples, tokens, bytes per token and the length mix, as text tables
     (`root` a directory or a URL; only the manifest is read)."""
@@ -87,6 +108,7 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         f"seq_length {params['seq_length']}  window {params['window_length']}  stride {params['stride']}  "
         f"tail {params['tail']}  tags {params['tags']}  seed {params['seed']}  "
         f"windows/record {params['windows_per_record']}  codec {params.get('codec', 'none')}",
+        *_source_line(params),
         "",
         _table(
             ["split", "shards", "sequences", "samples", "tokens", "bases", "bytes", "bytes/token", "bytes/base"], rows
