@@ -271,11 +271,6 @@ def test_grouped_split_depends_on_the_seed():
     assert len(splits) > 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="splits.stratified_split's message counts groups as 'sequence(s)' and says 'a sequence never goes to two "
-    "splits', though 119 sequences were given: it should say the rule made too few groups",
-)
 def test_too_few_groups_for_the_splits_says_groups(kleb_ids):
     cat = apply_groups(catalog(kleb_ids), r"regex:^(NODE)_")
     with pytest.raises(BadInputError, match="group"):
@@ -375,20 +370,16 @@ def test_mmseqs_clusters_never_span_two_splits(tmp_path, kleb_ids):
     assert manifest["params"]["source"]["group_by"]["groups"] == 12
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan._assign_splits uses --split-list before catalog.groups, so --group-by is silently ignored "
-    "(the manifest and inspect still report the grouping) and every group lands in both splits",
-)
-def test_group_by_with_split_lists_is_refused_or_respected(tmp_path, kleb_ids):
+def test_group_by_with_split_lists_is_refused(tmp_path, kleb_ids, capsys):
     train, val = tmp_path / "train.txt", tmp_path / "val.txt"
     train.write_text("\n".join(kleb_ids[:60]) + "\n")
     val.write_text("\n".join(kleb_ids[60:]) + "\n")
     out = tmp_path / "out"
     code = main(prepare_args(out, RULE, "--split-list", f"train={train}", "--split-list", f"val={val}"))
-    assert code in (0, 2)
-    if code == 0:
-        assert_groups_whole(read_manifest(out), {i: str(node(i) % 10) for i in kleb_ids})
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"--group-by {RULE} and --split-list both decide the split" in err
+    assert not out.exists()
 
 
 def test_a_rule_that_matches_nothing_exits_2_and_writes_nothing(tmp_path, capsys):

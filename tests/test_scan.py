@@ -446,11 +446,6 @@ def test_skip_drops_the_bad_sequence_and_still_cuts_the_others(tmp_path, monkeyp
     assert "position 2500 (0-based)" in cat.skipped[0]["reason"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scan.py: with on_invalid='replace-N' the chunk loop breaks at the first invalid byte, so runs of N "
-    "in that chunk and after it are never collected: the sequence is not cut there",
-)
 def test_replace_n_still_cuts_the_runs_after_an_unknown_character(tmp_path, monkeypatch):
     monkeypatch.setattr(scan_module, "SCAN_CHUNK", CHUNK)
     (lam,) = read_fasta(LAMBDA).values()

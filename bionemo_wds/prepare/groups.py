@@ -67,7 +67,7 @@ def read_group_tsv(path: str, member_first: bool = True) -> dict[str, str]:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
-        fields = line.rstrip("\r").split("\t")
+        fields = [f.strip() for f in line.split("\t")]
         if len(fields) < 2 or not fields[0] or not fields[1]:
             shape = "seq_id<TAB>group" if member_first else "representative<TAB>member"
             raise BadInputError(f"--group-by {rule}:{path} line {number}: expected {shape}, got {line!r}")
@@ -91,7 +91,8 @@ def group_names(names: list[str], rule: str) -> list[str | None]:
         out: list[str | None] = []
         for name in names:
             found = pattern.search(name)
-            out.append(None if found is None else (found.group(1) if pattern.groups else found.group(0)))
+            label = None if found is None else (found.group(1) if pattern.groups else found.group(0))
+            out.append(label or None)  # an empty or non-participating capture places nothing
         return out
     if rule.startswith(("tsv:", "mmseqs:")):
         kind, path = rule.split(":", 1)

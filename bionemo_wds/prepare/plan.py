@@ -123,6 +123,12 @@ def _group_file(rule: str | None) -> dict[str, Any] | None:
 
 def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
     """Split code per catalog row: fixed by the source, from split lists, by groups, or stratified."""
+    if opts.group_by and (catalog.split is not None or opts.split_lists):
+        given = "--split-list" if opts.split_lists else "the source's split lists (--split-parquet, --window-db)"
+        raise BadInputError(
+            f"--group-by {opts.group_by} and {given} both decide the split; give one (a split list is "
+            "already a grouping: put each group's sequences in one list)"
+        )
     if catalog.split is not None:
         return catalog.split
     if opts.split_lists:

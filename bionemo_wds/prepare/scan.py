@@ -82,10 +82,11 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
                 raw = reader.read(seq, lo, min(lo + SCAN_CHUNK, length))
                 if len(raw) != min(SCAN_CHUNK, length - lo):
                     raise BadInputError(f"{catalog.source.describe(seq)} is shorter than its index says")
-                if raw.translate(None, _VALID):
+                if bad < 0 and raw.translate(None, _VALID):
                     bad = lo + first_invalid(raw)
-                    break
-                if split_at_n is not None:
+                    if on_invalid != "replace-N" or split_at_n is None:
+                        break  # nothing more to learn from this sequence
+                if split_at_n is not None:  # a replaced byte is no N of the source: it never joins a run
                     runs.extend(n_runs(raw.translate(UPPERCASE_TABLE), split_at_n, lo))
             bar.update(length)
             if bad >= 0:

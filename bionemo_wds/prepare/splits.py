@@ -66,8 +66,9 @@ def stratified_split(
     ratios: Sequence[float],
     seed: int,
     edges: Sequence[int] = DEFAULT_BUCKET_EDGES,
+    unit: str = "sequence",
 ) -> np.ndarray:
-    """Split number (0 train, 1 val, 2 test) for every sequence.
+    """Split number (0 train, 1 val, 2 test) for every sequence (or `unit`: what the lengths are of).
 
     Every split with a positive ratio gets at least one sequence; fewer sequences than such splits
     is an error.
@@ -76,10 +77,11 @@ def stratified_split(
     share = check_ratios(ratios)
     wanted = np.flatnonzero(share > 0)
     if len(lengths) < len(wanted):
+        hint = "; check the --group-by rule" if unit == "group" else ""
         raise BadInputError(
-            f"{len(lengths)} sequence(s) cannot fill {len(wanted)} splits "
-            f"({', '.join(SPLIT_NAMES[i] for i in wanted)}): a sequence never goes to two splits; "
-            "give more sequences or set the empty splits' ratios to 0 with --split"
+            f"{len(lengths)} {unit}(s) cannot fill {len(wanted)} splits "
+            f"({', '.join(SPLIT_NAMES[i] for i in wanted)}): a {unit} never goes to two splits; "
+            f"give more {unit}s or set the empty splits' ratios to 0 with --split{hint}"
         )
     assignment = np.full(len(lengths), -1, dtype=np.int8)
     buckets = length_buckets(lengths, edges)
@@ -127,7 +129,7 @@ def grouped_split(
     totals = np.bincount(groups, weights=np.asarray(lengths, dtype=np.float64)).astype(np.int64)
     present = np.flatnonzero(np.bincount(groups) > 0)
     by_group = np.full(len(totals), -1, dtype=np.int8)
-    by_group[present] = stratified_split(totals[present], ratios, seed, edges)
+    by_group[present] = stratified_split(totals[present], ratios, seed, edges, unit="group")
     return by_group[groups]
 
 
