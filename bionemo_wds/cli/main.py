@@ -1,4 +1,4 @@
-"""`bionemo-wds` command line: prepare, inspect, verify, and fit/validate/test/predict (LightningCLI).
+"""`bionemo-wds` command line: prepare, precompute-windows, inspect, verify, fit/validate/test/predict (Lightning).
 
 The `prepare` options are the fields of `PrepareOptions`; `bionemo_wds/cli/prepare.py` derives its
 parser, YAML config keys (``--config configs/prepare_default.yaml``) and help text from them.
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from bionemo_wds import __version__
 from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
+from bionemo_wds.cli.precompute import add_precompute_parser, run_precompute
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, add_prepare_parser, run_prepare
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.report import inspect_text, verify
@@ -44,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"bionemo-wds {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_prepare_parser(sub)
+    add_precompute_parser(sub)
     ins = sub.add_parser(
         "inspect",
         help="table of splits, shards, samples, tokens, bytes/token and length mix",
@@ -75,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "prepare":
             return run_prepare(args)
+        if args.command == "precompute-windows":
+            return run_precompute(args)
         if args.command == "inspect":
             print(inspect_text(args.dataset))
             return 0
