@@ -465,3 +465,25 @@ def test_precompute_replaces_an_existing_database_only_when_complete(tmp_path, l
         assert dict(conn.execute("SELECT key, value FROM metadata"))["distinct_sequences"] == len(layout.splits["test"])
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("encoding", ["UTF-8", "UTF-16le"])
+def test_reader_reads_ranges_by_blob_or_substr_alike(tmp_path, encoding):
+    """UTF-8 databases are read by blob ranges (bounded memory), others by substr: the same bases."""
+    from bionemo_wds.prepare.sources.sharded_eden import EdenReader, EdenSource
+
+    path = tmp_path / "glm_dataset_S1.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA encoding = '{encoding}'")
+    conn.execute("CREATE TABLE sequences (contig_id TEXT PRIMARY KEY, nt_sequence TEXT NOT NULL)")
+    bases = "ACGTacgtNNRY" * 1000
+    conn.execute("INSERT INTO sequences VALUES (?, ?)", ("BCR__ECT-S1__CT1-1", bases))
+    conn.commit()
+    conn.close()
+    reader = EdenReader(EdenSource([str(path)], ["BCR__ECT-S1__CT1-1"], np.zeros(1, dtype=np.int64)))
+    try:
+        for start, end in ((0, 1), (0, len(bases)), (5, 4000), (11990, 12000), (7, 7)):
+            assert reader.read(0, start, end) == bases[start:end].encode()
+        assert reader.blob_ok[0] is (encoding == "UTF-8")
+    finally:
+        reader.close()
