@@ -565,3 +565,23 @@ def test_refused_run_removes_created_parents_of_out(tmp_path, capsys):
     assert_refused(rc, err, "'lam_bad'", bad, "position 437 ")
     assert_no_output(out)
     assert not (tmp_path / "new_project").exists(), "refused run left the parents of --out behind"
+
+
+@pytest.mark.parametrize(
+    ("source", "option", "value"),
+    [
+        ("fasta", "--split-parquet", "train=t.parquet"),
+        ("fasta", "--window-db", "train=t.db"),
+        ("fasta", "--x-key", "x"),
+        ("fasta", "--y-key", "y"),
+        ("hdf5", "--split-parquet", "train=t.parquet"),
+        ("sharded-eden", "--x-key", "x"),
+    ],
+)
+def test_an_option_of_another_source_is_refused_not_ignored(tmp_path, capsys, source, option, value):
+    out = tmp_path / "out"
+    rc, _, err = run(capsys, [LAMBDA_GZ], out, *FAST, "--source", source, option, value)
+    assert rc == 2
+    owner = "hdf5" if option in ("--x-key", "--y-key") else "sharded-eden"
+    assert f"{option} is an option of --source {owner}, not of --source {source}" in err
+    assert not out.exists()

@@ -150,6 +150,8 @@ def parse_split_list(text: str) -> tuple[str, str]:
 
 #: `--source` kinds (`prepare/sources/`).
 SOURCE_KINDS = ("fasta", "sharded-eden", "hdf5")
+#: Options that only one source reads: field -> that source.
+SOURCE_OPTIONS = {"split_parquet": "sharded-eden", "window_db": "sharded-eden", "x_key": "hdf5", "y_key": "hdf5"}
 
 
 @dataclass
@@ -284,3 +286,12 @@ class PrepareOptions:
             problem = cli_of(f).problem(value)
             if problem is not None:
                 raise BadInputError(f"{flags_of(f)[0]} {problem}, got {shown_value(value)}")
+
+    def check_source(self) -> None:
+        """Refuse an option of one source given with another, which that source would silently ignore."""
+        for f in dataclasses.fields(self):
+            source = SOURCE_OPTIONS.get(f.name)
+            if getattr(self, f.name) and source is not None and self.source != source:
+                raise BadInputError(
+                    f"{flags_of(f)[0]} is an option of --source {source}, not of --source {self.source}"
+                )

@@ -59,6 +59,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     Every option is checked first (`PrepareOptions.check`): `prepare` calls this before it writes anything.
     """
     opts.check()
+    opts.check_source()
     if opts.compress == "zstd":
         try:
             import zstandard  # noqa: F401
