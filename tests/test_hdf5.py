@@ -20,7 +20,8 @@ from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import iter_records, read_manifest
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions
-from bionemo_wds.prepare.sources.hdf5 import Hdf5Reader, catalog_hdf5, hdf5_input_files
+from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5, hdf5_input_files
+from bionemo_wds.prepare.sources.hdf5_reader import Hdf5Reader
 from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.prepare.windows import window_counts
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE

@@ -470,7 +470,7 @@ def test_precompute_replaces_an_existing_database_only_when_complete(tmp_path, l
 @pytest.mark.parametrize("encoding", ["UTF-8", "UTF-16le"])
 def test_reader_reads_ranges_by_blob_or_substr_alike(tmp_path, encoding):
     """UTF-8 databases are read by blob ranges (bounded memory), others by substr: the same bases."""
-    from bionemo_wds.prepare.sources.sharded_eden import EdenReader, EdenSource
+    from bionemo_wds.prepare.sources.eden_reader import EdenReader, EdenSource
 
     path = tmp_path / "glm_dataset_S1.sqlite"
     conn = sqlite3.connect(path)

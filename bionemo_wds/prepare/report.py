@@ -46,6 +46,8 @@ def _source_line(params: dict) -> list[str]:
     parts = []
     if source.get("kind", "fasta") != "fasta":
         parts.append(f"source {source['kind']}")
+    if source.get("y_key"):
+        parts.append(f"tags: labels of {source['y_key']!r}")
     if params.get("group_by"):
         grouping = source.get("group_by") or {}
         parts.append(

@@ -16,7 +16,7 @@ the specials are dropped is refused, or skipped with ``--on-invalid skip``.
 The catalog reads the x dataset in blocks of about `BLOCK_BYTES` (never the whole dataset) to find
 each row's extent. Readers open the file lazily in the process that reads (the writer pool forks:
 an h5py handle must not cross a fork) and keep the current row, so the windows of one long row and
-`scan`'s chunks of it read the row once (`Hdf5Reader` says what a row costs).
+`scan`'s chunks of it read the row once (`hdf5_reader.Hdf5Reader` says what a row costs).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.sources.hdf5_reader import RAGGED_MAX_ROWS, Hdf5Source, h5py_module
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_tag
 
 if TYPE_CHECKING:
@@ -39,32 +40,14 @@ if TYPE_CHECKING:
 
 #: Bytes of token ids read per block while the catalog finds each row's extent.
 BLOCK_BYTES = 16 << 20
-#: Ragged rows per block at first (then sized from the bytes the previous block held), and at most.
+#: Ragged rows per block at first (then sized from the bytes the previous block held); at most RAGGED_MAX_ROWS.
 RAGGED_FIRST_ROWS = 1024
-RAGGED_MAX_ROWS = 1 << 16
-#: Bytes of ids a reader reads ahead at most while rows are asked for in order (`scan`).
-READ_AHEAD_BYTES = 16 << 20
-#: A reader reads ahead while each row asked for lies less than this many rows after its last block.
-FORWARD_GAP_ROWS = 64
-#: HDF5's cache of decompressed chunks per reader: rows sharing a chunk are decompressed once.
-READER_CHUNK_CACHE = 32 << 20
 #: Datasets named in a "key not found" message.
 SHOWN_KEYS = 20
 #: Ids at or below this are trailing specials: EOS (0) and PAD (1) are the two smallest ids.
 TRAILING_MAX = max(EOS_ID, PAD_ID)
 if {EOS_ID, PAD_ID} != set(range(TRAILING_MAX + 1)):  # pragma: no cover - a tokenizer change must revisit this
     raise ImportError("hdf5 source assumes EOS and PAD are the ids 0 and 1")
-
-INSTALL_HINT = "pip install 'bionemo-wds[h5]'"
-
-
-def _h5py() -> Any:
-    """The h5py module, or a `BadInputError` saying how to install it."""
-    try:
-        import h5py  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise BadInputError(f"--source hdf5 needs the h5py package: {INSTALL_HINT}") from exc
-    return h5py
 
 
 @dataclass(frozen=True)
@@ -83,7 +66,7 @@ class Hdf5Layout:
 
 def _dataset_names(group: Any, limit: int) -> tuple[list[str], bool]:
     """Paths of up to `limit` datasets under `group`, and whether there are more."""
-    h5py = _h5py()
+    h5py = h5py_module()
     found: list[str] = []
 
     def visit(name: str, obj: Any) -> bool | None:
@@ -104,7 +87,7 @@ def _listing(group: Any) -> str:
 
 def _dataset(f: Any, path: str, key: str, option: str) -> Any:
     """Dataset `key` of open file `f`, or a `BadInputError` naming key and file and what is there."""
-    h5py = _h5py()
+    h5py = h5py_module()
     try:
         obj = f.get(key)
     except (KeyError, OSError, ValueError) as exc:  # a dangling link, an unreadable object
@@ -179,7 +162,7 @@ def _open(h5py: Any, path: str) -> Any:
 
 def inspect_hdf5(path: str, opts: PrepareOptions) -> Hdf5Layout:
     """Open `path` and check its x (and y) datasets; reads no row."""
-    h5py = _h5py()
+    h5py = h5py_module()
     x_key = opts.x_key
     if not x_key:
         raise BadInputError("--source hdf5 needs --x-key: the dataset of token ids, one sample per row")
@@ -349,130 +332,12 @@ def _labels(y: Any, info: Hdf5Layout, keep: np.ndarray) -> list[str]:
     return tags
 
 
-@dataclass
-class Hdf5Source:
-    """Rows of one HDF5 dataset: where each row's bases lie (after a leading BOS) and how many there are."""
-
-    path: str  # as the user gave it
-    key: str
-    layout: str  # "fixed" or "ragged"
-    lead: np.ndarray  # int8 per dataset row: 1 when it starts with BOS (dropped)
-    lengths: np.ndarray  # int64 per dataset row: bases (specials dropped)
-    kind: str = "hdf5"
-
-    def reader(self) -> Hdf5Reader:
-        return Hdf5Reader(self)
-
-    def describe(self, seq: int) -> str:
-        after = ", after its leading BOS," if self.lead[seq] else ""
-        return f"row {seq} of {self.key!r} in {self.path}{after}"
-
-    def file_of(self, seq: int) -> str:
-        return self.path
-
-
-class Hdf5Reader:
-    """`BaseReader` of an `Hdf5Source`: opens the file on its first read (in the process that reads).
-
-    Reads per window must stay cheap, so a window is never an h5py call of its own: the current row
-    is kept as bytes, and the windows of one long row (`scan`'s chunks, a writer's consecutive
-    windows) slice it without touching the file. A new row costs:
-
-    - a fixed-width dataset stored contiguously and unfiltered (h5py's default without chunks or
-      compression): one positioned read of the row's bases at the dataset's offset in the file,
-      about a microsecond, checked at open against h5py's own read;
-    - otherwise an h5py call (tens of microseconds for fixed rows, 100-300 for ragged ones, whose
-      elements h5py converts one by one). Rows come in blocks: one row when the rows asked for jump
-      around (the writers' shuffled windows), and a read-ahead that doubles while they go forward
-      (`scan` walks every row in order: one call per block instead of per row, about 15x faster
-      for ragged rows; rows asked for in order with gaps, as a writer reading a shard's windows
-      sorted would, also qualify), up to `READ_AHEAD_BYTES`. HDF5's chunk cache
-      (`READER_CHUNK_CACHE`) keeps decompressed chunks, so rows sharing a chunk are decompressed once.
-
-    Memory: one block, one row, that cache.
-    """
-
-    def __init__(self, source: Hdf5Source) -> None:
-        self.source = source
-        self.file: Any = None
-        self.data: Any = None
-        self.rows = 0
-        self.fd = -1  # the file, for positioned reads of a contiguous fixed-width dataset (-1: none)
-        self.offset = 0  # of the dataset's first id in the file
-        self.block: list[np.ndarray] = []  # raw ids of rows block_lo, block_lo + 1, ...
-        self.block_lo = 0
-        self.ahead = 1  # rows the next block read takes
-        self.row = -1
-        self.bases = b""  # bases of `row`, as bytes
-
-    def _open(self) -> None:
-        self.file = _h5py().File(self.source.path, "r", rdcc_nbytes=READER_CHUNK_CACHE)
-        self.data = self.file[self.source.key]
-        self.rows = int(self.data.shape[0])
-        if self.source.layout != "fixed" or self.data.chunks or self.data.external:
-            return
-        offset = self.data.id.get_offset()  # None unless stored contiguously (and allocated)
-        if offset is None:
-            return
-        self.fd, self.offset = os.open(self.source.path, os.O_RDONLY), int(offset)
-        last = self.rows - 1
-        if not all(np.array_equal(self._pread(row, 0, self.data.shape[1]), self.data[row]) for row in (0, last)):
-            os.close(self.fd)  # not where HDF5 says it is: read through h5py
-            self.fd = -1
-
-    def _pread(self, row: int, lo: int, hi: int) -> np.ndarray:
-        """Ids ``[lo, hi)`` of fixed-width `row`, read straight from the file."""
-        size = self.data.dtype.itemsize
-        at = self.offset + (row * int(self.data.shape[1]) + lo) * size
-        return np.frombuffer(os.pread(self.fd, (hi - lo) * size, at), dtype=self.data.dtype)
-
-    def _read_block(self, row: int) -> None:
-        gap = row - (self.block_lo + len(self.block))
-        forward = 0 <= gap < max(FORWARD_GAP_ROWS, self.ahead)  # a walk in row order, maybe skipping a few
-        self.ahead = min(2 * self.ahead, RAGGED_MAX_ROWS) if forward else 1
-        hi = min(self.rows, row + self.ahead)
-        self.block = list(np.asarray(self.data[row:hi]) if self.source.layout == "fixed" else self.data[row:hi])
-        self.block_lo = row
-        nbytes = sum(ids.nbytes for ids in self.block)
-        self.ahead = max(1, min(self.ahead, len(self.block) * READ_AHEAD_BYTES // max(1, nbytes)))
-
-    def _load(self, row: int) -> None:
-        if self.data is None:
-            self._open()
-        lo = int(self.source.lead[row])
-        hi = lo + int(self.source.lengths[row])
-        if self.fd >= 0:
-            ids = self._pread(row, lo, hi)
-        else:
-            if not 0 <= row - self.block_lo < len(self.block):
-                self._read_block(row)
-            ids = self.block[row - self.block_lo][lo:hi]
-        # the catalog checked every id to lie in 0-255, so the cast keeps each value
-        self.bases = ids.astype(np.uint8, copy=False).tobytes()
-        self.row = row
-
-    def read(self, seq: int, start: int, end: int, table: bytes | None = None) -> bytes:
-        if seq != self.row:
-            self._load(seq)
-        span = self.bases[start:end]
-        return span if table is None else span.translate(table)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-        if self.file is not None:
-            self.file.close()
-        self.file = self.data = None
-        self.fd, self.block, self.block_lo, self.ahead = -1, [], 0, 1
-        self.row, self.bases = -1, b""
-
-
 def catalog_hdf5(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
     """One catalog sequence per row of `--x-key` (named by its row number), tagged with its `--y-key`
     label; rows with no bases after the specials are refused, or skipped with ``--on-invalid skip``."""
     info = _checked_input(inputs, opts)
     path = info.path
-    h5py = _h5py()
+    h5py = h5py_module()
     with _open(h5py, path) as f:
         lead, lengths = _extents(f[info.x_key], info, opts.progress)
         keep = np.flatnonzero(lengths > 0)
