@@ -206,8 +206,8 @@ def test_kill_9_during_atomic_write_leaves_no_partial_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["present.bin"]
 
 
-# The first copy of a stream (the gzip decompression, or pyfaidx writing its index) writes a bit
-# and then hangs, to be killed there.
+# The gzip decompression (a stream copy) or the writing of the index writes a bit and then hangs,
+# to be killed there.
 SLOW_CATALOG = """
 import shutil, sys, time
 from pathlib import Path
@@ -215,9 +215,14 @@ def hang(src, dst, *args):
     dst.write(src.read(100)); dst.flush()
     print("copying", flush=True)
     time.sleep(120)
+def hang_writing_index(table, path):
+    Path(path).write_text(table.names[0] + "\\t")
+    print("indexing", flush=True)
+    time.sleep(120)
 shutil.copyfileobj = hang
-from bionemo_wds.prepare.sources.fasta import catalog_fasta
-catalog_fasta([sys.argv[1]], Path(sys.argv[2]), progress=False)
+from bionemo_wds.prepare.sources import fasta
+fasta.write_fai = hang_writing_index
+fasta.catalog_fasta([sys.argv[1]], Path(sys.argv[2]), progress=False)
 """
 
 FASTA = b">one first\n" + b"ACGTACGTAC\n" * 50 + b"ACG\n>two\n" + b"GGGGCCCCAA\n" * 30 + b">three\nTTTT\n"
@@ -248,16 +253,16 @@ def test_kill_9_while_cataloguing_leaves_nothing_a_later_run_trusts(tmp_path, co
 
 
 def test_fai_is_reused_when_fresh_rebuilt_when_stale_and_never_published_when_bad(tmp_path, monkeypatch):
-    import pyfaidx
+    from bionemo_wds.prepare.sources import fasta
 
     source = tmp_path / "in.fa"
     source.write_bytes(FASTA)
     cache = tmp_path / "cache"
     builds = []
-    real_build = pyfaidx.Faidx.build_index
-    monkeypatch.setattr(pyfaidx.Faidx, "build_index", lambda self: (builds.append(self.indexname), real_build(self)))
+    real_write = fasta.write_fai
+    monkeypatch.setattr(fasta, "write_fai", lambda table, path: (builds.append(path), real_write(table, path)))
     first = catalog_fasta([source], cache, progress=False)
-    assert len(builds) == 1 and Path(builds[0]).name.startswith(".0000-in.fa.fai.tmp-")  # built into the temporary
+    assert len(builds) == 1 and Path(builds[0]).name.startswith(".0000-in.fa.fai.tmp-")  # written to the temporary
     second = catalog_fasta([source], cache, progress=False)
     assert len(builds) == 1  # the published index is whole: read, not rebuilt
     assert second.source.offsets.tolist() == first.source.offsets.tolist()
@@ -272,7 +277,7 @@ def test_fai_is_reused_when_fresh_rebuilt_when_stale_and_never_published_when_ba
     bad_cache = tmp_path / "bad-cache"
     with pytest.raises(BadInputError, match="unique"):
         catalog_fasta([duplicate], bad_cache, progress=False)
-    assert list(bad_cache.iterdir()) == []  # pyfaidx wrote the index, but it was never published
+    assert list(bad_cache.iterdir()) == []  # a bad input's index is never written
 
 
 SLOW_PICKLES_TO_TARS = """

@@ -359,8 +359,10 @@ PINNED_SMALL_DIGEST = "c756c223810cf18214aa6285f9ce7b012b94a37f2446249e4af152600
 
 def test_shard_bytes_are_those_of_format_version_1(tmp_path, kleb_small):
     out = tmp_path / "default"
+    # 16 windows per record: the default of format version 1 (records are now cut by bases by default,
+    # which gives the same records for full-length windows but fewer for short contigs)
     argv = ["prepare", str(KLEBSIELLA), "--out", str(out), "--quiet", "--samples-per-shard", "100", "--workers", "2"]
-    assert main(argv) == 0
+    assert main([*argv, "--windows-per-record", "16"]) == 0
     shards = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*.tar")}
     assert shards == PINNED_DEFAULT_SHARDS
     manifest = read_manifest(out)
@@ -370,6 +372,29 @@ def test_shard_bytes_are_those_of_format_version_1(tmp_path, kleb_small):
         for p in sorted(kleb_small.rglob("*.tar"))
     ]
     assert hashlib.sha256("\n".join(lines).encode()).hexdigest() == PINNED_SMALL_DIGEST
+
+
+def test_default_records_are_cut_by_bases(tmp_path):
+    """Without --windows-per-record a record holds the windows whose first base falls in one block of
+    16 full windows' bases: 16 full-length windows, or more short ones (contigs below 8 kb)."""
+    out = tmp_path / "o"
+    prepare([KLEBSIELLA], out, PrepareOptions(split=(1, 0, 0), progress=False, workers=1))
+    manifest = read_manifest(out)
+    window, per_record = manifest["params"]["window_length"], manifest["params"]["windows_per_record"]
+    assert per_record == 16 and manifest["params"]["records_by"] == "bases"
+    budget = per_record * window
+    counts = []
+    for shard in manifest["splits"]["train"]["shards"]:
+        with open(out / shard["path"], "rb") as fh:
+            lengths = [len(block.bases(i)) for _, block in iter_records(fh, shard["path"]) for i in range(len(block))]
+        bounds = [0, *itertools.accumulate(index_of(shard).windows)]
+        for lo, hi in itertools.pairwise(bounds):
+            first_bases = [sum(lengths[:i]) for i in range(lo, hi)]
+            assert len({b // budget for b in first_bases}) == 1  # one block of bases per record
+            if all(n == window for n in lengths[lo:hi]):
+                assert hi - lo == per_record or hi == len(lengths)
+            counts.append(hi - lo)
+    assert max(counts) > per_record  # short contigs share records
 
 
 def test_every_shard_has_its_record_index(kleb_small):

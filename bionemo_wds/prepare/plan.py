@@ -40,9 +40,28 @@ from bionemo_wds.prepare.windows import WindowTable, check_stride, window_counts
 from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
-#: One writer task: (split, shard number, its windows in order, windows per record, the shard's
-#: entry in the manifest skeleton, which `writers.run_writers` completes with the record index).
-Task = tuple[str, int, WindowTable, int, dict[str, Any]]
+#: One writer task: (split, shard number, its windows in order, the index of each record's first
+#: window, the shard's entry in the manifest skeleton, which `writers.run_writers` completes with
+#: the record index).
+Task = tuple[str, int, WindowTable, np.ndarray, dict[str, Any]]
+
+
+def record_starts(lengths: np.ndarray, per_record: int, window: int, by_bases: bool) -> np.ndarray:
+    """Index of the first window of each record of a shard whose windows have `lengths`.
+
+    `by_bases` (the default, no ``--windows-per-record``): a window joins the record its first base
+    falls in when the shard's bases are cut every ``per_record * window`` bases, so full-length
+    windows make records of exactly `per_record` (the cut of fixed counts), and short windows
+    (contigs shorter than a window) fill a record to about the same size instead of making many
+    small records: tar headers and per-record work are paid per record, not per window. Otherwise
+    every `per_record` windows.
+    """
+    n = len(lengths)
+    if not by_bases or n == 0:
+        return np.arange(0, n, per_record, dtype=np.int64)
+    first_base = np.cumsum(lengths) - lengths
+    record = first_base // (per_record * window)
+    return np.flatnonzero(np.r_[True, record[1:] != record[:-1]]).astype(np.int64)
 
 
 def _read_list(path: str) -> list[str]:
@@ -96,6 +115,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "on_invalid": opts.on_invalid,
         "samples_per_shard": opts.samples_per_shard,
         "windows_per_record": opts.windows_per_record,
+        "records_by": "bases" if opts.windows_per_record is None else "windows",
         "prefix": opts.prefix,
         "compress": opts.compress,
         "compress_level": opts.compress_level if opts.compress != "none" else None,
@@ -208,6 +228,8 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "seed": opts.seed,
             "samples_per_shard": per_shard,
             "windows_per_record": per_record,
+            # "bases": records of about windows_per_record full windows of bases; "windows": exactly that many
+            "records_by": "bases" if opts.windows_per_record is None else "windows",
             "prefix": opts.prefix,
             "codec": opts.compress,
             "length_buckets": list(DEFAULT_BUCKET_EDGES),
@@ -250,7 +272,8 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             rel = f"{split}/{shard_name(shard, opts.prefix)}"
             entry = ShardInfo(rel, len(part), int(part.length.sum()), 0, "").as_dict()
             shards.append(entry)
-            tasks.append((split, shard, part, per_record, entry))
+            starts = record_starts(part.length, per_record, window, by_bases=opts.windows_per_record is None)
+            tasks.append((split, shard, part, starts, entry))
         seq_ids = list(dict.fromkeys(catalog.names[i] for i in rows.tolist()))
         manifest["splits"][split] = {
             "n_samples": len(table),

@@ -12,6 +12,7 @@ A pool worker dies with the process that started it (`die_with_parent`): after a
 from __future__ import annotations
 
 import ctypes
+import itertools
 import multiprocessing as mp
 import os
 import signal
@@ -105,10 +106,11 @@ def _window_bases(row: int, start: int, length: int) -> bytes:
     return raw
 
 
-def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tuple[str, bytes, int]]:
+def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[tuple[str, bytes, int]]:
     cat: Catalog = _WORKER["catalog"]
-    for rec, lo in enumerate(range(0, len(windows), per_record)):
-        part = windows.take(np.arange(lo, min(lo + per_record, len(windows))))
+    bounds = [*starts.tolist(), len(windows)]
+    for rec, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        part = windows.take(np.arange(lo, hi))
         seqs = part.seq_index.tolist()
         bases = [_window_bases(s, st, ln) for s, st, ln in zip(seqs, part.start.tolist(), part.length.tolist())]
         codec, level = _WORKER["codec"]
@@ -128,9 +130,9 @@ def _records(shard: int, windows: WindowTable, per_record: int) -> Iterator[tupl
 
 
 def _write_task(task: Task) -> tuple[str, int, int, str, RecordIndex]:
-    split, shard, windows, per_record, _ = task
+    split, shard, windows, starts, _ = task
     final = join(_WORKER["root"], split, shard_name(shard, _WORKER["prefix"]))
-    written = write_shard(final, _records(shard, windows, per_record), _WORKER["options"])
+    written = write_shard(final, _records(shard, windows, starts), _WORKER["options"])
     return split, shard, written.bytes, written.sha256, written.records
 
 

@@ -1,11 +1,11 @@
 """FASTA inputs: plain or gzip/bgzip, one or many files, or directories of them.
 
-Indexing uses pyfaidx (a samtools-compatible ``.fai``; it also checks headers, line lengths and
-duplicate names within a file). Gzip inputs (bgzip is gzip too) are decompressed once into the
-output's cache, because plain gzip has no random access; every index goes to that cache, so inputs
-in read-only places work and nothing is written beside them. `index_fasta` reads no base;
-`catalog_fasta` adds the check of every base (`prepare.scan`), which reports a bad one with its
-sequence and position before any shard is written.
+Indexing writes a samtools-compatible ``.fai`` (`fai.build_fai`, which also checks headers, line
+lengths and duplicate names within a file, as samtools and pyfaidx do). Gzip inputs (bgzip is gzip
+too) are decompressed once into the output's cache, because plain gzip has no random access; every
+index goes to that cache, so inputs in read-only places work and nothing is written beside them.
+`index_fasta` reads no base; `catalog_fasta` adds the check of every base (`prepare.scan`), which
+reports a bad one with its sequence and position before any shard is written.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyfaidx
 from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format.atomic import atomic_path, atomic_write
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.scan import ON_INVALID, scan
+from bionemo_wds.prepare.sources.fai import FaiTable, FastaFormatError, build_fai, read_fai, write_fai
 from bionemo_wds.tokenizer import encode_tag
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
@@ -121,37 +121,26 @@ def _cache_write_error(exc: OSError, target: Path, path: Path) -> str:
     return f"cannot write {target}, the unpacked copy of gzip input {path}: {exc.strerror or exc}"
 
 
-def _index(origin: Path, local: Path, number: int, cache_dir: Path) -> pyfaidx.Faidx:
-    """pyfaidx's index of `local`, kept as ``<number>-<name>.fai`` in the cache.
+def _index(origin: Path, local: Path, number: int, cache_dir: Path, keep_headers: bool) -> FaiTable:
+    """The ``.fai`` index of `local` (`fai.build_fai`), kept as ``<number>-<name>.fai`` in the cache.
 
-    pyfaidx writes the file itself, so it writes to `atomic_path`'s temporary and the index is
-    published under its final name only when complete: a run killed while indexing leaves no
-    ``.fai`` for a later run to trust. An index under the final name that is not older than its
-    FASTA is therefore whole, and is read without rebuilding.
+    The index is written to `atomic_path`'s temporary and published under its final name only when
+    complete: a run killed while indexing leaves no ``.fai`` for a later run to trust. An index
+    under the final name that is not older than its FASTA is therefore whole, and is read without
+    rebuilding (unless the header lines are needed, for tags: a ``.fai`` does not hold them).
     """
     fai = cache_dir / f"{number:04d}-{local.name}.fai"
+    if not keep_headers and fai.exists() and fai.stat().st_mtime >= local.stat().st_mtime:  # samtools' rule
+        return read_fai(fai)
     try:
-        if fai.exists() and fai.stat().st_mtime >= local.stat().st_mtime:  # pyfaidx's own staleness rule
-            return pyfaidx.Faidx(str(local), indexname=str(fai), build_index=False)
-        with atomic_path(fai) as tmp:
-            faidx = pyfaidx.Faidx(str(local), indexname=str(tmp))
-        faidx.indexname = str(fai)  # where the index now is; pyfaidx reads it no more after building
-        return faidx
-    except pyfaidx.FastaIndexingError as exc:
-        text = str(exc).replace(str(local), str(origin))
-        raise BadInputError(f"input {origin} is not valid FASTA: {text}") from exc
-    except UnicodeDecodeError as exc:  # a ValueError too: must come first
-        raise BadInputError(f"input {origin} is not FASTA text (binary content)") from exc
-    except ValueError as exc:  # pyfaidx reports duplicate names this way
-        raise BadInputError(f"input {origin}: {exc} (sequence names must be unique)") from exc
-
-
-def _header(fh, prev_end: int, offset: int) -> str:
-    """The definition line (without '>') that precedes a record's first base."""
-    fh.seek(prev_end)
-    text = fh.read(offset - prev_end).decode("utf-8", "replace")
-    lines = [ln for ln in text.splitlines() if ln.startswith(">")]
-    return lines[-1][1:].strip() if lines else ""
+        table = build_fai(local, keep_headers)
+    except FastaFormatError as exc:
+        if "binary" in str(exc):
+            raise BadInputError(f"input {origin} is not FASTA text ({exc})") from exc
+        raise BadInputError(f"input {origin} is not valid FASTA: {exc}") from exc
+    with atomic_path(fai) as tmp:
+        write_fai(table, tmp)
+    return table
 
 
 def eden_tag(seq_id: str) -> str:
@@ -261,29 +250,33 @@ def index_fasta(
     seen: dict[str, Path] = {}
     for number, origin in enumerate(tqdm(files, desc="index", unit="file", disable=not progress)):
         local = _local_copy(origin, number, cache_dir)
-        faidx = _index(origin, local, number, cache_dir)
+        table = _index(origin, local, number, cache_dir, keep_headers=tag_mode in HEADER_TAGS)
         locals_.append(str(local))
-        if not faidx.index:
+        if not len(table):
             raise BadInputError(f"input {origin} holds no sequences")
-        with open(local, "rb") as fh:
-            for name, rec in faidx.index.items():
-                if name in seen:
-                    raise BadInputError(
-                        f"sequence name {name!r} appears in both {seen[name]} and {origin}; names must be unique"
-                    )
-                seen[name] = origin
-                if rec.rlen == 0:
-                    raise BadInputError(f"sequence {name!r} in {origin} is empty (length 0)")
-                if tag_mode in HEADER_TAGS:
-                    tag = tag_for(_header(fh, rec.prev_bend, rec.offset), tag_mode)
-                else:
-                    tag = tag_for(name, tag_mode)
+        if not seen.keys().isdisjoint(table.names):  # whole lists at a time: millions of contigs
+            name = next(n for n in table.names if n in seen)
+            raise BadInputError(
+                f"sequence name {name!r} appears in both {seen[name]} and {origin}; names must be unique"
+            )
+        seen.update(dict.fromkeys(table.names, origin))
+        if 0 in table.lengths:
+            name = table.names[table.lengths.index(0)]
+            raise BadInputError(f"sequence {name!r} in {origin} is empty (length 0)")
+        if tag_mode == "none":
+            tags.extend([""] * len(table))
+        else:
+            texts = table.headers if tag_mode in HEADER_TAGS else table.names
+            assert texts is not None
+            for name, text in zip(table.names, texts):
+                tag = tag_for(text, tag_mode)
                 if tag:
                     encode_tag(tag, name)
-                names.append(name)
                 tags.append(tag)
-                for col, value in zip(cols, (number, rec.rlen, rec.offset, rec.lenc, rec.lenb)):
-                    col.append(value)
+        names.extend(table.names)
+        cols[0].extend([number] * len(table))
+        for col, values in zip(cols[1:], (table.lengths, table.offsets, table.line_bases, table.line_bytes)):
+            col.extend(values)
     file_index, lengths, offsets, line_bases, line_bytes = (np.asarray(c, dtype=np.int64) for c in cols)
     source = FastaSource(locals_, [str(p) for p in files], file_index, offsets, line_bases, line_bytes, names)
     return Catalog(source, names, tags, lengths)
