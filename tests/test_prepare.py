@@ -517,3 +517,31 @@ def test_a_dataset_of_format_version_1_verifies_and_says_it_has_no_index(tmp_pat
         f"{ds} has no record index (format version 1; written since version 3): records are checked by "
         "their shard's sha256 only"
     ]
+
+
+def test_writers_read_in_source_order_without_changing_a_byte(tmp_path, monkeypatch):
+    """Windows are read a block at a time sorted by (sequence, start); any block size gives the same shards."""
+    from bionemo_wds.prepare import writers
+    from bionemo_wds.prepare.sources.fasta import FastaReader
+
+    reads: list[tuple[int, int]] = []
+    real_read = FastaReader.read
+    monkeypatch.setattr(
+        FastaReader, "read", lambda self, seq, *a: (reads.append((seq, a[0])), real_read(self, seq, *a))[1]
+    )
+    digests = []
+    default = writers.READ_BLOCK_BASES
+    for block in (default, 20_000, 1):
+        monkeypatch.setattr(writers, "READ_BLOCK_BASES", block)
+        out = tmp_path / f"b{block}"
+        reads.clear()
+        prepare([KLEBSIELLA], out, PrepareOptions(seq_length=1024, stride=1000, progress=False, workers=1))
+        digests.append(sorted((str(p.relative_to(out)), file_sha256(p)) for p in out.rglob("*.tar")))
+        writes = reads[-sum(s["n_samples"] for s in read_manifest(out)["splits"].values()) :]
+        if block == default:  # one block per shard: each shard's reads in source order
+            per_shard = [s["n_samples"] for info in read_manifest(out)["splits"].values() for s in info["shards"]]
+            at = 0
+            for n in per_shard:
+                assert writes[at : at + n] == sorted(writes[at : at + n])
+                at += n
+    assert digests[0] == digests[1] == digests[2]
