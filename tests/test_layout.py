@@ -81,3 +81,15 @@ def test_the_check_finds_an_override():
 def test_modules_stay_readable(module):
     lines = len(_source(module).read_text().splitlines())
     assert lines <= 420, f"{module} has {lines} lines; split it by job"
+
+
+def test_the_command_line_starts_without_torch():
+    """`bionemo-wds prepare | inspect | verify | precompute-windows` need no torch: importing it (through
+    webdataset) cost 2 s per command; only the Lightning commands and shard writing import it."""
+    import subprocess
+    import sys
+
+    heavy = "('torch', 'webdataset', 'lightning')"
+    code = f"import sys, bionemo_wds.cli.main; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Iterator
 from typing import IO, NamedTuple, Protocol
 
 import numpy as np
-from webdataset import TarWriter
 
 from bionemo_wds.format.atomic import HashingReader, HashingWriter, atomic_write
 from bionemo_wds.format.index import RecordIndex
@@ -56,6 +55,8 @@ def write_shard(
     is published, and names that would need an extended header are refused, so the index always
     describes the bytes written.
     """
+    from webdataset import TarWriter  # here, not at the top: webdataset imports torch (2 s per CLI start)
+
     index = RecordIndex()
     with atomic_write(final, storage_options=storage_options) as fh:
         hashing = HashingWriter(fh)
