@@ -145,6 +145,8 @@ OPTION_CASES = {
     "NaN split ratio": (["--split", "nan,0.5,0.5"], ["--split", "nan,0.5,0.5", "finite"]),
     # main: numpy's "expected non-negative integer" traceback, exit 1
     "negative seed": (["--seed", "-1"], ["--seed", "-1", "at least 0"]),
+    # main: exit 0, -1 accepted and quietly run as one writer (`workers <= 1`)
+    "negative workers": (["--workers", "-1"], ["--workers", "-1", "at least 1"]),
     # main: zstandard's "level must be less than 23" traceback from a writer process, exit 1
     "zstd level out of range": (["--compress", "zstd", "--compress-level", "99"], ["--compress-level", "99", "22"]),
 }

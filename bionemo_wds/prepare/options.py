@@ -275,7 +275,9 @@ class PrepareOptions:
         minimum=ZSTD_LEVELS[0],
         maximum=ZSTD_LEVELS[1],
     )
-    workers: int | None = option(None, "shard writer processes; output does not depend on it", default_help="all cores")
+    workers: int | None = option(
+        None, "shard writer processes; output does not depend on it", default_help="all cores", minimum=1
+    )
     overwrite: bool = option(False, "replace an earlier run with different options in --out", switch=True)
     progress: bool = option(True, "no progress bars", flags=("--quiet", "-q"), switch=False)
 
