@@ -280,6 +280,24 @@ def test_fai_is_reused_when_fresh_rebuilt_when_stale_and_never_published_when_ba
     assert list(bad_cache.iterdir()) == []  # a bad input's index is never written
 
 
+def test_a_full_disk_while_writing_the_index_is_one_message_and_leaves_no_index(tmp_path, monkeypatch):
+    import errno
+
+    from bionemo_wds.prepare.sources import fasta
+
+    def full(table, path):
+        Path(path).write_text("one\t5")  # part of it, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fasta, "write_fai", full)  # a real full disk cannot be made here without root mounts
+    source = tmp_path / "in.fa"
+    source.write_bytes(FASTA)
+    cache = tmp_path / "cache"
+    with pytest.raises(BadInputError, match=r"no space left on device writing .*0000-in\.fa\.fai \(the index of input"):
+        catalog_fasta([source], cache, progress=False)
+    assert list(cache.iterdir()) == []  # the temporary is gone, no index under the final name
+
+
 SLOW_PICKLES_TO_TARS = """
 import sys, time
 from bionemo_wds.compat.pickles import pickles_to_tars

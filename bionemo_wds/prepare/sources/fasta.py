@@ -138,8 +138,16 @@ def _index(origin: Path, local: Path, number: int, cache_dir: Path, keep_headers
         if "binary" in str(exc):
             raise BadInputError(f"input {origin} is not FASTA text ({exc})") from exc
         raise BadInputError(f"input {origin} is not valid FASTA: {exc}") from exc
-    with atomic_path(fai) as tmp:
-        write_fai(table, tmp)
+    try:
+        with atomic_path(fai) as tmp:
+            write_fai(table, tmp)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise BadInputError(
+                f"no space left on device writing {fai} (the index of input {origin}, in the cache of --out): "
+                "free space there or choose another --out"
+            ) from exc
+        raise BadInputError(f"cannot write {fai}, the index of input {origin}: {exc.strerror or exc}") from exc
     return table
 
 
