@@ -86,7 +86,10 @@ def measure_catalog(fasta: Path, seq_length: int, stride: int) -> dict[str, floa
 
 
 def prepare_rate(fasta: Path, out: Path) -> float:
-    """Seconds of a one-writer `prepare` of `fasta` (all in train) into `out`, planning included."""
+    """Seconds of a one-writer `prepare` of `fasta` (all in train) into `out`, planning included;
+    imports are not (the shard writer's webdataset, with torch, is loaded before either run)."""
+    import webdataset  # noqa: F401
+
     from bionemo_wds.prepare import PrepareOptions, prepare
 
     t0 = time.perf_counter()

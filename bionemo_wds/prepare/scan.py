@@ -74,40 +74,67 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
     lengths = catalog.lengths.tolist()
     seqs = catalog.seq.tolist() if catalog.seq is not None else list(range(len(catalog)))
     bar = tqdm(total=catalog.total_bases, desc="check", unit="base", unit_scale=True, disable=not progress)
+
+    def read(seq: int, lo: int, hi: int) -> bytes:
+        raw = reader.read(seq, lo, hi)
+        if len(raw) != hi - lo:
+            raise BadInputError(f"{catalog.source.describe(seq)} is shorter than its index says")
+        return raw
+
+    def check_row(row: int) -> None:
+        seq, length = seqs[row], lengths[row]
+        runs: list[tuple[int, int]] = []
+        bad = -1
+        for lo in range(0, length, SCAN_CHUNK):
+            raw = read(seq, lo, min(lo + SCAN_CHUNK, length))
+            if bad < 0 and raw.translate(None, _VALID):
+                bad = lo + first_invalid(raw)
+                if on_invalid != "replace-N" or split_at_n is None:
+                    break  # nothing more to learn from this sequence
+            if split_at_n is not None:  # a replaced byte is no N of the source: it never joins a run
+                runs.extend(n_runs(raw.translate(UPPERCASE_TABLE), split_at_n, lo))
+        if bad >= 0:
+            char = reader.read(seq, bad, bad + 1)
+            where = f"{catalog.source.describe(seq)} has {char!r} at position {bad} (0-based), not an IUPAC code"
+            if on_invalid == "error":
+                raise BadInputError(f"{where}; use --on-invalid skip or replace-N to proceed")
+            if on_invalid == "skip":
+                skipped = {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": where}
+                catalog.skipped.append(skipped)
+                return
+        if split_at_n is None:
+            keep.append(row)
+            return
+        parts = pieces(length, merge_runs(runs, split_at_n))
+        if not parts:
+            reason = f"only runs of N (--split-at-n {split_at_n})"
+            catalog.skipped.append(
+                {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": reason}
+            )
+        cut.extend((row, s, e) for s, e in parts)
+
     try:
-        for row, (seq, length) in enumerate(zip(seqs, lengths)):
-            runs: list[tuple[int, int]] = []
-            bad = -1
-            for lo in range(0, length, SCAN_CHUNK):
-                raw = reader.read(seq, lo, min(lo + SCAN_CHUNK, length))
-                if len(raw) != min(SCAN_CHUNK, length - lo):
-                    raise BadInputError(f"{catalog.source.describe(seq)} is shorter than its index says")
-                if bad < 0 and raw.translate(None, _VALID):
-                    bad = lo + first_invalid(raw)
-                    if on_invalid != "replace-N" or split_at_n is None:
-                        break  # nothing more to learn from this sequence
-                if split_at_n is not None:  # a replaced byte is no N of the source: it never joins a run
-                    runs.extend(n_runs(raw.translate(UPPERCASE_TABLE), split_at_n, lo))
-            bar.update(length)
-            if bad >= 0:
-                char = reader.read(seq, bad, bad + 1)
-                where = f"{catalog.source.describe(seq)} has {char!r} at position {bad} (0-based), not an IUPAC code"
-                if on_invalid == "error":
-                    raise BadInputError(f"{where}; use --on-invalid skip or replace-N to proceed")
-                if on_invalid == "skip":
-                    skipped = {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": where}
-                    catalog.skipped.append(skipped)
-                    continue
-            if split_at_n is None:
-                keep.append(row)
+        row, n = 0, len(lengths)
+        while row < n:
+            if split_at_n is not None or lengths[row] > SCAN_CHUNK:
+                check_row(row)
+                bar.update(lengths[row])
+                row += 1
                 continue
-            parts = pieces(length, merge_runs(runs, split_at_n))
-            if not parts:
-                reason = f"only runs of N (--split-at-n {split_at_n})"
-                catalog.skipped.append(
-                    {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": reason}
-                )
-            cut.extend((row, s, e) for s, e in parts)
+            # short sequences (metagenomic contigs): one validity check for up to SCAN_CHUNK bases of
+            # them; only a batch holding a bad byte is checked again sequence by sequence
+            end, total, raws = row, 0, []
+            while end < n and (end == row or total + lengths[end] <= SCAN_CHUNK):
+                raws.append(read(seqs[end], 0, lengths[end]))
+                total += lengths[end]
+                end += 1
+            if b"".join(raws).translate(None, _VALID):
+                for r in range(row, end):
+                    check_row(r)
+            else:
+                keep.extend(range(row, end))
+            bar.update(total)
+            row = end
     finally:
         bar.close()
         reader.close()

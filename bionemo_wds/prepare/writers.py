@@ -174,6 +174,8 @@ def run_writers(
 ) -> dict:
     """Write every task's shard; returns ``(split, shard) -> (bytes, sha256)`` and fills each task's
     manifest entry with the shard's record index (``records``)."""
+    import webdataset  # noqa: F401 - the shard writer's library (it imports torch): once here, before the pool forks
+
     done: dict[tuple[str, int], tuple[int, str]] = {}
     entries = {(task[0], task[1]): task[4] for task in tasks}
     bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
