@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bionemo_wds.format import iter_records, read_manifest
+
 DATA = Path(__file__).resolve().parents[1] / "bionemo_wds" / "data"
 LAMBDA = DATA / "lambda_phage_NC_001416.fa.gz"
 KLEBSIELLA = DATA / "klebsiella_fragmented_assembly.fa.gz"
@@ -48,4 +50,19 @@ def kleb_1024(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("kleb_1024") / "kleb"
     opts = PrepareOptions(seq_length=1024, stride=1000, samples_per_shard=400, windows_per_record=8, progress=False)
     prepare([KLEBSIELLA], out, opts)
+    return out
+
+
+def shard_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]]]:
+    """split -> [(seq_id, start, window, bases, tag)] read back from a prepared dataset's shards via its manifest."""
+    out = {}
+    for split, info in read_manifest(root)["splits"].items():
+        rows = []
+        for shard in info["shards"]:
+            with open(root / shard["path"], "rb") as fh:
+                for _, block in iter_records(fh, shard["path"]):
+                    for i in range(len(block)):
+                        seq_id, tag = block.seq_id[i], block.tag[i]
+                        rows.append((seq_id, int(block.start[i]), int(block.window[i]), block.bases(i).tobytes(), tag))
+        out[split] = rows
     return out

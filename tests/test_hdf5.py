@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LAMBDA
+from conftest import LAMBDA, shard_windows
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import iter_records, read_manifest
+from bionemo_wds.format import read_manifest
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5, hdf5_input_files
@@ -34,28 +34,6 @@ SEQ = 1024  # > ROW + 3 + the longest label: one window per row
 
 def prepare_h5(h5: Path, out: Path, *args: object) -> int:
     return main(["prepare", "--source", "hdf5", str(h5), "--out", str(out), "-q", *map(str, args)])
-
-
-def windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]]]:
-    """split -> [(seq_id, start, window, bases, tag)] read back from the shards via the manifest."""
-    out = {}
-    for split, info in read_manifest(root)["splits"].items():
-        rows = []
-        for shard in info["shards"]:
-            with open(root / shard["path"], "rb") as fh:
-                for _, block in iter_records(fh, shard["path"]):
-                    for i in range(len(block)):
-                        rows.append(
-                            (
-                                block.seq_id[i],
-                                int(block.start[i]),
-                                int(block.window[i]),
-                                block.bases(i).tobytes(),
-                                block.tag[i],
-                            )
-                        )
-        out[split] = rows
-    return out
 
 
 def ids(text: str | bytes) -> np.ndarray:
@@ -107,7 +85,7 @@ def test_fixed_width_rows_round_trip_one_window_each(tmp_path, lambda_h5, lambda
         "rows": n_rows,
         "width": width,
     }
-    found = windows(out)
+    found = shard_windows(out)
     assert set(found) == set(SPLIT_NAMES), "the row-ratio split fills every split"
     seen = [r[0] for rows in found.values() for r in rows]
     assert sorted(seen, key=int) == [str(i) for i in range(n_rows)], "every row exactly once, in one split"
@@ -137,7 +115,7 @@ def test_ragged_contigs_are_windowed_like_fasta(tmp_path, klebsiella_seqs):
     window = manifest["params"]["window_length"]
     covered = [np.zeros(len(c), bool) for c in contigs]
     per_row = np.zeros(len(contigs), np.int64)
-    for rows in windows(out).values():
+    for rows in shard_windows(out).values():
         for seq_id, start, _, bases, _ in rows:
             row = int(seq_id)
             assert bases == contigs[row][start : start + window].upper().encode(), (row, start)
@@ -154,7 +132,7 @@ def test_labels_become_the_windows_tags_and_the_data_module_yields_the_rows(tmp_
     assert prepare_h5(lambda_h5, out, "--x-key", "x_i64", "--y-key", "y_str", "--seq-length", SEQ, "--stride", 900) == 0
     manifest = read_manifest(out)
     assert manifest["params"]["max_tag_bytes"] == len("phage-0")
-    for rows in windows(out).values():
+    for rows in shard_windows(out).values():
         for seq_id, _, _, _, tag in rows:
             assert tag == f"phage-{int(seq_id) % 4}"
     dm = GenomicWebDataModule(str(out), micro_batch_size=4, num_workers=0, rc_prob=0.0, shuffle_buffer=8)
@@ -189,7 +167,7 @@ def test_numeric_labels_are_their_text(tmp_path, lambda_h5, y_key, label):
     assert prepare_h5(lambda_h5, out, "--x-key", "x_i64", "--y-key", y_key, "--seq-length", SEQ, "--stride", 1000) == 0
     with h5py.File(lambda_h5) as f:
         values = f[y_key][:]
-    for rows in windows(out).values():
+    for rows in shard_windows(out).values():
         for seq_id, _, _, _, tag in rows:
             assert tag == (label(int(seq_id)) if label else str(values[int(seq_id)]))
 
@@ -203,7 +181,7 @@ def test_split_lists_of_row_numbers_and_ratio_split(tmp_path, lambda_h5):
         args += ["--split-list", f"{split}={path}"]
     out = tmp_path / "lists"
     assert prepare_h5(lambda_h5, out, "--x-key", "x_i64", "--seq-length", SEQ, "--stride", 1000, *args) == 0
-    found = windows(out)
+    found = shard_windows(out)
     assert {split: sorted(int(r[0]) for r in rows) for split, rows in found.items()} == lists
     assert read_manifest(out)["unassigned_sequences"] == 49 - 8
     ratio = tmp_path / "ratio"
@@ -213,7 +191,7 @@ def test_split_lists_of_row_numbers_and_ratio_split(tmp_path, lambda_h5):
         )
         == 0
     )
-    by_split = {split: {r[0] for r in rows} for split, rows in windows(ratio).items()}
+    by_split = {split: {r[0] for r in rows} for split, rows in shard_windows(ratio).items()}
     assert sum(len(s) for s in by_split.values()) == 49 == len(set().union(*by_split.values()))
     assert {split: len(s) for split, s in by_split.items()} == pytest.approx(
         {"train": 29, "val": 10, "test": 10}, abs=2
@@ -312,7 +290,7 @@ def test_empty_rows_are_skipped_when_asked(tmp_path, lambda_rows):
     manifest = read_manifest(out)
     assert [s["seq_id"] for s in manifest["skipped"]] == ["4"]
     assert manifest["skipped"][0]["file"] == str(h5) and "holds no bases" in manifest["skipped"][0]["reason"]
-    kept = sorted((r[0] for rows in windows(out).values() for r in rows), key=int)
+    kept = sorted((r[0] for rows in shard_windows(out).values() for r in rows), key=int)
     assert kept == [str(i) for i in range(10) if i != 4]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, LAMBDA
+from conftest import KLEBSIELLA, LAMBDA, shard_windows
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import file_sha256, index_of, index_shard, iter_records, read_manifest, write_manifest
@@ -26,29 +26,6 @@ from bionemo_wds.prepare.report import verify
 from bionemo_wds.prepare.splits import SPLIT_NAMES, length_buckets
 
 SMALL = dict(seq_length=2048, stride=1900, samples_per_shard=150, windows_per_record=7, progress=False)
-
-
-def all_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]]]:
-    """split -> [(seq_id, start, window, bases, tag)] read back from the shards via the manifest."""
-    manifest = read_manifest(root)
-    out = {}
-    for split, info in manifest["splits"].items():
-        rows = []
-        for shard in info["shards"]:
-            with open(root / shard["path"], "rb") as fh:
-                for _, block in iter_records(fh, shard["path"]):
-                    for i in range(len(block)):
-                        rows.append(
-                            (
-                                block.seq_id[i],
-                                int(block.start[i]),
-                                int(block.window[i]),
-                                block.bases(i).tobytes(),
-                                block.tag[i],
-                            )
-                        )
-        out[split] = rows
-    return out
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -70,7 +47,7 @@ def test_every_window_is_the_fasta_substring(tmp_path, klebsiella_seqs, tail):
     assert window == 2048 - 3
     seen = 0
     covered = {name: np.zeros(len(s), bool) for name, s in klebsiella_seqs.items()}
-    for rows in all_windows(out).values():
+    for rows in shard_windows(out).values():
         for seq_id, start, _, bases, tag in rows:
             ref = klebsiella_seqs[seq_id][start : start + window].upper().encode()
             assert bases == ref, (seq_id, start)
@@ -87,7 +64,7 @@ def test_every_window_is_the_fasta_substring(tmp_path, klebsiella_seqs, tail):
 
 def test_no_sequence_in_two_splits_and_length_mix(kleb_small, klebsiella_seqs):
     manifest = read_manifest(kleb_small)
-    seqs_by_split = {split: {r[0] for r in rows} for split, rows in all_windows(kleb_small).items()}
+    seqs_by_split = {split: {r[0] for r in rows} for split, rows in shard_windows(kleb_small).items()}
     assert set(seqs_by_split) == set(SPLIT_NAMES)
     for a in SPLIT_NAMES:
         for b in SPLIT_NAMES:
@@ -110,7 +87,7 @@ def test_no_sequence_in_two_splits_and_length_mix(kleb_small, klebsiella_seqs):
 
 
 def test_windows_are_in_seeded_global_order(kleb_small):
-    rows = all_windows(kleb_small)["train"]
+    rows = shard_windows(kleb_small)["train"]
     seq_ids = [r[0] for r in rows]
     changes = sum(a != b for a, b in itertools.pairwise(seq_ids))
     assert changes > len(rows) // 2, "shards mix sequences instead of following contig order"
@@ -144,7 +121,7 @@ def test_many_inputs_and_directories(tmp_path, lambda_seq, klebsiella_seqs):
     shutil.copy(LAMBDA, indir / "lambda.fa.gz")
     out = tmp_path / "out"
     prepare([indir, KLEBSIELLA], out, PrepareOptions(**SMALL, workers=2))
-    seen = {r[0] for rows in all_windows(out).values() for r in rows}
+    seen = {r[0] for rows in shard_windows(out).values() for r in rows}
     assert seen == set(klebsiella_seqs) | {"gi|9626243|ref|NC_001416.1|"}
 
 
@@ -157,7 +134,7 @@ def test_lineage_tags_shrink_the_window_and_travel_with_each_window(tmp_path, la
     params = read_manifest(out)["params"]
     assert params["max_tag_bytes"] == len(tag) + 2
     assert params["window_length"] == 1024 - 3 - len(tag) - 2
-    tags = {r[0]: r[4] for r in all_windows(out)["train"]}
+    tags = {r[0]: r[4] for r in shard_windows(out)["train"]}
     assert tags == {"lam1": f"|{tag}|", "lam2": ""}
 
 
@@ -293,7 +270,7 @@ def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, 
     )
     manifest = read_manifest(out)
     assert manifest["format_version"] == 3 and manifest["params"]["codec"] == "zstd"
-    assert all_windows(out) == all_windows(kleb_small)
+    assert shard_windows(out) == shard_windows(kleb_small)
     size = sum(p.stat().st_size for p in out.rglob("*.tar"))
     assert size / sum(len(s) for s in klebsiella_seqs.values()) < 0.35
     assert verify(out, progress=False).ok
@@ -323,7 +300,7 @@ def test_a_stale_cache_is_not_taken_for_the_input(tmp_path):
     (out / ".cache").mkdir(exist_ok=True)
     (out / ".cache" / "0000-genome.fa").write_bytes(gzip.decompress(LAMBDA.read_bytes()))
     prepare([b / "genome.fa.gz"], out, PrepareOptions(**{**REGRESSION_OPTS, "split": (1, 0, 0)}))
-    assert {r[0] for r in all_windows(out)["train"]} == {"other_genome"}
+    assert {r[0] for r in shard_windows(out)["train"]} == {"other_genome"}
 
 
 def test_single_process_prepare_closes_its_files(tmp_path):

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LAMBDA, read_fasta
+from conftest import LAMBDA, read_fasta, shard_windows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import iter_records, read_manifest, window_key
+from bionemo_wds.format import read_manifest, window_key
 from bionemo_wds.prepare import scan as scan_module
 from bionemo_wds.prepare.scan import merge_runs, n_runs, pieces, scan
 from bionemo_wds.prepare.sources.fasta import index_fasta
@@ -272,20 +272,8 @@ def test_a_catalog_of_only_n_is_refused(tmp_path, monkeypatch):
 
 
 def read_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes]]]:
-    """split -> [(seq_id, start, window, bases)] read back from the shards via the manifest."""
-    manifest = read_manifest(root)
-    out = {}
-    for split, info in manifest["splits"].items():
-        rows = []
-        for shard in info["shards"]:
-            with open(root / shard["path"], "rb") as fh:
-                for _, block in iter_records(fh, shard["path"]):
-                    for i in range(len(block)):
-                        rows.append(
-                            (block.seq_id[i], int(block.start[i]), int(block.window[i]), block.bases(i).tobytes())
-                        )
-        out[split] = rows
-    return out
+    """split -> [(seq_id, start, window, bases)] read back from the shards."""
+    return {split: [row[:4] for row in rows] for split, rows in shard_windows(root).items()}
 
 
 def prepare_args(fasta: Path, out: Path, *extra: str) -> list[str]:
