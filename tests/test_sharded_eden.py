@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_prepare import all_windows
+from conftest import shard_windows
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import read_manifest
@@ -150,7 +150,7 @@ def layout(tmp_path_factory, klebsiella_seqs) -> Layout:
 def windows_by_split(out: Path) -> dict[str, set[tuple[str, int, int, bytes]]]:
     return {
         split: {(seq_id, window, start, bases) for seq_id, start, window, bases, _ in rows}
-        for split, rows in all_windows(out).items()
+        for split, rows in shard_windows(out).items()
     }
 
 
@@ -166,7 +166,7 @@ def test_every_window_is_the_sqlite_substring(tmp_path, layout, capsys):
     assert manifest["params"]["window_length"] == WINDOW
     assert manifest["params"]["source"]["kind"] == "sharded-eden"
     seen = 0
-    for split, rows in all_windows(out).items():
+    for split, rows in shard_windows(out).items():
         covered = {c: np.zeros(len(layout.contigs[c]), bool) for c in layout.splits[split]}
         for seq_id, start, _, bases, tag in rows:
             length = len(layout.contigs[seq_id])
@@ -178,7 +178,7 @@ def test_every_window_is_the_sqlite_substring(tmp_path, layout, capsys):
         assert all(c.all() for c in covered.values())  # the default --tail end loses no base
         assert set(manifest["splits"][split]["seq_ids"]) == set(layout.splits[split])
     assert seen > 1000
-    assert any(r[0] == LOWER for rows in all_windows(out).values() for r in rows)
+    assert any(r[0] == LOWER for rows in shard_windows(out).values() for r in rows)
     assert main(["verify", str(out), "--quiet"]) == 0
     capsys.readouterr()
     assert main(argv) == 0  # the same request again: the databases are fingerprinted, nothing to do
@@ -235,7 +235,7 @@ def test_default_split_keeps_samples_together_and_tags_contigs(tmp_path, layout)
     assert manifest["params"]["window_length"] == SEQ_LENGTH - 3 - len("<ctrl_bcr>")
     splits_of_sample: dict[str, set[str]] = {}
     used = set()
-    for split, rows in all_windows(out).items():
+    for split, rows in shard_windows(out).items():
         for seq_id, start, _, bases, tag in rows:
             assert tag == "<ctrl_bcr>"
             assert bases == substr(layout.dbs, seq_id, start, len(bases))

@@ -192,9 +192,6 @@ def _checked_input(inputs: Sequence[str], opts: PrepareOptions) -> Hdf5Layout:
         raise BadInputError(
             f"--tags {opts.tags} does not apply to --source hdf5: control tags come from --y-key (one label per row)"
         )
-    for given, flag in ((opts.split_parquet, "--split-parquet"), (opts.window_db, "--window-db")):
-        if given:
-            raise BadInputError(f"{flag} applies only to --source sharded-eden, not hdf5")
     return inspect_hdf5(str(path), opts)
 
 

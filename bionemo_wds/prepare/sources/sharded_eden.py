@@ -79,7 +79,8 @@ def find_sample_dbs(inputs: Sequence[str]) -> tuple[Path, dict[str, Path]]:
 
 
 def check_eden_options(opts: PrepareOptions) -> None:
-    """Refuse options that do not apply to sharded-Eden input."""
+    """Refuse option values that do not fit sharded-Eden input (options of other sources are refused
+    for every source by `PrepareOptions.check_source`)."""
     if opts.tags in HEADER_TAGS:
         raise BadInputError(
             f"--tags {opts.tags} reads FASTA header lines, which --source sharded-eden does not have; "
@@ -87,9 +88,6 @@ def check_eden_options(opts: PrepareOptions) -> None:
         )
     if opts.split_lists and opts.split_parquet:
         raise BadInputError("--split-list and --split-parquet both fix the split; give one of them")
-    for given, flag in ((opts.x_key, "--x-key"), (opts.y_key, "--y-key")):
-        if given:
-            raise BadInputError(f"{flag} applies only to --source hdf5, not sharded-eden")
 
 
 def eden_input_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
