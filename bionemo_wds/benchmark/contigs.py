@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from bionemo_wds.benchmark.memory import PeakPss
+from bionemo_wds.benchmark.synthetic import fasta_record
 from bionemo_wds.format.atomic import atomic_write
-
-LINE = 80
 
 
 def write_contigs(path: Path, n: int, min_length: int, max_length: int, seed: int = 0) -> int:
@@ -41,9 +40,7 @@ def write_fasta(path: Path, names: list[str], lengths: np.ndarray, seed: int = 0
     alphabet = np.frombuffer(b"ACGT", dtype=np.uint8)
     with atomic_write(path) as fh:
         for name, length in zip(names, lengths.tolist()):
-            bases = alphabet[rng.integers(0, 4, length)].tobytes()
-            lines = [bases[i : i + LINE] for i in range(0, length, LINE)]
-            fh.write(b">" + name.encode() + b"\n" + b"\n".join(lines) + b"\n")
+            fh.write(fasta_record(name, alphabet[rng.integers(0, 4, length)]))
 
 
 def plan_phases(fasta: str, seq_length: int, stride: int) -> dict[str, float]:

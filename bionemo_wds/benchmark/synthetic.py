@@ -48,16 +48,21 @@ def write_genome(path: str | Path, size_mbp: float = 32.0, seed: int = 0) -> Pat
     with atomic_write(path) as fh:
         for i, n in enumerate(contig_lengths(total, seed)):
             bases = alphabet[rng.choice(4, size=int(n), p=p)]
-            fh.write(f">synthetic_contig_{i:05d} length={n}\n".encode())
-            full = (n // LINE) * LINE
-            if full:
-                block = np.concatenate(
-                    [bases[:full].reshape(-1, LINE), np.full((full // LINE, 1), ord("\n"), np.uint8)], axis=1
-                )
-                fh.write(block.tobytes())
-            if n > full:
-                fh.write(bases[full:].tobytes() + b"\n")
+            fh.write(fasta_record(f"synthetic_contig_{i:05d} length={n}", bases))
     return path
+
+
+def fasta_record(header: str, bases: np.ndarray) -> bytes:
+    """One FASTA record: ``>header`` and the uint8 `bases`, `LINE` per line (one numpy reshape, no loop)."""
+    n = len(bases)
+    full = (n // LINE) * LINE
+    parts = [f">{header}\n".encode()]
+    if full:
+        newline = np.full((full // LINE, 1), ord("\n"), np.uint8)
+        parts.append(np.concatenate([bases[:full].reshape(-1, LINE), newline], axis=1).tobytes())
+    if n > full:
+        parts.append(bases[full:].tobytes() + b"\n")
+    return b"".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
