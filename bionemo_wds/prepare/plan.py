@@ -162,13 +162,14 @@ def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
     return stratified_split(catalog.lengths, opts.split, opts.seed)
 
 
-def first_windows(catalog: Catalog, counts: np.ndarray) -> np.ndarray | None:
+def first_windows(catalog: Catalog, window: int, stride: int, tail: str) -> np.ndarray | None:
     """Per row: the number of its sequence's windows in earlier rows (pieces of one sequence are
     consecutive rows), so window numbers run on across pieces and keys stay unique; None when every
     row is a whole sequence."""
     seq = catalog.seq
-    if seq is None or len(seq) == 0 or bool((np.diff(seq) != 0).all()):
+    if len(seq) == 0 or bool((np.diff(seq) != 0).all()):
         return None
+    counts = window_counts(catalog.lengths, window, stride, tail)
     before = np.cumsum(counts) - counts
     starts = np.flatnonzero(np.r_[True, np.diff(seq) != 0])
     run = np.repeat(starts, np.diff(np.r_[starts, len(seq)]))
@@ -252,7 +253,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     }
     tasks: list[Task] = []
     fixed = catalog.windows or {}
-    first = first_windows(catalog, window_counts(catalog.lengths, window, opts.stride, opts.tail))
+    first = first_windows(catalog, window, opts.stride, opts.tail)
     for code, split in enumerate(SPLIT_NAMES):
         rows = np.flatnonzero(assignment == code)
         if len(rows) == 0:

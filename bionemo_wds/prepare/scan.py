@@ -72,7 +72,7 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
     keep: list[int] = []
     cut: list[tuple[int, int, int]] = []  # (row, start, end) when cutting
     lengths = catalog.lengths.tolist()
-    seqs = catalog.seq.tolist() if catalog.seq is not None else list(range(len(catalog)))
+    seqs = catalog.seq.tolist()
     bar = tqdm(total=catalog.total_bases, desc="check", unit="base", unit_scale=True, disable=not progress)
 
     def read(seq: int, lo: int, hi: int) -> bytes:
