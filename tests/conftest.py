@@ -13,6 +13,20 @@ DATA = Path(__file__).resolve().parents[1] / "bionemo_wds" / "data"
 LAMBDA = DATA / "lambda_phage_NC_001416.fa.gz"
 KLEBSIELLA = DATA / "klebsiella_fragmented_assembly.fa.gz"
 
+#: A few seconds of `bionemo-wds fit`: a one-layer tiny model, 4 steps, validating twice on 2 batches.
+TINY_FIT = [
+    "--model.d_model",
+    "32",
+    "--model.n_layers",
+    "1",
+    "--trainer.max_steps",
+    "4",
+    "--trainer.val_check_interval",
+    "2",
+    "--trainer.limit_val_batches",
+    "2",
+]
+
 
 def read_fasta(path: Path) -> dict[str, str]:
     """Name -> sequence of a (gzip) FASTA, read the plain way, as the reference for tests."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from conftest import KLEBSIELLA, LAMBDA
+from conftest import KLEBSIELLA, LAMBDA, TINY_FIT
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import read_manifest
@@ -213,16 +213,7 @@ def test_lightning_cli_fit_from_yaml(dataset, tmp_path):
             str(SEQ),
             "--model.max_len",
             str(SEQ),
-            "--model.d_model",
-            "32",
-            "--model.n_layers",
-            "1",
-            "--trainer.max_steps",
-            "4",
-            "--trainer.val_check_interval",
-            "2",
-            "--trainer.limit_val_batches",
-            "2",
+            *TINY_FIT,
             "--trainer.log_every_n_steps",
             "1",
             "--trainer.callbacks.log_every_n_steps",

@@ -21,7 +21,7 @@ import msgpack
 import pytest
 import servers
 import torch
-from conftest import KLEBSIELLA
+from conftest import KLEBSIELLA, TINY_FIT
 from servers import HTTPServer, S3Server
 
 from bionemo_wds import Split, WebDataModule
@@ -458,16 +458,7 @@ def test_lightning_cli_fit_from_a_bucket_with_the_s3_config(s3_server, own_proce
             "fit",
             "--config",
             str(Path(__file__).resolve().parents[1] / "configs" / "fit_s3.yaml"),
-            "--model.d_model",
-            "32",
-            "--model.n_layers",
-            "1",
-            "--trainer.max_steps",
-            "4",
-            "--trainer.val_check_interval",
-            "2",
-            "--trainer.limit_val_batches",
-            "2",
+            *TINY_FIT,
             "--trainer.logger.init_args.save_dir",
             str(tmp_path / "logs"),
             "--data.cache_dir",
