@@ -16,6 +16,8 @@ _LAZY = {
     "PickledDataWDS": "bionemo_wds.compat.webdatamodule",
     "pickles_to_tars": "bionemo_wds.compat.pickles",
     "GenomicWebDataModule": "bionemo_wds.load.genomic",
+    "GenomicIterableDataset": "bionemo_wds.load.iterable",
+    "encode": "bionemo_wds.encoding",
     "to_model_inputs": "bionemo_wds.pipeline",
     "untuple": "bionemo_wds.pipeline",
     "decode_sample": "bionemo_wds.pipeline",

@@ -16,6 +16,7 @@ from bionemo_wds.load.stages import (
     decode_sample,
     reverse_complement,
     shuffle,
+    tag_dropout,
     untuple,
 )
 from bionemo_wds.seeds import flips
@@ -36,6 +37,7 @@ __all__ = [
     "reverse_complement",
     "reverse_complement_bases",
     "shuffle",
+    "tag_dropout",
     "tensors",
     "to_model_inputs",
     "to_tensors",

@@ -21,7 +21,7 @@ import numpy as np
 _M64 = (1 << 64) - 1
 
 #: The load-side streams, by name (the value is mixed into the seed, so renaming one is harmless).
-LOAD_STREAMS = ("shard_order", "shuffle", "reverse_complement")
+LOAD_STREAMS = ("shard_order", "shuffle", "reverse_complement", "tag_dropout")
 
 
 def stream_seed(seed: int, stream: str, *parts: int) -> int:
@@ -87,3 +87,19 @@ def flips(key: str, p: float, seed: int, epoch: int) -> bool:
     if p >= 1:
         return True
     return salted_flip(key, p, flip_salt(seed, epoch))
+
+
+# --- tag dropout: per-window uniform draws, also without generator state --------------------------
+
+
+def tag_salt(seed: int, epoch: int) -> int:
+    """The per-(seed, epoch) salt of `salted_uniforms` for tag dropout (a stream of its own, so a
+    window's dropout draws are independent of its reverse-complement coin)."""
+    return stream_seed(seed, "tag_dropout", epoch)
+
+
+def salted_uniforms(key: str, n: int, salt: int) -> list[float]:
+    """`n` uniform numbers in [0, 1) for the window `key`, given the pass's salt: a pure function of
+    (key, salt), so a resumed or re-scheduled pass draws the same numbers for the same window."""
+    h = splitmix64(zlib.crc32(key.encode()) ^ salt)
+    return [splitmix64(h + i) / 2.0**64 for i in range(n)]

@@ -19,17 +19,19 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
 import lightning as L
 import webdataset as wds
 
+from bionemo_wds.format.manifest import stored_case
 from bionemo_wds.load.checked import read_checked_manifest
 from bionemo_wds.load.epochs import EpochState
-from bionemo_wds.load.loaders import Split, check_stage, epoch_batches, make_loader
-from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs, to_tensors
+from bionemo_wds.load.loaders import Split, as_split, check_stage, epoch_batches, make_loader
+from bionemo_wds.load.memory_cache import MemoryCachedLoader, check_cache_memory
+from bionemo_wds.load.model_inputs import check_soft_mask_weight, keep_numpy, to_model_inputs, to_tensors
 from bionemo_wds.load.plan import Consumed, RankPlan, eval_plan, resampled_plan, train_batches, train_plan
 from bionemo_wds.load.planned import PlannedBatches, SplitRecords, assemble, in_order
 from bionemo_wds.load.resume import TrainProgress
@@ -92,6 +94,17 @@ class GenomicWebDataModule(L.LightningDataModule):
         retries: attempts per remote read (connection refused or reset, timeouts, 5xx) before an
             error naming the URL; waits start at `retry_backoff` seconds and double.
         retry_backoff: seconds to wait after the first failed attempt.
+        fold_case: give the model upper-case ids for soft-masked (lower-case) bases.
+        soft_mask_weight: None (default): every base weighs 1 in ``loss_mask``; a number w in [0, 1]:
+            ``loss_mask`` is w where the label is a lower-case base (Evo2 and GPN use 0.1), 1 for other
+            bases, 0 for specials, tags and padding. Needs a dataset prepared with ``--case keep``.
+        tag_dropout: probability of dropping a training window's control tag (for a lineage tag,
+            of replacing each rank by ``None``, as Evo2's ``random_lineage_dropout``), seeded by
+            (seed, epoch, window key) so a resumed epoch drops the same ones.
+        cache_in_memory: splits whose batches this rank keeps in memory after the first pass (e.g.
+            ``("val",)``): later passes read no shard bytes. Not for train (its order changes by epoch).
+        cache_memory: where cached batches live: "plain", "pinned" (page-locked, for GPU copies) or
+            "shared" (shared memory).
     """
 
     def __init__(
@@ -119,8 +132,20 @@ class GenomicWebDataModule(L.LightningDataModule):
         cache_limit: int | None = None,
         retries: int = 5,
         retry_backoff: float = 0.5,
+        fold_case: bool = True,
+        soft_mask_weight: float | None = None,
+        tag_dropout: float = 0.0,
+        cache_in_memory: Sequence[str] = (),
+        cache_memory: str = "plain",
     ):
         super().__init__()
+        check_soft_mask_weight(soft_mask_weight)
+        if not 0 <= tag_dropout <= 1:
+            raise ValueError(f"tag_dropout must be in [0, 1], got {tag_dropout}")
+        check_cache_memory(cache_memory)
+        self.cached_splits = {as_split(name, "cache_in_memory") for name in cache_in_memory}
+        if Split.train in self.cached_splits:
+            raise ValueError("cache_in_memory is for val and test: the train order changes every epoch")
         if not 0 <= rc_prob <= 1:
             raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
         if epoch not in EPOCH_MODES:
@@ -170,6 +195,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.records: dict[Split, SplitRecords] = {}
         self.plans: dict[Split, RankPlan] = {}
         self.progress = TrainProgress()
+        self.fold_case, self.soft_mask_weight, self.tag_dropout = fold_case, soft_mask_weight, tag_dropout
+        self.cache_memory = cache_memory
+        self.memory_cached: dict[Split, MemoryCachedLoader] = {}
+        self.eval_start: dict[Split, int] = {}  # a cached split's next pass starts here (batches before are held)
 
     # -- preparing --------------------------------------------------------------------------------
 
@@ -213,6 +242,12 @@ class GenomicWebDataModule(L.LightningDataModule):
             elif self.cache_dir is not None:
                 warnings.warn(f"cache_dir is for remote datasets; {self.root} is read in place", stacklevel=2)
             self.manifest = manifest
+            if self.soft_mask_weight is not None and stored_case(manifest) == "upper":
+                warnings.warn(
+                    f"soft_mask_weight={self.soft_mask_weight} has no effect: {self.root} was prepared with "
+                    "--case upper, so no base is soft-masked (prepare with --case keep)",
+                    stacklevel=2,
+                )
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:
             raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
@@ -235,7 +270,14 @@ class GenomicWebDataModule(L.LightningDataModule):
             PlannedBatches(
                 records, self.policy, partial(self.current_plan, split), self.shuffle_buffer, self.micro_batch_size
             ),
-            assemble(window, max_tag, self.rc_prob if train else 0.0, self.seed, self.epochs[split]),
+            assemble(
+                window,
+                max_tag,
+                self.rc_prob if train else 0.0,
+                self.seed,
+                self.epochs[split],
+                self.tag_dropout if train else 0.0,
+            ),
         ]
         kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}
         if workers:
@@ -282,7 +324,11 @@ class GenomicWebDataModule(L.LightningDataModule):
         """Before a pass's workers start: its plan (from a restored position when there is one)."""
         epoch = self.epochs[split].epoch
         consumed = self.progress.start_pass(epoch) if split is Split.train else None
-        plan = self.plans[split] = self.plan_for(split, epoch, consumed)
+        plan = self.plan_for(split, epoch, consumed)
+        start = self.eval_start.pop(split, 0) if split is not Split.train else 0
+        if start:  # the batches before it are held in memory (cache_in_memory)
+            plan = RankPlan(plan.batches[start:], first_batch=start, total_batches=plan.total_batches)
+        self.plans[split] = plan
         if split is Split.train and plan.left_out and self.world.rank == 0:
             log.info(
                 "epoch %d: %d train window(s) left out (fewer than one global batch of %d)",
@@ -322,10 +368,23 @@ class GenomicWebDataModule(L.LightningDataModule):
 
     # -- loaders ----------------------------------------------------------------------------------
 
-    def loader(self, split: Split) -> wds.WebLoader:
+    def loader(self, split: Split) -> Any:
         """A loader over the split's planned batches. Its ``len()`` is the epoch's number of batches, so
         Lightning knows the epoch (progress bars, ``estimated_stepping_batches``, a float
-        ``val_check_interval``)."""
+        ``val_check_interval``). A split in `cache_in_memory` gets one `MemoryCachedLoader` for good."""
+        if split in self.cached_splits and split in self.datasets:
+            if split not in self.memory_cached:
+                self.memory_cached[split] = MemoryCachedLoader(
+                    partial(self.shard_loader, split),
+                    partial(self.eval_start.__setitem__, split),
+                    self.epoch_length(split),
+                    self.cache_memory,
+                )
+            return self.memory_cached[split]
+        return self.shard_loader(split)
+
+    def shard_loader(self, split: Split) -> wds.WebLoader:
+        """A loader reading the split's planned batches from its shards."""
         if split not in self.datasets:
             raise ValueError(f"the {split.name} dataloader was asked for before setup() built the {split.name} dataset")
         transfer = self.transfers.get(split)
@@ -359,10 +418,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         assert self.manifest is not None, "setup() first"
         return self.loader(Split.val) if "val" in self.manifest["splits"] else []
 
-    def test_dataloader(self) -> wds.WebLoader:
+    def test_dataloader(self) -> Any:
         return self.loader(Split.test)
 
-    def predict_dataloader(self) -> wds.WebLoader:
+    def predict_dataloader(self) -> Any:
         return self.loader(Split.test)
 
     def set_epoch(self, epoch: int) -> None:
@@ -380,7 +439,7 @@ class GenomicWebDataModule(L.LightningDataModule):
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (for users iterating loaders)."""
         assert self.seq_length is not None, "setup() first"
-        return to_model_inputs(compact, self.seq_length, self.control_tags)
+        return to_model_inputs(compact, self.seq_length, self.control_tags, self.fold_case, self.soft_mask_weight)
 
     @property
     def skipped(self) -> int:

@@ -14,7 +14,14 @@ import numpy as np
 import torch
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
+from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
+
+#: The smallest lower-case letter: a base id at or above it is soft-masked.
+LOWER_A = ord("a")
+#: Lower case minus upper case in ASCII.
+CASE_OFFSET = ord("a") - ord("A")
+#: ``UPPER_IDS[id]``: the id with its letter upper-cased (every other byte unchanged).
+UPPER_IDS: np.ndarray = np.frombuffer(UPPERCASE_TABLE, dtype=np.uint8)
 
 
 def keep_numpy(batch: Any) -> Any:
@@ -45,26 +52,49 @@ def _to_tensors(src: Iterable[dict[str, Any]], pin_memory: bool = False) -> Iter
         yield tensors(item, pin_memory)
 
 
-def to_model_inputs(batch: dict[str, Any], seq_length: int, control_tags: bool = True) -> dict[str, Any]:
+def to_model_inputs(
+    batch: dict[str, Any],
+    seq_length: int,
+    control_tags: bool = True,
+    fold_case: bool = True,
+    soft_mask_weight: float | None = None,
+) -> dict[str, Any]:
     """Compact batch -> Eden's layout, on whatever device the batch is on.
 
     ``BOS + tag + SEP + bases + EOS`` padded with PAD to `seq_length` (``BOS + bases + EOS`` when
     `control_tags` is False); ``labels`` are the tokens shifted left by one with PAD last;
     ``loss_mask`` is 1 exactly where the label is a base; ``position_ids`` count from 0 (an expanded
     view, no memory per row). Keys, seq ids, starts and rc flags pass through for tracing.
+
+    Soft-masked (lower-case) bases: `fold_case` gives the model their upper-case ids (tags are never
+    folded); with a `soft_mask_weight` w the loss mask is w where the label is a lower-case base
+    (Evo2's ``lowercase_loss_reweighting``), 1 for other bases, 0 for specials, tags and padding.
     """
+    check_soft_mask_weight(soft_mask_weight)
     bases = batch["bases"]
     on_cpu = isinstance(bases, np.ndarray) or bases.device.type == "cpu"
-    out = (
-        model_inputs_cpu(batch, seq_length, control_tags)
-        if on_cpu
-        else model_inputs_gather(batch, seq_length, control_tags)
-    )
+    build = model_inputs_cpu if on_cpu else model_inputs_gather
+    out = build(batch, seq_length, control_tags, fold_case, soft_mask_weight)
     for passthrough in ("keys", "seq_id", "start", "rc", "lengths"):
         if passthrough in batch:
             value = batch[passthrough]
             out[passthrough] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
     return out
+
+
+def check_soft_mask_weight(weight: float | None) -> None:
+    """A soft-mask weight is None (no distinction) or a finite number in [0, 1]."""
+    if weight is not None and not (isinstance(weight, (int, float)) and 0.0 <= float(weight) <= 1.0):
+        raise ValueError(f"soft_mask_weight must be None or a number in [0, 1], got {weight!r}")
+
+
+def soft_masked(bases: np.ndarray) -> np.ndarray | None:
+    """Where `bases` (uint8 ids, PAD-padded) are lower-case, or None when none is (one max() pass:
+    upper-case data pays nothing more). Every lower-case IUPAC letter is >= ``a`` and every upper-case
+    letter and special is below it."""
+    if not bases.size or int(bases.max()) < LOWER_A:
+        return None
+    return bases >= LOWER_A
 
 
 def _np(x: Any) -> np.ndarray:
@@ -81,7 +111,13 @@ def _layout(lengths: np.ndarray, tag_lengths: np.ndarray, seq_length: int, contr
     return prefix
 
 
-def model_inputs_cpu(batch: dict[str, Any], seq_length: int, control_tags: bool) -> dict[str, Any]:
+def model_inputs_cpu(
+    batch: dict[str, Any],
+    seq_length: int,
+    control_tags: bool,
+    fold_case: bool = True,
+    soft_mask_weight: float | None = None,
+) -> dict[str, Any]:
     """numpy slices over the whole batch, the fastest form on a CPU.
 
     When every row has the same tag length (always so without tags) the rows differ only in where
@@ -92,6 +128,9 @@ def model_inputs_cpu(batch: dict[str, Any], seq_length: int, control_tags: bool)
     """
     bases, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
     tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
+    lower = soft_masked(bases) if (fold_case or soft_mask_weight is not None) else None
+    if lower is not None and fold_case:
+        bases = UPPER_IDS[bases]
     if not control_tags:
         tlen = np.zeros_like(lengths)
     n = len(lengths)
@@ -111,6 +150,10 @@ def model_inputs_cpu(batch: dict[str, Any], seq_length: int, control_tags: bool)
         tokens[np.arange(n), p + lengths] = EOS_ID
         for i, m in enumerate(lengths.tolist()):
             loss_mask[i, p - 1 : p - 1 + m] = 1.0
+        if lower is not None and soft_mask_weight is not None:
+            # the label of column c is base c + 1 - p: the base columns shifted left by one
+            region = loss_mask[:, p - 1 : end - 1]
+            region[lower[:, : region.shape[1]]] = soft_mask_weight  # padding is never lower-case
     else:
         for i in range(n):
             p, m, t = int(prefix[i]), int(lengths[i]), int(tlen[i])
@@ -121,6 +164,8 @@ def model_inputs_cpu(batch: dict[str, Any], seq_length: int, control_tags: bool)
             tokens[i, p + m] = EOS_ID
             tokens[i, p + m + 1 :] = PAD_ID
             loss_mask[i, p - 1 : p - 1 + m] = 1.0
+            if lower is not None and soft_mask_weight is not None:
+                loss_mask[i, p - 1 : p - 1 + m][lower[i, :m]] = soft_mask_weight
     labels = np.empty_like(tokens)
     labels[:, :-1] = tokens[:, 1:]
     labels[:, -1] = PAD_ID
@@ -132,9 +177,18 @@ def model_inputs_cpu(batch: dict[str, Any], seq_length: int, control_tags: bool)
     }
 
 
-def model_inputs_gather(batch: dict[str, Any], seq_length: int, control_tags: bool) -> dict[str, Any]:
+def model_inputs_gather(
+    batch: dict[str, Any],
+    seq_length: int,
+    control_tags: bool,
+    fold_case: bool = True,
+    soft_mask_weight: float | None = None,
+) -> dict[str, Any]:
     """Whole-batch tensor ops (gather/where): no per-row work, which is what an accelerator wants."""
     bases, lengths = batch["bases"], batch["lengths"].long()
+    lower = bases >= LOWER_A
+    if fold_case:
+        bases = torch.where(lower, bases - CASE_OFFSET, bases)
     device = bases.device
     n = bases.shape[0]
     col = torch.arange(seq_length, device=device).expand(n, seq_length)
@@ -159,7 +213,13 @@ def model_inputs_gather(batch: dict[str, Any], seq_length: int, control_tags: bo
     labels[:, :-1] = tokens[:, 1:]
     label_is_base = torch.zeros_like(is_base)
     label_is_base[:, :-1] = is_base[:, 1:]
-    return {"tokens": tokens, "labels": labels, "loss_mask": label_is_base.to(torch.float32), "position_ids": col}
+    loss_mask = label_is_base.to(torch.float32)
+    if soft_mask_weight is not None and bases.shape[1]:
+        is_lower = is_base & lower.gather(1, (col - p).clamp(0, bases.shape[1] - 1))
+        label_is_lower = torch.zeros_like(is_lower)
+        label_is_lower[:, :-1] = is_lower[:, 1:]
+        loss_mask = torch.where(label_is_lower, torch.full_like(loss_mask, soft_mask_weight), loss_mask)
+    return {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "position_ids": col}
 
 
 to_tensors = pipelinefilter(_to_tensors)

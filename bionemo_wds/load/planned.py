@@ -27,6 +27,7 @@ from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.plan import FILLER, UNIT_BATCHES, RankPlan, RecordTable, worker_units
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.stages import BlockRows, Window, collate_compact, reverse_complement
+from bionemo_wds.load.stages import tag_dropout as tag_dropout_stage
 from bionemo_wds.load.world import Worker
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.retry import RemoteReadError
@@ -222,12 +223,19 @@ class PlannedBatches(IterableDataset):
     """The dataset of a planned loader: this worker's batches of the current pass, as `Window` lists."""
 
     def __init__(
-        self, records: SplitRecords, policy: ShardErrorPolicy, current: Callable[[], RankPlan], mix: int, micro: int
+        self,
+        records: SplitRecords,
+        policy: ShardErrorPolicy,
+        current: Callable[[], RankPlan],
+        mix: int,
+        micro: int,
+        unit: int | None = None,
     ):
         super().__init__()
         self.records, self.policy, self.current = records, policy, current
-        # a worker's unit of batches spans a mixing block, so workers mostly read different records
-        self.unit = max(UNIT_BATCHES, -(-mix // max(micro, 1)))
+        # a worker's unit of batches spans a mixing block, so workers mostly read different records;
+        # `unit=1` deals batches round-robin, the order a plain DataLoader takes them from its workers
+        self.unit = unit or max(UNIT_BATCHES, -(-mix // max(micro, 1)))
         # two mixing blocks of records decoded at once: a unit's records are read once, not per batch
         smallest = int(records.table.windows.min()) if len(records.table) else 1
         self.cache_records = max(CACHE_RECORDS, 2 * -(-mix // max(smallest, 1)) + 2)
@@ -287,20 +295,44 @@ class PlannedBatches(IterableDataset):
 
 
 def _assemble(
-    src: Iterable[tuple[int, list[Window]]], window: int, max_tag: int, rc_prob: float, seed: int, epoch: EpochState
+    src: Iterable[tuple[int, list[Window]]],
+    window: int,
+    max_tag: int,
+    rc_prob: float,
+    seed: int,
+    epoch: EpochState,
+    tag_dropout: float = 0.0,
 ) -> Iterator[dict[str, Any]]:
-    """(index, windows) -> compact batch with its index, reverse-complemented as every loader does."""
-    flip = reverse_complement(rc_prob, seed, epoch) if rc_prob > 0 else None
+    """(index, windows) -> compact batch with its index, reverse-complemented and with tags dropped
+    as every loader does (both seeded by seed, epoch and the window's key)."""
+    marks = [
+        *([reverse_complement(rc_prob, seed, epoch)] if rc_prob > 0 else []),
+        *([tag_dropout_stage(tag_dropout, seed, epoch)] if tag_dropout > 0 else []),
+    ]
     for index, windows in src:
         real = [w for w in windows if w.block is not FILLER_ROWS]
-        if flip is not None:
-            for _ in flip(iter(real)):  # marks each Window (seeded by seed, epoch and its key)
+        for mark in marks:
+            for _ in mark(iter(real)):  # marks each Window in place
                 pass
+        if tag_dropout > 0:
+            check_tag_room(real, max_tag)
         batch = collate_compact(windows, window, max_tag)
         batch["filler"] = np.fromiter((w.block is FILLER_ROWS for w in windows), dtype=bool, count=len(windows))
         batch["keys"] = [k if w.block is not FILLER_ROWS else "" for k, w in zip(batch["keys"], windows)]
         batch["index"] = index
         yield batch
+
+
+def check_tag_room(windows: list[Window], max_tag: int) -> None:
+    """A dropped lineage tag can grow (``p__Ab`` -> ``p__None``); prepare leaves room for that since
+    lineage dropout exists, a dataset prepared before did not: say so instead of a layout error."""
+    for w in windows:
+        if len(w.tag) > max_tag:
+            raise ValueError(
+                f"window {w.key}: its control tag after tag dropout ({w.tag.decode('ascii')!r}, {len(w.tag)} bytes) "
+                f"is longer than the {max_tag} bytes the dataset leaves for tags; prepare the dataset again "
+                "with this version (it leaves room for lineage dropout) or set tag_dropout=0"
+            )
 
 
 def _in_order(src: Iterable[dict[str, Any]], first: Callable[[], int]) -> Iterator[dict[str, Any]]:

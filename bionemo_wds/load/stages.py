@@ -1,6 +1,6 @@
 """The stage chain, in the shape of `webdataset/filters.py`: one form for every loader.
 
-    untuple -> decode_sample -> shuffle -> reverse_complement -> batch
+    untuple -> decode_sample -> shuffle -> reverse_complement -> tag_dropout -> batch
 
 Each stage is a generator function ``stage(src, ...)``; `pipelinefilter` curries it so that
 ``stage(...)`` (without `src`) is a composable a `WebDataModule` pipeline can hold.
@@ -25,11 +25,12 @@ import numpy as np
 from webdataset.filters import pipelinefilter
 
 from bionemo_wds.format import WindowBlock, window_key
+from bionemo_wds.lineage import drop_ranks, parse_lineage
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.reading import iter_blocks
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.world import Worker
-from bionemo_wds.seeds import flip_salt, python_rng, salted_flip
+from bionemo_wds.seeds import flip_salt, python_rng, salted_flip, salted_uniforms, tag_salt
 from bionemo_wds.tokenizer import PAD_ID, reverse_complement_bases
 
 T = TypeVar("T")
@@ -58,11 +59,12 @@ class BlockRows:
 class Window(Mapping):
     """One window: row `row` of a decoded record, on the strand `rc` says."""
 
-    __slots__ = ("_key", "block", "rc", "row")
+    __slots__ = ("_key", "_tag", "block", "rc", "row")
 
     def __init__(self, block: BlockRows, row: int, rc: bool = False):
         self.block, self.row, self.rc = block, row, rc
         self._key: str | None = None
+        self._tag: bytes | None = None  # set by tag dropout; None: the record's tag
 
     @property
     def key(self) -> str:
@@ -81,7 +83,12 @@ class Window(Mapping):
 
     @property
     def tag(self) -> bytes:
-        return self.block.tag[self.row]
+        """The control tag (after tag dropout, when a stage dropped some or all of it)."""
+        return self.block.tag[self.row] if self._tag is None else self._tag
+
+    @tag.setter
+    def tag(self, value: bytes) -> None:
+        self._tag = value
 
     @property
     def stored_bases(self) -> np.ndarray:
@@ -172,6 +179,35 @@ def _reverse_complement(
         yield sample
 
 
+def dropped_tag(tag: bytes, key: str, p: float, salt: int) -> bytes:
+    """`tag` of window `key` after dropout with probability `p` (salt: `seeds.tag_salt`): in a
+    lineage tag each rank's value independently becomes ``None`` (Evo2's ``random_lineage_dropout``);
+    any other tag is dropped whole. The draws depend only on (salt, key)."""
+    if not tag or p <= 0:
+        return tag
+    text = tag.decode("ascii")
+    ranks = parse_lineage(text)
+    if ranks is None:
+        return b"" if salted_uniforms(key, 1, salt)[0] < p else tag
+    keep = [u >= p for u in salted_uniforms(key, len(ranks), salt)]
+    return drop_ranks(text, keep).encode("ascii") if not all(keep) else tag
+
+
+def _tag_dropout(src: Iterable[Any], p: float = 0.0, seed: int = 0, epoch: EpochState | None = None) -> Iterator[Any]:
+    """Drop control tags (or lineage ranks) with probability `p`, seeded by (seed, epoch, window key)
+    (`dropped_tag`), so a resumed epoch drops the same ones. A `Window` keeps its record; a dict is copied."""
+    if p <= 0:
+        yield from src
+        return
+    salt = tag_salt(seed, epoch.epoch if epoch else 0)
+    for sample in src:
+        if isinstance(sample, Window):
+            sample.tag = dropped_tag(sample.tag, sample.key, p, salt)
+        else:
+            sample = {**sample, "tag": dropped_tag(sample["tag"], sample["key"], p, salt)}
+        yield sample
+
+
 def chunks(src: Iterable[T], n: int) -> Iterator[list[T]]:
     """Lists of `n` consecutive items (the last may be shorter)."""
     buf: list[T] = []
@@ -235,4 +271,5 @@ def _batch(
 decode_sample = pipelinefilter(_decode_sample)
 shuffle = pipelinefilter(_shuffle)
 reverse_complement = pipelinefilter(_reverse_complement)
+tag_dropout = pipelinefilter(_tag_dropout)
 batch = pipelinefilter(_batch)
