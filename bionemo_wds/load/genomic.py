@@ -1,11 +1,10 @@
 """`GenomicWebDataModule`: prepared genome shards (or FASTA) to model-ready batches in Lightning.
 
-A `LightningDataModule` composed from the public building blocks in `loaders`, `sharding`,
-`stages`, `transfer` and `model_inputs`. Per split it builds one dataset:
+A `LightningDataModule` composed from the public building blocks in `loaders`, `plan`, `planned`,
+`samples`, `transfer` and `memory_cache`. Per split it builds one dataset:
 
-    manifest's shard list -> RankShards (this rank's and worker's shards for the epoch) -> read_records
-      -> decode_sample -> shuffle -> reverse_complement -> batch        (train)
-      -> decode_sample -> batch                                         (val / test)
+    manifest's record index -> SplitRecords -> PlannedBatches (this rank's and worker's batches of
+      the epoch plan) -> assemble (reverse complement and tag dropout when training) -> compact batch
       [-> transfer.to_main: with loader workers, batches cross in shared memory]
 
 and loaders yield compact uint8 batches; `on_after_batch_transfer` expands them with
@@ -31,10 +30,11 @@ from bionemo_wds.load.checked import read_checked_manifest
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, as_split, check_stage, epoch_batches, make_loader
 from bionemo_wds.load.memory_cache import MemoryCachedLoader, check_cache_memory
-from bionemo_wds.load.model_inputs import check_soft_mask_weight, keep_numpy, to_model_inputs, to_tensors
-from bionemo_wds.load.plan import Consumed, RankPlan, eval_plan, resampled_plan, train_batches, train_plan
-from bionemo_wds.load.planned import PlannedBatches, SplitRecords, assemble, in_order
+from bionemo_wds.load.model_inputs import keep_numpy, to_tensors
+from bionemo_wds.load.plan import Consumed, RankPlan, split_batches, split_plan
+from bionemo_wds.load.planned import PlannedBatches, SplitRecords, in_order
 from bionemo_wds.load.resume import TrainProgress
+from bionemo_wds.load.samples import SampleOptions
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.transfer import BatchTransfer
 from bionemo_wds.load.world import World
@@ -139,15 +139,11 @@ class GenomicWebDataModule(L.LightningDataModule):
         cache_memory: str = "plain",
     ):
         super().__init__()
-        check_soft_mask_weight(soft_mask_weight)
-        if not 0 <= tag_dropout <= 1:
-            raise ValueError(f"tag_dropout must be in [0, 1], got {tag_dropout}")
+        self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
         check_cache_memory(cache_memory)
         self.cached_splits = {as_split(name, "cache_in_memory") for name in cache_in_memory}
         if Split.train in self.cached_splits:
             raise ValueError("cache_in_memory is for val and test: the train order changes every epoch")
-        if not 0 <= rc_prob <= 1:
-            raise ValueError(f"rc_prob must be in [0, 1], got {rc_prob}")
         if epoch not in EPOCH_MODES:
             raise ValueError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
         if micro_batch_size < 1:
@@ -171,8 +167,6 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.micro_batch_size = micro_batch_size
         self.requested_global_batch_size = global_batch_size
         self.seq_length = seq_length
-        self.rc_prob = rc_prob
-        self.control_tags = control_tags
         self.seed = seed
         self.num_workers = num_workers
         self.shuffle_buffer = shuffle_buffer
@@ -195,7 +189,6 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.records: dict[Split, SplitRecords] = {}
         self.plans: dict[Split, RankPlan] = {}
         self.progress = TrainProgress()
-        self.fold_case, self.soft_mask_weight, self.tag_dropout = fold_case, soft_mask_weight, tag_dropout
         self.cache_memory = cache_memory
         self.memory_cached: dict[Split, MemoryCachedLoader] = {}
         self.eval_start: dict[Split, int] = {}  # a cached split's next pass starts here (batches before are held)
@@ -242,9 +235,9 @@ class GenomicWebDataModule(L.LightningDataModule):
             elif self.cache_dir is not None:
                 warnings.warn(f"cache_dir is for remote datasets; {self.root} is read in place", stacklevel=2)
             self.manifest = manifest
-            if self.soft_mask_weight is not None and stored_case(manifest) == "upper":
+            if self.samples.soft_mask_weight is not None and stored_case(manifest) == "upper":
                 warnings.warn(
-                    f"soft_mask_weight={self.soft_mask_weight} has no effect: {self.root} was prepared with "
+                    f"soft_mask_weight={self.samples.soft_mask_weight} has no effect: {self.root} was prepared with "
                     "--case upper, so no base is soft-masked (prepare with --case keep)",
                     stacklevel=2,
                 )
@@ -270,14 +263,7 @@ class GenomicWebDataModule(L.LightningDataModule):
             PlannedBatches(
                 records, self.policy, partial(self.current_plan, split), self.shuffle_buffer, self.micro_batch_size
             ),
-            assemble(
-                window,
-                max_tag,
-                self.rc_prob if train else 0.0,
-                self.seed,
-                self.epochs[split],
-                self.tag_dropout if train else 0.0,
-            ),
+            self.samples.assemble_stage(params, self.seed, self.epochs[split], train),
         ]
         kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}
         if workers:
@@ -295,30 +281,23 @@ class GenomicWebDataModule(L.LightningDataModule):
 
     def plan_for(self, split: Split, epoch: int, consumed: list[Consumed] | None = None) -> RankPlan:
         """This rank's batches of `split` in `epoch` (training: from the `consumed` position)."""
-        assert self.manifest is not None
-        rank, size, micro = self.world.rank, self.world.size, self.micro_batch_size
-        table = self.records[split].table
-        if split is not Split.train:
-            return eval_plan(table.n_windows, rank, size, micro)
-        if self.epoch_mode == "resampled":
-            n = epoch_batches(self.manifest["splits"]["train"]["n_samples"], self.global_batch_size)
-            plan = resampled_plan(table, self.seed, epoch, rank, size, micro, n, mix=self.shuffle_buffer)
-            done = sum(seg.batches for seg in consumed or [])
-            if any((seg.dp_size, seg.micro) != (size, micro) for seg in consumed or []):
-                raise ValueError('resuming with another data-parallel size or micro batch needs epoch="exact"')
-            return RankPlan(plan.batches[done:], first_batch=done, total_batches=plan.total_batches)
-        return train_plan(table, self.seed, epoch, rank, size, micro, consumed or [], mix=self.shuffle_buffer)
+        world, table = self.world, self.records[split].table
+        train, pseudo = split is Split.train, self.pseudo_epoch_batches()
+        micro, mix = self.micro_batch_size, self.shuffle_buffer
+        return split_plan(table, train, pseudo, self.seed, epoch, world.rank, world.size, micro, consumed or [], mix)
 
     def epoch_length(self, split: Split, consumed: list[Consumed] | None = None) -> int:
         """Batches of an epoch of `split` on every rank, by arithmetic (what ``len(loader)`` reports)."""
+        world, n_windows = self.world, self.records[split].table.n_windows
+        train, pseudo = split is Split.train, self.pseudo_epoch_batches()
+        return split_batches(n_windows, train, pseudo, world.rank, world.size, self.micro_batch_size, consumed or [])
+
+    def pseudo_epoch_batches(self) -> int | None:
+        """Batches of bionemo's pseudo-epoch with ``epoch="resampled"``, else None."""
         assert self.manifest is not None
-        rank, size, micro = self.world.rank, self.world.size, self.micro_batch_size
-        n_windows = self.records[split].table.n_windows
-        if split is not Split.train:
-            return eval_plan(n_windows, rank, size, micro).total_batches
-        if self.epoch_mode == "resampled":
-            return epoch_batches(self.manifest["splits"]["train"]["n_samples"], self.global_batch_size)
-        return train_batches(n_windows, size, micro, consumed or [])
+        if self.epoch_mode != "resampled":
+            return None
+        return epoch_batches(self.manifest["splits"]["train"]["n_samples"], self.global_batch_size)
 
     def start_pass(self, split: Split) -> None:
         """Before a pass's workers start: its plan (from a restored position when there is one)."""
@@ -439,7 +418,7 @@ class GenomicWebDataModule(L.LightningDataModule):
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (for users iterating loaders)."""
         assert self.seq_length is not None, "setup() first"
-        return to_model_inputs(compact, self.seq_length, self.control_tags, self.fold_case, self.soft_mask_weight)
+        return self.samples.model_inputs(compact, self.seq_length)
 
     @property
     def skipped(self) -> int:

@@ -24,7 +24,7 @@ from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.loaders import Split, as_split
 from bionemo_wds.load.model_inputs import tensors
 from bionemo_wds.load.plan import Consumed, RankPlan
-from bionemo_wds.load.planned import PlannedBatches, assemble
+from bionemo_wds.load.planned import PlannedBatches
 from bionemo_wds.load.resume import TrainProgress
 from bionemo_wds.load.world import in_loader_worker
 
@@ -103,14 +103,7 @@ class GenomicIterableDataset(IterableDataset):
             module.micro_batch_size,
             unit=1,
         )
-        build = assemble(
-            params["window_length"],
-            params["max_tag_bytes"],
-            module.rc_prob if train else 0.0,
-            module.seed,
-            EpochState(self.epoch),
-            module.tag_dropout if train else 0.0,
-        )
+        build = module.samples.assemble_stage(params, module.seed, EpochState(self.epoch), train)
         counting = not in_loader_worker()
         self.counted = 0
         for batch in build(iter(batches)):

@@ -230,3 +230,46 @@ def _check_rank(dp_rank: int, dp_size: int, micro: int) -> None:
         raise ValueError(f"data-parallel rank {dp_rank} is not within a size of {dp_size}")
     if micro < 1:
         raise ValueError(f"micro_batch_size must be at least 1, got {micro}")
+
+
+def split_plan(
+    table: RecordTable,
+    train: bool,
+    resampled_batches: int | None,
+    seed: int,
+    epoch: int,
+    dp_rank: int,
+    dp_size: int,
+    micro: int,
+    consumed: Sequence[Consumed] = (),
+    mix: int = DEFAULT_MIX,
+) -> RankPlan:
+    """A rank's batches of one split in `epoch`: `eval_plan` for val/test; for training `train_plan`
+    from the `consumed` position, or with `resampled_batches` (bionemo's pseudo-epoch length)
+    `resampled_plan` from the batches consumed (a resampled stream resumes only in its own layout)."""
+    if not train:
+        return eval_plan(table.n_windows, dp_rank, dp_size, micro)
+    if resampled_batches is None:
+        return train_plan(table, seed, epoch, dp_rank, dp_size, micro, consumed, mix=mix)
+    if any((seg.dp_size, seg.micro) != (dp_size, micro) for seg in consumed):
+        raise ValueError('resuming with another data-parallel size or micro batch needs epoch="exact"')
+    plan = resampled_plan(table, seed, epoch, dp_rank, dp_size, micro, resampled_batches, mix=mix)
+    done = sum(seg.batches for seg in consumed)
+    return RankPlan(plan.batches[done:], first_batch=done, total_batches=plan.total_batches)
+
+
+def split_batches(
+    n_windows: int,
+    train: bool,
+    resampled_batches: int | None,
+    dp_rank: int,
+    dp_size: int,
+    micro: int,
+    consumed: Sequence[Consumed] = (),
+) -> int:
+    """Batches of a whole epoch of a split on every rank (`split_plan`'s ``total_batches``), by arithmetic."""
+    if not train:
+        return eval_plan(n_windows, dp_rank, dp_size, micro).total_batches
+    if resampled_batches is not None:
+        return resampled_batches
+    return train_batches(n_windows, dp_size, micro, consumed)
