@@ -39,9 +39,10 @@ def _valid_mask() -> np.ndarray:
 VALID_BASE: np.ndarray = _valid_mask()
 
 
-def replace_invalid_table() -> bytes:
-    """`bytes.translate` table that upper-cases IUPAC codes and maps every other byte to ``N``."""
-    table = bytearray(UPPERCASE_TABLE)
+def replace_invalid_table(keep_case: bool = False) -> bytes:
+    """`bytes.translate` table that maps every byte that is no IUPAC code to ``N`` and upper-cases the
+    IUPAC codes, or (`keep_case`, for soft-masked data stored as it came) leaves them as they are."""
+    table = bytearray(range(256)) if keep_case else bytearray(UPPERCASE_TABLE)
     for byte in range(256):
         if not VALID_BASE[byte]:
             table[byte] = ord("N")

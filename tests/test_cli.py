@@ -18,11 +18,10 @@ from conftest import KLEBSIELLA, LAMBDA
 from bionemo_wds.cli.main import main
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, PrepareRequest, option_specs, parse_request
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import CODECS
+from bionemo_wds.format import CASE_MODES, CODECS
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.options import SOURCE_KINDS
 from bionemo_wds.prepare.scan import ON_INVALID
-from bionemo_wds.prepare.sources.fasta import TAG_MODES
 from bionemo_wds.prepare.windows import TAIL_MODES
 
 CLI_DIR = Path(__file__).resolve().parents[1] / "bionemo_wds" / "cli"
@@ -51,6 +50,8 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
     "split_at_n": (["--split-at-n", "100"], {"split_at_n": 100}, 100),
     "seed": (["--seed", "7"], {"seed": 7}, 7),
     "tags": (["--tags", "lineage"], {"tags": "lineage"}, "lineage"),
+    "strict_tags": (["--strict-tags"], {"strict-tags": True}, True),
+    "case": (["--case", "upper"], {"case": "upper"}, "upper"),
     "on_invalid": (["--on-invalid", "replace-N"], {"on-invalid": "replace-N"}, "replace-N"),
     "samples_per_shard": (["--samples-per-shard", "64"], {"samples-per-shard": 64}, 64),
     "windows_per_record": (["--windows-per-record", "4"], {"windows_per_record": 4}, 4),
@@ -150,7 +151,7 @@ def test_choices_are_the_constants_the_code_checks_against():
     constants = {
         "source": SOURCE_KINDS,
         "tail": TAIL_MODES,
-        "tags": TAG_MODES,
+        "case": CASE_MODES,
         "on_invalid": ON_INVALID,
         "compress": CODECS,
     }

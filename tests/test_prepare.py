@@ -130,7 +130,8 @@ def test_lineage_tags_shrink_the_window_and_travel_with_each_window(tmp_path, la
     tag = "d__Viruses;p__Uroviricota;c__Caudoviricetes"
     fa.write_text(f">lam1 phage lambda {tag}\n{lambda_seq[:20000]}\n>lam2 untagged half\n{lambda_seq[20000:]}\n")
     out = tmp_path / "out"
-    prepare([fa], out, PrepareOptions(seq_length=1024, stride=900, tags="lineage", split=(1, 0, 0), progress=False))
+    with pytest.warns(UserWarning, match="gave no tag to 1 of 2 sequences"):  # lam2
+        prepare([fa], out, PrepareOptions(seq_length=1024, stride=900, tags="lineage", split=(1, 0, 0), progress=False))
     params = read_manifest(out)["params"]
     assert params["max_tag_bytes"] == len(tag) + 2
     assert params["window_length"] == 1024 - 3 - len(tag) - 2
@@ -334,15 +335,19 @@ PINNED_DEFAULT_SHARDS = {
 PINNED_SMALL_DIGEST = "c756c223810cf18214aa6285f9ce7b012b94a37f2446249e4af1526002e1779b"
 
 
-def test_shard_bytes_are_those_of_format_version_1(tmp_path, kleb_small):
+@pytest.mark.parametrize("case", [None, "upper", "keep"])
+def test_shard_bytes_are_those_of_format_version_1(tmp_path, kleb_small, case):
+    """--case upper writes what every earlier version wrote; the bundled genome has no lower case,
+    so the default (keep) writes the same bytes too: only the manifest's case differs."""
     out = tmp_path / "default"
     # 16 windows per record: the default of format version 1 (records are now cut by bases by default,
     # which gives the same records for full-length windows but fewer for short contigs)
     argv = ["prepare", str(KLEBSIELLA), "--out", str(out), "--quiet", "--samples-per-shard", "100", "--workers", "2"]
-    assert main([*argv, "--windows-per-record", "16"]) == 0
+    assert main([*argv, "--windows-per-record", "16", *(["--case", case] if case else [])]) == 0
     shards = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*.tar")}
     assert shards == PINNED_DEFAULT_SHARDS
     manifest = read_manifest(out)
+    assert manifest["params"]["case"] == manifest["params"]["tokenizer"]["case"] == (case or "keep")
     assert {sh["path"]: sh["sha256"] for s in manifest["splits"].values() for sh in s["shards"]} == shards
     lines = [
         f"{p.relative_to(kleb_small)} {hashlib.sha256(p.read_bytes()).hexdigest()}"

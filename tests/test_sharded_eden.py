@@ -32,7 +32,7 @@ SEQ_LENGTH, STRIDE = 1024, 1000
 WINDOW = SEQ_LENGTH - 3  # BOS, SEP, EOS; no tag
 SAMPLES = 5
 SPLIT_OF_SAMPLE = {"SAMPLE1": "train", "SAMPLE2": "train", "SAMPLE3": "train", "SAMPLE4": "val", "SAMPLE5": "test"}
-#: Contig soft-masked (lower case) in its database: shards must hold it upper case.
+#: Contig soft-masked (lower case) in its database: shards keep it lower case (upper with --case upper).
 LOWER = "BCR__ECT-SAMPLE1__CT1-1"
 
 
@@ -69,8 +69,8 @@ def write_parquet(path: Path, ids: list[str], lengths: list[int], columns=("cont
     return path
 
 
-def substr(dbs: Path, contig: str, start: int, length: int) -> bytes:
-    """Eden's read of a window: ``substr(nt_sequence, start + 1, length)``, upper-cased."""
+def substr(dbs: Path, contig: str, start: int, length: int, upper: bool = False) -> bytes:
+    """Eden's read of a window: ``substr(nt_sequence, start + 1, length)``, in the stored case (or upper-cased)."""
     conn = sqlite3.connect(db_path(dbs, str(sample_id(contig))))
     try:
         (text,) = conn.execute(
@@ -78,7 +78,7 @@ def substr(dbs: Path, contig: str, start: int, length: int) -> bytes:
         ).fetchone()
     finally:
         conn.close()
-    return text.upper().encode()
+    return (text.upper() if upper else text).encode()
 
 
 def eden_windows(layout: Layout, split: str, min_length: int = 0) -> set[tuple[str, int, int, bytes]]:
@@ -172,7 +172,7 @@ def test_every_window_is_the_sqlite_substring(tmp_path, layout, capsys):
             length = len(layout.contigs[seq_id])
             assert len(bases) == min(WINDOW, length - start)
             assert bases == substr(layout.dbs, seq_id, start, WINDOW), (seq_id, start)
-            assert bases == bases.upper() and tag == ""
+            assert (bases == bases.lower() if seq_id == LOWER else bases == bases.upper()) and tag == ""
             covered[seq_id][start : start + len(bases)] = True
             seen += 1
         assert all(c.all() for c in covered.values())  # the default --tail end loses no base
@@ -183,6 +183,16 @@ def test_every_window_is_the_sqlite_substring(tmp_path, layout, capsys):
     capsys.readouterr()
     assert main(argv) == 0  # the same request again: the databases are fingerprinted, nothing to do
     assert "nothing to do" in capsys.readouterr().out
+
+
+def test_case_upper_upper_cases_the_soft_masked_contig(tmp_path, layout):
+    out = tmp_path / "out"
+    assert main(prepare_argv(layout, out, *parquet_args(layout), "--case", "upper")) == 0
+    rows = [row for rows in shard_windows(out).values() for row in rows]
+    assert any(seq_id == LOWER for seq_id, *_ in rows)
+    for seq_id, start, _, bases, _ in rows:
+        assert bases == substr(layout.dbs, seq_id, start, WINDOW, upper=True), (seq_id, start)
+    assert read_manifest(out)["params"]["case"] == "upper"
 
 
 def test_same_windows_as_the_contigs_written_as_fasta(tmp_path, layout):

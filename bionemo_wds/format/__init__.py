@@ -17,6 +17,7 @@ from bionemo_wds.format.atomic import (
 )
 from bionemo_wds.format.index import RecordIndex, index_of, record_crc32
 from bionemo_wds.format.manifest import (
+    CASE_MODES,
     COMPRESSED_FORMAT_VERSION,
     DEFAULT_PREFIX,
     FORMAT_NAME,
@@ -28,6 +29,7 @@ from bionemo_wds.format.manifest import (
     has_record_index,
     read_manifest,
     shard_name,
+    stored_case,
     unlisted_shards,
     write_manifest,
 )
@@ -45,6 +47,7 @@ from bionemo_wds.format.tar import (
 )
 
 __all__ = [
+    "CASE_MODES",
     "CODECS",
     "COMPRESSED_FORMAT_VERSION",
     "DEFAULT_PREFIX",
@@ -78,6 +81,7 @@ __all__ = [
     "record_crc32",
     "remove_stale_temporaries",
     "shard_name",
+    "stored_case",
     "unlisted_shards",
     "window_key",
     "write_manifest",

@@ -60,6 +60,9 @@ REQUIRED_PARAMS = (
     "windows_per_record",
     "prefix",
 )
+#: How bases are stored (``params.case``): ``keep`` the source's case (soft-masked repeats stay
+#: lower case), ``upper`` every base upper-cased (all that was written before the option existed).
+CASE_MODES = ("keep", "upper")
 #: What every split entry and every shard entry holds (all versions).
 REQUIRED_SPLIT_KEYS = ("n_samples", "shards")
 REQUIRED_SHARD_KEYS = ("path", "n_samples", "n_tokens", "bytes", "sha256")
@@ -184,6 +187,14 @@ def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | 
     if missing is not None:
         raise ManifestError(f"{path} is damaged: it has no {missing} (prepare the dataset again)")
     return manifest
+
+
+def stored_case(manifest: dict[str, Any]) -> str:
+    """How a dataset stores bases, ``"keep"`` or ``"upper"`` (`CASE_MODES`): its ``params.case``, or
+    ``"upper"`` for a manifest written before ``--case`` existed (prepare upper-cased every base then)."""
+    params = manifest.get("params")
+    case = params.get("case") if isinstance(params, dict) else None
+    return case if case in CASE_MODES else "upper"
 
 
 def _missing_key(manifest: dict[str, Any]) -> str | None:

@@ -25,7 +25,6 @@ from typing import Any
 import lightning as L
 import webdataset as wds
 
-from bionemo_wds.format.manifest import stored_case
 from bionemo_wds.load.checked import read_checked_manifest
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, as_split, check_stage, epoch_batches, make_loader
@@ -235,12 +234,8 @@ class GenomicWebDataModule(L.LightningDataModule):
             elif self.cache_dir is not None:
                 warnings.warn(f"cache_dir is for remote datasets; {self.root} is read in place", stacklevel=2)
             self.manifest = manifest
-            if self.samples.soft_mask_weight is not None and stored_case(manifest) == "upper":
-                warnings.warn(
-                    f"soft_mask_weight={self.samples.soft_mask_weight} has no effect: {self.root} was prepared with "
-                    "--case upper, so no base is soft-masked (prepare with --case keep)",
-                    stacklevel=2,
-                )
+            for problem in self.samples.unused(manifest):
+                warnings.warn(f"{problem} ({self.root})", stacklevel=2)
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:
             raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")

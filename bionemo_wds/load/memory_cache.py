@@ -22,8 +22,22 @@ CACHE_MEMORY = ("plain", "pinned", "shared")
 
 
 def check_cache_memory(memory: str) -> None:
+    """`memory` is one of `CACHE_MEMORY`, and page-locked memory has an accelerator to serve."""
     if memory not in CACHE_MEMORY:
         raise ValueError(f"cache_memory must be one of {', '.join(CACHE_MEMORY)}, got {memory!r}")
+    if memory == "pinned" and not accelerator_available():
+        raise ValueError(
+            'cache_memory="pinned" needs an accelerator (page-locked memory speeds up copies to it) and none '
+            'is available; use "plain" or "shared"'
+        )
+
+
+def accelerator_available() -> bool:
+    """Whether torch sees an accelerator (CUDA, ROCm, MPS, XPU...)."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return torch.cuda.is_available()
 
 
 def hold(batch: dict[str, Any], memory: str) -> dict[str, Any]:

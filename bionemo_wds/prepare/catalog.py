@@ -15,14 +15,17 @@ from typing import Protocol
 
 import numpy as np
 
+from bionemo_wds.lineage import dropout_length
+
 
 class BaseReader(Protocol):
     """Reads bases of a source's sequences; opened in the process that reads (a writer, a scan)."""
 
     def read(self, seq: int, start: int, end: int, table: bytes | None = None) -> bytes:
         """Bases ``[start, end)`` of sequence number `seq`, as the source's bytes (no newlines),
-        mapped through the `bytes.translate` `table` when one is given (the writers upper-case
-        this way; a source that must strip bytes anyway does both in one pass)."""
+        mapped through the `bytes.translate` `table` when one is given (the writers upper-case with
+        ``--case upper`` or replace invalid bytes this way; a source that must strip bytes anyway
+        does both in one pass)."""
         ...
 
     def close(self) -> None:
@@ -87,7 +90,10 @@ class Catalog:
         return int(self.lengths.sum())
 
     def max_tag_bytes(self) -> int:
-        return max((len(t.encode("utf-8")) for t in set(self.tags)), default=0)
+        """Bytes a window leaves for its tag: the longest tag after lineage dropout (a rank value
+        shorter than ``None`` grows to it, `lineage.dropout_length`; any other tag keeps its length),
+        so a tag the loader drops ranks of still fits."""
+        return max((dropout_length(t) for t in set(self.tags)), default=0)
 
     def take(self, rows: np.ndarray) -> Catalog:
         """The catalog of `rows` only (same source), as a scan keeps the sequences it does not skip."""

@@ -55,31 +55,44 @@ def sample_id(seq_id: str) -> str | None:
     return ".".join(parts[1:]) or None
 
 
-def read_group_tsv(path: str, member_first: bool = True) -> dict[str, str]:
-    """Two-column TSV lines of `path` -> {seq_id: group}; ``member_first``: ``seq_id<TAB>group``,
-    else MMseqs2's ``representative<TAB>member``. A malformed line is an error naming it."""
-    rule = "tsv" if member_first else "mmseqs"
+def read_id_tsv(
+    path: str, label: str, column: str = "group", member_first: bool = True, conflict: str = "is in two groups"
+) -> dict[str, str]:
+    """Two-column TSV lines of `path` -> {seq_id: value}: ``seq_id<TAB>value`` (the `column` named in
+    messages, e.g. ``group``, ``tag``), or with ``member_first=False`` MMseqs2's
+    ``representative<TAB>member`` (value: the representative). Blank lines and ``#`` comments are
+    skipped. A malformed line, or a sequence given two values (`conflict` says how), is an error
+    naming `label` (the option, e.g. ``--tags tsv:FILE``) and the line number. Shared by `--group-by`
+    and `--tags` so both read such tables alike."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise BadInputError(f"--group-by {rule}:{path} cannot be read: {exc.strerror or exc}") from exc
-    groups: dict[str, str] = {}
+        raise BadInputError(f"{label} cannot be read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"{label} is not UTF-8 text: {exc}") from exc
+    table: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         fields = [f.strip() for f in line.split("\t")]
         if len(fields) < 2 or not fields[0] or not fields[1]:
-            shape = "seq_id<TAB>group" if member_first else "representative<TAB>member"
-            raise BadInputError(f"--group-by {rule}:{path} line {number}: expected {shape}, got {line!r}")
+            shape = f"seq_id<TAB>{column}" if member_first else "representative<TAB>member"
+            raise BadInputError(f"{label} line {number}: expected {shape}, got {line!r}")
         if not member_first:
             fields = [fields[1], fields[0]]
-        if fields[0] in groups and groups[fields[0]] != fields[1]:
+        if fields[0] in table and table[fields[0]] != fields[1]:
             raise BadInputError(
-                f"--group-by {rule}:{path} line {number}: sequence {fields[0]!r} is in two groups "
-                f"({groups[fields[0]]!r} and {fields[1]!r})"
+                f"{label} line {number}: sequence {fields[0]!r} {conflict} ({table[fields[0]]!r} and {fields[1]!r})"
             )
-        groups[fields[0]] = fields[1]
-    return groups
+        table[fields[0]] = fields[1]
+    return table
+
+
+def read_group_tsv(path: str, member_first: bool = True) -> dict[str, str]:
+    """Two-column TSV lines of `path` -> {seq_id: group}; ``member_first``: ``seq_id<TAB>group``,
+    else MMseqs2's ``representative<TAB>member``. A malformed line is an error naming it."""
+    rule = "tsv" if member_first else "mmseqs"
+    return read_id_tsv(path, f"--group-by {rule}:{path}", member_first=member_first)
 
 
 def group_names(names: list[str], rule: str) -> list[str | None]:

@@ -4,7 +4,7 @@ Each field carries its command-line spelling, parser type, choices and help text
 in its metadata (written with `option(...)`). `bionemo_wds.cli.prepare` builds the parser, the
 YAML config keys and `--help` from `dataclasses.fields(PrepareOptions)` alone, so a default, a
 choice or a help line is written once and the command line cannot drift from what `prepare` does.
-The choices are the tuples that the code checking them defines (codecs, tail modes, tag modes, ...).
+The choices are the tuples that the code checking them defines (codecs, tail modes, case modes, ...).
 The allowed values are there too (`minimum`, `maximum`, `check`): `PrepareOptions.check` refuses
 any other value with one line naming the option, before anything is written, whether the options
 come from the command line, a config file or Python.
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import CODECS, DEFAULT_PREFIX
+from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX
 from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.scan import ON_INVALID
-from bionemo_wds.prepare.sources.fasta import TAG_MODES
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
+from bionemo_wds.prepare.tags import tag_rule_problem
 from bionemo_wds.prepare.windows import TAIL_MODES
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
@@ -238,9 +238,24 @@ class PrepareOptions:
     seed: int = option(42, "seed of the split and of the window order in shards (0 or more)", minimum=0)
     tags: str = option(
         "none",
-        "control tag per sequence: none; description (header text after the name); "
-        "lineage (a d__...;p__... lineage in the header, as |d__...|); sharded-eden (<ctrl_X> for an id X__...)",
-        choices=TAG_MODES,
+        "control tag per sequence: none; description (header text after the name); lineage (Evo2's "
+        "|d__...;p__...;...;s__Genus species| or a bare GTDB d__...;p__... anywhere in the header, stored "
+        "as |d__...|; windows leave room for ranks dropped to None); sharded-eden (<ctrl_x> for an id X__...); "
+        "regex:PATTERN (first capture group, or the whole match, of PATTERN in the header line, or in the "
+        "contig id for sharded-eden); tsv:FILE (lines seq_id<TAB>tag). Untagged sequences are counted and warned about",
+        metavar="RULE",
+        check=tag_rule_problem,
+    )
+    strict_tags: bool = option(
+        False,
+        "make a --tags rule that leaves any sequence untagged an error (naming the first) instead of a warning",
+        switch=True,
+    )
+    case: str = option(
+        "keep",
+        "case of the stored bases: keep the source's (soft-masked repeats stay lower case, for the loader's "
+        "soft_mask_weight; the model still sees upper case), or upper-case every base",
+        choices=CASE_MODES,
     )
     on_invalid: str = option(
         "error",

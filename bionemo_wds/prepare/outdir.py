@@ -38,7 +38,13 @@ def _stored_request(out: Store, names: list[str]) -> tuple[str, dict[str, Any]] 
     return None
 
 
+#: What a request stored before a key existed meant by its absence (a key missing with the meaning
+#: None needs no entry): prepare upper-cased every base before ``--case``.
+OLD_REQUEST_DEFAULTS: dict[str, Any] = {"case": "upper"}
+
+
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    old = {**OLD_REQUEST_DEFAULTS, **old}
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 

@@ -36,6 +36,7 @@ from bionemo_wds.prepare.splits import (
     split_from_lists,
     stratified_split,
 )
+from bionemo_wds.prepare.tags import tag_file
 from bionemo_wds.prepare.windows import WindowTable, check_stride, window_counts, window_length, window_table
 from bionemo_wds.seeds import window_order_rng
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
@@ -112,6 +113,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "split_at_n": opts.split_at_n,
         "seed": opts.seed,
         "tags": opts.tags,
+        "tag_file": _tag_file(opts.tags),
+        "case": opts.case,
         "on_invalid": opts.on_invalid,
         "samples_per_shard": opts.samples_per_shard,
         "windows_per_record": opts.windows_per_record,
@@ -139,6 +142,16 @@ def _group_file(rule: str | None) -> dict[str, Any] | None:
     path = rule.split(":", 1)[1]
     if not Path(path).is_file():
         raise BadInputError(f"--group-by {rule}: {path} does not exist")
+    return file_fingerprint([path])[0]
+
+
+def _tag_file(rule: str) -> dict[str, Any] | None:
+    """The fingerprint of a `--tags tsv:FILE` table (a changed table is a new request)."""
+    path = tag_file(rule)
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise BadInputError(f"--tags {rule}: {path} does not exist")
     return file_fingerprint([path])[0]
 
 
@@ -225,7 +238,8 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "window_length": window,
             "tail": opts.tail,
             "tags": opts.tags,
-            "max_tag_bytes": max_tag,
+            "max_tag_bytes": max_tag,  # room for the longest tag after lineage dropout (`Catalog.max_tag_bytes`)
+            "case": opts.case,
             "seed": opts.seed,
             "samples_per_shard": per_shard,
             "windows_per_record": per_record,
@@ -239,7 +253,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "split_at_n": opts.split_at_n,
             "tokenizer": {
                 "kind": "byte",
-                "case": "upper",
+                "case": opts.case,  # of the stored bases; the loader folds them to upper case for the model
                 "eos": EOS_ID,
                 "pad": PAD_ID,
                 "bos": BOS_ID,

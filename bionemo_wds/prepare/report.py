@@ -17,6 +17,7 @@ from bionemo_wds.format import (
     index_of,
     iter_record_members,
     read_manifest,
+    stored_case,
     unlisted_shards,
 )
 from bionemo_wds.prepare.splits import SPLIT_NAMES
@@ -48,6 +49,8 @@ def _source_line(params: dict) -> list[str]:
         parts.append(f"source {source['kind']}")
     if source.get("y_key"):
         parts.append(f"tags: labels of {source['y_key']!r}")
+    if (source.get("tags") or {}).get("untagged_sequences"):
+        parts.append(f"{source['tags']['untagged_sequences']} sequences untagged by --tags {params['tags']}")
     if params.get("group_by"):
         grouping = source.get("group_by") or {}
         parts.append(
@@ -108,7 +111,7 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         f"dataset {root}  (format v{manifest['format_version']}, bionemo-wds {manifest.get('package_version', '?')})",
         f"inputs ({len(inputs)} file(s), {input_size}): {input_paths}",
         f"seq_length {params['seq_length']}  window {params['window_length']}  stride {params['stride']}  "
-        f"tail {params['tail']}  tags {params['tags']}  seed {params['seed']}  "
+        f"tail {params['tail']}  tags {params['tags']}  case {stored_case(manifest)}  seed {params['seed']}  "
         f"windows/record {params['windows_per_record']}  codec {params.get('codec', 'none')}",
         *_source_line(params),
         "",

@@ -33,9 +33,8 @@ from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_ou
 from bionemo_wds.prepare.plan import plan, request_of
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sources import source_catalog
-from bionemo_wds.prepare.writers import run_writers
+from bionemo_wds.prepare.writers import base_table, run_writers
 from bionemo_wds.storage.store import Store
-from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 
 
 @dataclass
@@ -160,7 +159,7 @@ def _prepare_locked(
     for split in manifest["splits"]:
         store.makedirs(split)
     reused = _finished_shards(store, manifest) if state is OutState.RESUME else {}
-    table = replace_invalid_table() if opts.on_invalid == "replace-N" else UPPERCASE_TABLE
+    table = base_table(opts.case, opts.on_invalid)
     workers = opts.workers or os.cpu_count() or 1
     written = run_writers(
         store.root,

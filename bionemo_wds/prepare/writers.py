@@ -31,6 +31,7 @@ from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.plan import Task
 from bionemo_wds.prepare.windows import WindowTable
 from bionemo_wds.storage.location import join
+from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 
 _WORKER: dict[str, Any] = {}
 
@@ -41,6 +42,15 @@ PR_SET_PDEATHSIG = 1
 PARENT_POLL = 0.5
 #: Bases a writer reads at a time, in source order (`_read_block`): whole records, about 32 MiB.
 READ_BLOCK_BASES = 32 << 20
+
+
+def base_table(case: str, on_invalid: str) -> bytes | None:
+    """The `bytes.translate` table the writers read bases through (None: bytes as the source has
+    them): `case` ``upper`` upper-cases every base, ``keep`` leaves soft-masked (lower-case) bases
+    as they are; ``--on-invalid replace-N`` also maps every byte that is no IUPAC code to ``N``."""
+    if on_invalid == "replace-N":
+        return replace_invalid_table(keep_case=case == "keep")
+    return UPPERCASE_TABLE if case == "upper" else None
 
 
 def die_with_parent(parent: int, start_method: str) -> None:
@@ -73,7 +83,7 @@ def die_with_parent(parent: int, start_method: str) -> None:
 def _init_writer(
     root: str,
     catalog: Catalog,
-    table: bytes,
+    table: bytes | None,
     prefix: str,
     codec: tuple[str, int],
     storage_options: dict | None,
@@ -165,7 +175,7 @@ def run_writers(
     root: str,
     tasks: list[Task],
     catalog: Catalog,
-    table: bytes,
+    table: bytes | None,
     prefix: str,
     codec: tuple[str, int],
     workers: int,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.tags import note_untagged
 
 if TYPE_CHECKING:
     from bionemo_wds.prepare.options import PrepareOptions
@@ -48,15 +49,17 @@ def input_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
 
 
 def source_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
-    """The catalog of `inputs` as `opts.source` reads them, before `scan` checks the bases."""
+    """The catalog of `inputs` as `opts.source` reads them, before `scan` checks the bases; the
+    sequences the `--tags` rule gave no tag are counted (`tags.note_untagged`: a warning, or an
+    error with `--strict-tags`)."""
     if opts.source == "fasta":
         from bionemo_wds.prepare.sources.fasta import index_fasta
 
-        return index_fasta(inputs, cache_dir, opts.tags, opts.progress)
+        return note_untagged(index_fasta(inputs, cache_dir, opts.tags, opts.progress), opts.tags, opts.strict_tags)
     if opts.source == "sharded-eden":
         from bionemo_wds.prepare.sources.sharded_eden import catalog_sharded_eden
 
-        return catalog_sharded_eden(inputs, opts)
+        return note_untagged(catalog_sharded_eden(inputs, opts), opts.tags, opts.strict_tags)
     if opts.source == "hdf5":
         from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5
 

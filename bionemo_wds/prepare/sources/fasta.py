@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import gzip
 import os
-import re
 import shutil
 import zlib
 from collections.abc import Sequence
@@ -29,14 +28,10 @@ from bionemo_wds.format.atomic import atomic_path, atomic_write
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.scan import ON_INVALID, scan
 from bionemo_wds.prepare.sources.fai import FaiTable, FastaFormatError, build_fai, read_fai, write_fai
-from bionemo_wds.tokenizer import encode_tag
+from bionemo_wds.prepare.tags import reads_headers, tag_all, tag_rule_problem, tagger
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
 GZIP_SUFFIXES = (".gz", ".bgz")
-TAG_MODES = ("none", "description", "lineage", "sharded-eden")
-#: Tag modes that read the header line (the others need only the sequence id).
-HEADER_TAGS = ("description", "lineage")
-_LINEAGE = re.compile(r"d__[^|\s]+")
 
 
 def _is_fasta_name(path: Path) -> bool:
@@ -151,26 +146,6 @@ def _index(origin: Path, local: Path, number: int, cache_dir: Path, keep_headers
     return table
 
 
-def eden_tag(seq_id: str) -> str:
-    """The sharded-Eden control tag of a contig id: ``BCR__ECT-S1__CT1-1`` -> ``<ctrl_bcr>``."""
-    return f"<ctrl_{seq_id.split('__')[0].lower()}>"
-
-
-def tag_for(header: str, mode: str) -> str:
-    """Control tag text of a sequence under tag `mode`."""
-    if mode == "none":
-        return ""
-    if mode == "sharded-eden":  # as the sharded-Eden loader builds it: <ctrl_{first '__' field, lower case}>
-        return eden_tag(header.split(None, 1)[0] if header.strip() else header)
-    description = header.split(None, 1)[1] if len(header.split(None, 1)) > 1 else ""
-    if mode == "description":
-        return description
-    if mode == "lineage":
-        found = _LINEAGE.search(description)
-        return f"|{found.group(0)}|" if found else ""
-    raise BadInputError(f"unknown tag mode {mode!r}; use one of {', '.join(TAG_MODES)}")
-
-
 def read_span(
     fh, offset: int, start: int, end: int, line_bases: int, line_bytes: int, table: bytes | None = None
 ) -> bytes:
@@ -246,9 +221,13 @@ def index_fasta(
     tag_mode: str = "none",
     progress: bool = True,
 ) -> Catalog:
-    """Index every input sequence (names, lengths, layout, tags); no base is read (`scan` checks them)."""
-    if tag_mode not in TAG_MODES:
-        raise BadInputError(f"--tags must be one of {', '.join(TAG_MODES)}, got {tag_mode!r}")
+    """Index every input sequence (names, lengths, layout, tags under rule `tag_mode`, `prepare.tags`);
+    no base is read (`scan` checks them)."""
+    problem = tag_rule_problem(tag_mode)
+    if problem is not None:
+        raise BadInputError(f"--tags {problem}, got {tag_mode!r}")
+    headers = reads_headers(tag_mode)
+    tag_of = None if tag_mode == "none" else tagger(tag_mode)  # a tsv: table is read once
     files = find_fasta_files(inputs)
     cache_dir.mkdir(parents=True, exist_ok=True)
     locals_: list[str] = []
@@ -258,7 +237,7 @@ def index_fasta(
     seen: dict[str, Path] = {}
     for number, origin in enumerate(tqdm(files, desc="index", unit="file", disable=not progress)):
         local = _local_copy(origin, number, cache_dir)
-        table = _index(origin, local, number, cache_dir, keep_headers=tag_mode in HEADER_TAGS)
+        table = _index(origin, local, number, cache_dir, keep_headers=headers)
         locals_.append(str(local))
         if not len(table):
             raise BadInputError(f"input {origin} holds no sequences")
@@ -271,16 +250,12 @@ def index_fasta(
         if 0 in table.lengths:
             name = table.names[table.lengths.index(0)]
             raise BadInputError(f"sequence {name!r} in {origin} is empty (length 0)")
-        if tag_mode == "none":
+        if tag_of is None:
             tags.extend([""] * len(table))
         else:
-            texts = table.headers if tag_mode in HEADER_TAGS else table.names
+            texts = table.headers if headers else table.names
             assert texts is not None
-            for name, text in zip(table.names, texts):
-                tag = tag_for(text, tag_mode)
-                if tag:
-                    encode_tag(tag, name)
-                tags.append(tag)
+            tags.extend(tag_all(table.names, texts, tag_of))
         names.extend(table.names)
         cols[0].extend([number] * len(table))
         for col, values in zip(cols[1:], (table.lengths, table.offsets, table.line_bases, table.line_bytes)):

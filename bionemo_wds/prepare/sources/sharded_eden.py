@@ -34,9 +34,8 @@ from bionemo_wds.prepare.groups import sample_id
 from bionemo_wds.prepare.sources.eden_parquet import read_split_lists
 from bionemo_wds.prepare.sources.eden_reader import EdenSource, connect_sample_db
 from bionemo_wds.prepare.sources.eden_windows import read_window_db
-from bionemo_wds.prepare.sources.fasta import HEADER_TAGS, eden_tag
 from bionemo_wds.prepare.splits import SPLIT_NAMES
-from bionemo_wds.tokenizer import encode_tag
+from bionemo_wds.prepare.tags import HEADER_TAGS, tag_all, tagger
 
 if TYPE_CHECKING:
     from bionemo_wds.prepare.options import PrepareOptions
@@ -84,7 +83,8 @@ def check_eden_options(opts: PrepareOptions) -> None:
     if opts.tags in HEADER_TAGS:
         raise BadInputError(
             f"--tags {opts.tags} reads FASTA header lines, which --source sharded-eden does not have; "
-            "use --tags sharded-eden (<ctrl_X> from a contig id X__...) or --tags none"
+            "use --tags sharded-eden (<ctrl_X> from a contig id X__...), regex:PATTERN (on the contig id), "
+            "tsv:FILE or none"
         )
     if opts.split_lists and opts.split_parquet:
         raise BadInputError("--split-list and --split-parquet both fix the split; give one of them")
@@ -267,14 +267,11 @@ def _refuse_disagreeing_lengths(listed: _Listed, lengths: np.ndarray, where: np.
         )
 
 
-def _tags(names: list[str], mode: str) -> list[str]:
-    """Control tag per contig: `eden_tag` for ``sharded-eden`` (each distinct tag checked once), else none."""
-    if mode != "sharded-eden":
+def _tags(names: list[str], rule: str) -> list[str]:
+    """Control tag per contig under `rule` (`prepare.tags`), from its id: a source without header lines."""
+    if rule == "none":
         return [""] * len(names)
-    tags = [eden_tag(n) for n in names]
-    for tag, name in dict(zip(tags, names)).items():
-        encode_tag(tag, name)
-    return tags
+    return tag_all(names, names, tagger(rule))
 
 
 def catalog_sharded_eden(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:

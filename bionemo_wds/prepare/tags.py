@@ -1,0 +1,133 @@
+"""Control tags (`--tags RULE`): the tag text each sequence gets, from its header line or its id.
+
+The loader puts a sequence's tag between BOS and SEP of each of its windows (Evo2's control tags);
+prepare only decides the text and leaves room for it in every window (`Catalog.max_tag_bytes`).
+Rules, in the way each data source writes its tags:
+
+- ``none``: no tag;
+- ``description``: the FASTA header text after the name;
+- ``lineage``: the taxonomic lineage in the header, Evo2's ``|d__...;p__...;...;s__Genus species|``
+  or a bare GTDB ``d__Bacteria;p__...``, normalised to the piped form (`lineage.find_lineage`);
+- ``sharded-eden``: ``<ctrl_x>`` for an id ``X__...``, as the sharded-Eden loader builds it;
+- ``regex:PATTERN``: the first capture group of the first match of PATTERN in the header line (name
+  and description, without ``>``; the contig id for sharded-Eden), the whole match without groups;
+- ``tsv:FILE``: lines ``seq_id<TAB>tag`` (read like `--group-by tsv:`, `groups.read_id_tsv`).
+
+A sequence the rule gives no tag is counted (`note_untagged`): a warning, and
+``params.source.tags.untagged_sequences`` in the manifest; ``--strict-tags`` makes it an error.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.lineage import find_lineage
+from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.groups import read_id_tsv
+from bionemo_wds.tokenizer import encode_tag
+
+#: The `--tags` rules without a parameter.
+TAG_MODES = ("none", "description", "lineage", "sharded-eden")
+#: Every `--tags` rule, as `--help` and messages name them.
+TAG_RULES = (*TAG_MODES, "regex:PATTERN", "tsv:FILE")
+#: Plain rules that read the header line's description (a source without headers cannot serve them).
+HEADER_TAGS = ("description", "lineage")
+
+
+def tag_rule_problem(rule: object) -> str | None:
+    """What is wrong with a `--tags` value, or None (a `regex:` must compile, a `tsv:` name a file)."""
+    if isinstance(rule, str):
+        if rule in TAG_MODES or (rule.startswith("tsv:") and len(rule) > 4):
+            return None
+        if rule.startswith("regex:") and len(rule) > 6:
+            try:
+                re.compile(rule[6:])
+            except re.error as exc:
+                return f"has an invalid regular expression ({exc})"
+            return None
+    return f"must be one of {', '.join(TAG_RULES)}"
+
+
+def reads_headers(rule: str) -> bool:
+    """Does `rule` read FASTA header lines (rather than sequence ids alone)?"""
+    return rule in HEADER_TAGS or rule.startswith("regex:")
+
+
+def tag_file(rule: str) -> str | None:
+    """The table a ``tsv:FILE`` rule reads, else None."""
+    return rule[4:] if rule.startswith("tsv:") else None
+
+
+def eden_tag(seq_id: str) -> str:
+    """The sharded-Eden control tag of a contig id: ``BCR__ECT-S1__CT1-1`` -> ``<ctrl_bcr>``."""
+    return f"<ctrl_{seq_id.split('__')[0].lower()}>"
+
+
+def _description(header: str) -> str:
+    parts = header.split(None, 1)
+    return parts[1] if len(parts) > 1 else ""
+
+
+def tagger(rule: str) -> Callable[[str], str]:
+    """Text -> tag under `rule` (empty: no tag). The text is the header line (name and description)
+    for a rule that `reads_headers`, else the sequence id. A ``tsv:`` table is read here, once."""
+    problem = tag_rule_problem(rule)
+    if problem is not None:
+        raise BadInputError(f"--tags {problem}, got {rule!r}")
+    if rule == "none":
+        return lambda text: ""
+    if rule == "sharded-eden":  # as the sharded-Eden loader builds it: <ctrl_{first '__' field, lower case}>
+        return lambda text: eden_tag(text.split(None, 1)[0] if text.strip() else text)
+    if rule == "description":
+        return _description
+    if rule == "lineage":
+        return lambda text: find_lineage(text) or ""
+    if rule.startswith("regex:"):
+        pattern = re.compile(rule[6:])
+
+        def by_regex(text: str) -> str:
+            found = pattern.search(text)
+            if found is None:
+                return ""
+            return (found.group(1) if pattern.groups else found.group(0)) or ""  # a group may not take part
+
+        return by_regex
+    path = rule[4:]
+    table = read_id_tsv(path, f"--tags {rule}", column="tag", conflict="has two tags")
+    return lambda text: table.get(text, "")
+
+
+def tag_for(header: str, rule: str) -> str:
+    """Control tag text of one sequence under `rule` (its header line, or its id; see `tagger`)."""
+    return tagger(rule)(header)
+
+
+def tag_all(names: list[str], texts: list[str], tag_of: Callable[[str], str]) -> list[str]:
+    """The tag of each sequence (`names[i]`, whose header line or id is `texts[i]`) by `tag_of` (a
+    `tagger`); a tag that is not printable ASCII is an error naming its sequence (`tokenizer.encode_tag`)."""
+    tags = [tag_of(text) for text in texts]
+    first: dict[str, str] = {}
+    for tag, name in zip(tags, names):
+        first.setdefault(tag, name)
+    for tag, name in first.items():  # each distinct tag checked once, naming its first sequence
+        encode_tag(tag, name)
+    return tags
+
+
+def note_untagged(catalog: Catalog, rule: str, strict: bool = False) -> Catalog:
+    """Count the sequences `rule` gave no tag, in ``catalog.notes["tags"]`` (for the manifest); when
+    any are, warn with the count and the first one, or, `strict` (``--strict-tags``), refuse."""
+    if rule == "none":
+        return catalog
+    names = catalog.names
+    untagged = [name for name, tag in zip(names, catalog.tags) if not tag]
+    catalog.notes["tags"] = {"rule": rule, "untagged_sequences": len(untagged)}
+    if untagged:
+        what = f"--tags {rule} gave no tag to {len(untagged)} of {len(names)} sequences (first: {untagged[0]!r})"
+        if strict:
+            raise BadInputError(f"{what}; --strict-tags refuses untagged sequences")
+        warnings.warn(f"{what}; they get an empty tag", stacklevel=2)
+    return catalog
