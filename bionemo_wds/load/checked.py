@@ -12,11 +12,15 @@ it, counts it and reads its records past the end of the file as filler when its 
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from bionemo_wds.format import MANIFEST_NAME, read_manifest, unlisted_shards
-from bionemo_wds.load.shard_errors import CorruptShardError, size_problem
+from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy, size_problem
+from bionemo_wds.storage.cache import RangeCache
+from bionemo_wds.storage.stats import StorageStats
 from bionemo_wds.storage.store import Store
 
 
@@ -66,3 +70,39 @@ def read_checked_manifest(
                 raise CorruptShardError(size_problem(url, size, shard["bytes"], where))
             sizes[url] = size
     return manifest, sizes
+
+
+@dataclass
+class OpenedDataset:
+    """What a loader needs of a prepared dataset before it reads: the checked manifest, the shard
+    sizes found, the damaged-shard policy, the storage counters and (remote) the node's range cache."""
+
+    manifest: dict[str, Any]
+    shard_sizes: dict[str, int | None]
+    policy: ShardErrorPolicy
+    stats: StorageStats
+    cache: RangeCache | None
+
+
+def open_dataset(
+    store: Store,
+    seq_length: int | None,
+    handler: str,
+    warn_strays: bool,
+    cache_dir: str | None = None,
+    cache_limit: int | None = None,
+) -> OpenedDataset:
+    """The dataset at `store`, checked (`read_checked_manifest`), with a policy and counters that live
+    in shared memory of the context the loader workers start with, and a `RangeCache` in `cache_dir`
+    for a remote dataset (a local one is read in place: a `cache_dir` for it warns)."""
+    manifest, sizes = read_checked_manifest(store, seq_length, handler, warn_strays)
+    expected = {store.url(sh["path"]): sh["n_samples"] for info in manifest["splits"].values() for sh in info["shards"]}
+    # the planned reader checks each record against the index itself: no per-record checks here
+    policy = ShardErrorPolicy(handler, expected, mp.get_context())
+    stats = store.stats = StorageStats(mp.get_context())
+    cache = None
+    if store.remote and cache_dir is not None:
+        cache = RangeCache(cache_dir, cache_limit, stats)
+    elif cache_dir is not None:
+        warnings.warn(f"cache_dir is for remote datasets; {store.root} is read in place", stacklevel=3)
+    return OpenedDataset(manifest, sizes, policy, stats, cache)

@@ -25,7 +25,7 @@ from typing import Any
 import lightning as L
 import webdataset as wds
 
-from bionemo_wds.load.checked import read_checked_manifest
+from bionemo_wds.load.checked import open_dataset
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, as_split, check_stage, epoch_batches, make_loader
 from bionemo_wds.load.memory_cache import MemoryCachedLoader, check_cache_memory
@@ -100,10 +100,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         tag_dropout: probability of dropping a training window's control tag (for a lineage tag,
             of replacing each rank by ``None``, as Evo2's ``random_lineage_dropout``), seeded by
             (seed, epoch, window key) so a resumed epoch drops the same ones.
-        cache_in_memory: splits whose batches this rank keeps in memory after the first pass (e.g.
-            ``("val",)``): later passes read no shard bytes. Not for train (its order changes by epoch).
-        cache_memory: where cached batches live: "plain", "pinned" (page-locked, for GPU copies) or
-            "shared" (shared memory).
+        cache_in_memory: splits (val, test) whose batches this rank keeps in memory after the first
+            pass, so later passes read no shard bytes; `cache_memory`: "plain", "pinned" or "shared".
     """
 
     def __init__(
@@ -165,19 +163,13 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.pass_start: dict[Split, dict[str, int]] = {}
         self.micro_batch_size = micro_batch_size
         self.requested_global_batch_size = global_batch_size
-        self.seq_length = seq_length
-        self.seed = seed
-        self.num_workers = num_workers
-        self.shuffle_buffer = shuffle_buffer
-        self.handler = handler
-        self.fasta = list(fasta or [])
-        self.prepare_options = dict(prepare_options or {})
+        self.seq_length, self.seed, self.handler = seq_length, seed, handler
+        self.num_workers, self.shuffle_buffer = num_workers, shuffle_buffer
+        self.fasta, self.prepare_options = list(fasta or []), dict(prepare_options or {})
         self.pin_memory = pin_memory
-        self.transfer_bytes = transfer_bytes
-        self.transfer_timeout = transfer_timeout
+        self.transfer_bytes, self.transfer_timeout = transfer_bytes, transfer_timeout
         self.manifest: dict[str, Any] | None = None
-        self.dp_rank, self.dp_size = dp_rank, dp_size
-        self.epoch_mode = epoch
+        self.dp_rank, self.dp_size, self.epoch_mode = dp_rank, dp_size, epoch
         self.world = World.detect(None, dp_rank, dp_size)  # checked now; detected again in setup()
         self.global_batch_size = global_batch_size or micro_batch_size
         self.policy = ShardErrorPolicy(handler)  # validated now; rebuilt with the manifest in setup
@@ -215,24 +207,13 @@ class GenomicWebDataModule(L.LightningDataModule):
         if self.manifest is None:  # once; later stages reuse the datasets built so far
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
             # under handler="warn" a shard of the wrong size is reported when its split is read
-            manifest, self.shard_sizes = read_checked_manifest(
-                self.store, self.seq_length, self.handler, warn_strays=self.world.rank == 0
+            opened = open_dataset(
+                self.store, self.seq_length, self.handler, self.world.rank == 0, self.cache_dir, self.cache_limit
             )
+            manifest, self.shard_sizes, self.policy = opened.manifest, opened.shard_sizes, opened.policy
+            self.stats, self.cache = opened.stats, opened.cache
             self.seq_length = manifest["params"]["seq_length"]
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
-            expected = {
-                self.store.url(sh["path"]): sh["n_samples"]
-                for info in manifest["splits"].values()
-                for sh in info["shards"]
-            }
-            # the skip counter lives in shared memory of the context the loader workers start with
-            # (the planned reader checks each record against the index itself: no per-record checks here)
-            self.policy = ShardErrorPolicy(self.handler, expected, mp.get_context())
-            self.stats = self.store.stats = StorageStats(mp.get_context())
-            if self.store.remote and self.cache_dir is not None:
-                self.cache = RangeCache(self.cache_dir, self.cache_limit, self.stats)
-            elif self.cache_dir is not None:
-                warnings.warn(f"cache_dir is for remote datasets; {self.root} is read in place", stacklevel=2)
             self.manifest = manifest
             for problem in self.samples.unused(manifest):
                 warnings.warn(f"{problem} ({self.root})", stacklevel=2)
@@ -348,11 +329,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         ``val_check_interval``). A split in `cache_in_memory` gets one `MemoryCachedLoader` for good."""
         if split in self.cached_splits and split in self.datasets:
             if split not in self.memory_cached:
+                read, start_at = partial(self.shard_loader, split), partial(self.eval_start.__setitem__, split)
                 self.memory_cached[split] = MemoryCachedLoader(
-                    partial(self.shard_loader, split),
-                    partial(self.eval_start.__setitem__, split),
-                    self.epoch_length(split),
-                    self.cache_memory,
+                    read, start_at, self.epoch_length(split), self.cache_memory
                 )
             return self.memory_cached[split]
         return self.shard_loader(split)
