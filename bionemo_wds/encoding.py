@@ -4,7 +4,8 @@ One tokenizer, two paths: a window encoded here and the same window read from pr
 through the same `stages.collate_compact` and `model_inputs.to_model_inputs`, so a model sees
 identical ``tokens``, ``labels``, ``loss_mask`` and ``position_ids`` at training and inference time.
 Sequences longer than a window are cut with the dataset's rule (`prepare.windows.window_table`:
-windows of ``seq_length - 3 - longest tag`` bases every `stride` bases, the last one aligned to the
+windows of ``seq_length - 3 - longest tag`` bases every `stride` bases (a lineage tag counted with
+the room prepare leaves for its ranks dropped to ``None``), the last one aligned to the
 sequence end unless ``tail="drop"``).
 """
 
@@ -18,6 +19,7 @@ import torch
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import window_key
+from bionemo_wds.lineage import dropout_length
 from bionemo_wds.load.model_inputs import to_model_inputs
 from bionemo_wds.load.stages import collate_compact
 from bionemo_wds.prepare.windows import TAIL_MODES, check_stride, window_length, window_table
@@ -80,7 +82,8 @@ def encode(
             raise BadInputError(
                 f"sequence #{i} has {chr(seq[bad])!r} at position {bad}, which is not an IUPAC nucleotide code"
             )
-    longest = max(map(len, tag_bytes)) if control_tags else 0
+    # the tag room prepare leaves (`Catalog.max_tag_bytes`), so windows fall where the dataset's do
+    longest = max(map(dropout_length, tag_list)) if control_tags else 0
     window = window_length(seq_length, longest)
     stride = window if stride is None else stride
     check_stride(stride, window, seq_length, longest)

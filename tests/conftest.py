@@ -80,3 +80,56 @@ def shard_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]
                         rows.append((seq_id, int(block.start[i]), int(block.window[i]), block.bases(i).tobytes(), tag))
         out[split] = rows
     return out
+
+
+#: Evo2-style lineage tags (header form ``>name |d__...;...;s__Genus species|``), of different lengths
+#: and depths: one down to the genus only, one with empty ranks (which grow to ``None`` when dropped).
+LINEAGES = (
+    "|d__Bacteria;p__Pseudomonadota;c__Gammaproteobacteria;o__Enterobacterales;f__Enterobacteriaceae;"
+    "g__Escherichia;s__Escherichia coli|",
+    "|d__Bacteria;p__Pseudomonadota;c__Gammaproteobacteria;o__Enterobacterales;f__Enterobacteriaceae;"
+    "g__Klebsiella;s__Klebsiella pneumoniae|",
+    "|d__Bacteria;p__Bacillota;c__Bacilli;o__Bacillales;f__Bacillaceae;g__Bacillus;s__Bacillus subtilis|",
+    "|d__Bacteria;p__Actinomycetota;c__Actinomycetes;o__Mycobacteriales;f__Mycobacteriaceae;g__Mycobacterium|",
+    "|d__Viruses;p__Uroviricota;c__Caudoviricetes;o__;f__;g__Lambdavirus;s__Lambdavirus lambda|",
+)
+
+
+def write_fasta(path: Path, seqs: dict[str, str], descriptions: dict[str, str] | None = None, width: int = 60) -> Path:
+    """Write `seqs` (name -> bases) as a FASTA, each header ``>name description`` when one is given."""
+    descriptions = descriptions or {}
+    with open(path, "w") as fh:
+        for name, seq in seqs.items():
+            desc = descriptions.get(name)
+            fh.write(f">{name} {desc}\n" if desc else f">{name}\n")
+            fh.writelines(seq[i : i + width] + "\n" for i in range(0, len(seq), width))
+    return path
+
+
+#: Piece lengths, cycled, that `lambda_pieces` cuts the lambda genome into (some shorter than a window).
+PIECE_LENGTHS = (120, 480, 260, 733, 199, 505)
+
+
+def lambda_pieces(seq: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The lambda genome cut into ~130 records (lengths cycling through `PIECE_LENGTHS`, the rest in
+    the last), every third with its middle third soft-masked (lower case), each with a lineage from
+    `LINEAGES` in its header: (name -> bases, name -> lineage)."""
+    seqs, tags, at, i = {}, {}, 0, 0
+    while at < len(seq):
+        n = PIECE_LENGTHS[i % len(PIECE_LENGTHS)]
+        piece = seq[at : at + n] if len(seq) - at - n >= 100 else seq[at:]
+        if i % 3 == 1:
+            third = len(piece) // 3
+            piece = piece[:third] + piece[third : 2 * third].lower() + piece[2 * third :]
+        name = f"lam{i:03d}"
+        seqs[name], tags[name] = piece, LINEAGES[i % len(LINEAGES)]
+        at, i = at + len(piece), i + 1
+    return seqs, tags
+
+
+@pytest.fixture(scope="session")
+def lambda_lineage_fa(tmp_path_factory, lambda_seq) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """`lambda_pieces` written as a FASTA: (path, name -> bases, name -> lineage tag). Read-only."""
+    seqs, tags = lambda_pieces(lambda_seq)
+    path = write_fasta(tmp_path_factory.mktemp("lambda_lineage") / "pieces.fa", seqs, tags)
+    return path, seqs, tags
