@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,6 +175,19 @@ def test_strict_tags_through_the_cli_exits_2_and_writes_nothing(tmp_path, header
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--tags lineage" in err[0] and "'plain'" in err[0] and "--strict-tags" in err[0]
     assert not out.exists()
+
+
+def test_the_cli_prints_the_untagged_warning_as_one_line(tmp_path, headers_fa):
+    """Through the real command (a subprocess, so Python's own warning display is what prints): one
+    line naming the command, the rule and the count, not a Python warning with its source line."""
+    out = tmp_path / "out"
+    argv = ["prepare", str(headers_fa), "--out", str(out), "-q", "--seq-length", "1024", "--stride", "800"]
+    cmd = [sys.executable, "-m", "bionemo_wds.cli", *argv, "--split", "1,0,0", "--tags", "lineage"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    warned = [line for line in done.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warned) == 1, done.stderr
+    assert warned[0].startswith("bionemo-wds prepare: warning: --tags lineage gave no tag to")
+    assert "UserWarning" not in done.stderr
 
 
 def test_a_fully_tagged_rule_neither_warns_nor_fails_with_strict_tags(tmp_path, headers_fa, recwarn):

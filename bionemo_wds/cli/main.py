@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
 
 from bionemo_wds import __version__
@@ -74,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(`bionemo-wds {command} --help` lists trainer/model/data options)",
         )
     args = parser.parse_args(argv)
+    shown = warnings.formatwarning
+    # a warning for the user (untagged sequences, ungrouped ones, stray shards) as one line, like errors
+    warnings.formatwarning = lambda message, *_, **__: f"bionemo-wds {args.command}: warning: {message}\n"
     try:
         if args.command == "prepare":
             return run_prepare(args)
@@ -100,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"bionemo-wds {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = shown
 
 
 if __name__ == "__main__":
