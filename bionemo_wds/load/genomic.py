@@ -1,7 +1,8 @@
 """`GenomicWebDataModule`: prepared genome shards (or FASTA) to model-ready batches in Lightning.
 
 A `LightningDataModule` composed from the public building blocks in `loaders`, `plan`, `planned`,
-`samples`, `transfer` and `memory_cache`. Per split it builds one dataset:
+`samples`, `transfer` and `memory_cache`; `passes.PassLoaders` runs its loaders, and several
+datasets mixed by weight make a `mixed.MixedWebDataModule`. Per split it builds one dataset:
 
     manifest's record index -> SplitRecords -> PlannedBatches (this rank's and worker's batches of
       the epoch plan) -> assemble (reverse complement and tag dropout when training) -> compact batch
@@ -15,10 +16,9 @@ Given ``fasta=[...]``, `prepare_data` runs the preparer once (under the output's
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -27,11 +27,12 @@ import webdataset as wds
 
 from bionemo_wds.load.checked import open_dataset
 from bionemo_wds.load.epochs import EpochState
-from bionemo_wds.load.loaders import Split, as_split, check_stage, epoch_batches, make_loader
+from bionemo_wds.load.loaders import Split, as_split, check_arguments, check_stage, epoch_batches
 from bionemo_wds.load.memory_cache import MemoryCachedLoader, check_cache_memory
-from bionemo_wds.load.model_inputs import keep_numpy, to_tensors
+from bionemo_wds.load.model_inputs import keep_numpy
+from bionemo_wds.load.passes import PassLoaders
 from bionemo_wds.load.plan import Consumed, RankPlan, split_batches, split_plan
-from bionemo_wds.load.planned import PlannedBatches, SplitRecords, in_order
+from bionemo_wds.load.planned import PlannedBatches, SplitRecords
 from bionemo_wds.load.resume import TrainProgress
 from bionemo_wds.load.samples import SampleOptions
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
@@ -39,13 +40,8 @@ from bionemo_wds.load.transfer import BatchTransfer
 from bionemo_wds.load.world import World
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.retry import RetryPolicy
-from bionemo_wds.storage.stats import FIELDS as STORAGE_FIELDS
 from bionemo_wds.storage.stats import StorageStats
 from bionemo_wds.storage.store import Store
-
-log = logging.getLogger(__name__)
-#: The epoch modes: "exact" (every window at most once, equal batches) or "resampled".
-EPOCH_MODES = ("exact", "resampled")
 
 #: Batch messages each loader worker may have in flight; its transfer ring has 2 more slots.
 PREFETCH = 2
@@ -53,7 +49,7 @@ PREFETCH = 2
 REQUIRED_SPLITS = {"fit": ("train",), "validate": ("val",), "test": ("test",), "predict": ("test",)}
 
 
-class GenomicWebDataModule(L.LightningDataModule):
+class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
     """Lightning data module over `bionemo-wds prepare` output.
 
     Args:
@@ -102,11 +98,24 @@ class GenomicWebDataModule(L.LightningDataModule):
             (seed, epoch, window key) so a resumed epoch drops the same ones.
         cache_in_memory: splits (val, test) whose batches this rank keeps in memory after the first
             pass, so later passes read no shard bytes; `cache_memory`: "plain", "pinned" or "shared".
+        datasets: several prepared datasets to train on, mixed with exact quotas instead of `shards`:
+            ``[{"path": ..., "weight": ...}, ...]`` (paths may be URLs; see `load.mixed`).
+        blend: an Evo2-format blend YAML (``dataset_prefix``, ``dataset_split``, ``dataset_weight``)
+            naming prepared datasets, instead of `shards` or `datasets`.
+        samples_per_epoch: windows in a mixed epoch (default: the sum of the datasets' train splits).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> GenomicWebDataModule:
+        """Several datasets (`datasets` or `blend`) make a `mixed.MixedWebDataModule`."""
+        if cls is GenomicWebDataModule and (kwargs.get("datasets") or kwargs.get("blend")):
+            from bionemo_wds.load.mixed import MixedWebDataModule
+
+            cls = MixedWebDataModule
+        return super().__new__(cls)
 
     def __init__(
         self,
-        shards: str,
+        shards: str | None = None,
         micro_batch_size: int = 8,
         global_batch_size: int | None = None,
         seq_length: int | None = None,
@@ -134,25 +143,19 @@ class GenomicWebDataModule(L.LightningDataModule):
         tag_dropout: float = 0.0,
         cache_in_memory: Sequence[str] = (),
         cache_memory: str = "plain",
+        datasets: list[dict[str, Any]] | None = None,
+        blend: str | None = None,
+        samples_per_epoch: int | None = None,
     ):
         super().__init__()
+        if shards is None or ((datasets or blend or samples_per_epoch) and type(self) is GenomicWebDataModule):
+            raise ValueError("give one dataset (shards) or several (datasets= or blend=, with samples_per_epoch)")
         self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
         check_cache_memory(cache_memory)
         self.cached_splits = {as_split(name, "cache_in_memory") for name in cache_in_memory}
         if Split.train in self.cached_splits:
             raise ValueError("cache_in_memory is for val and test: the train order changes every epoch")
-        if epoch not in EPOCH_MODES:
-            raise ValueError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
-        if micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
-        if global_batch_size is not None and global_batch_size < 1:
-            raise ValueError(
-                f"global_batch_size must be at least 1 (or None: micro x data-parallel size), got {global_batch_size}"
-            )
-        if fasta and seq_length is None:
-            raise ValueError("preparing from fasta needs seq_length")
-        if cache_limit is not None and cache_limit < 0:
-            raise ValueError(f"cache_limit must be non-negative bytes, got {cache_limit}")
+        check_arguments(micro_batch_size, global_batch_size, epoch, fasta, seq_length, cache_limit)
         self.save_hyperparameters()
         self.store = Store(shards, storage_options, RetryPolicy(retries, retry_backoff), what="shards")
         self.root = self.store.root
@@ -206,17 +209,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         splits = check_stage(stage)
         if self.manifest is None:  # once; later stages reuse the datasets built so far
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
-            # under handler="warn" a shard of the wrong size is reported when its split is read
-            opened = open_dataset(
-                self.store, self.seq_length, self.handler, self.world.rank == 0, self.cache_dir, self.cache_limit
-            )
-            manifest, self.shard_sizes, self.policy = opened.manifest, opened.shard_sizes, opened.policy
-            self.stats, self.cache = opened.stats, opened.cache
-            self.seq_length = manifest["params"]["seq_length"]
+            self.manifest = self.open_data(stage)
+            self.seq_length = self.manifest["params"]["seq_length"]
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
-            self.manifest = manifest
-            for problem in self.samples.unused(manifest):
-                warnings.warn(f"{problem} ({self.root})", stacklevel=2)
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing:
             raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
@@ -224,15 +219,34 @@ class GenomicWebDataModule(L.LightningDataModule):
             if split.name in self.manifest["splits"] and split not in self.datasets:
                 self.datasets[split] = self.build_dataset(split)
 
+    def open_data(self, stage: str) -> dict[str, Any]:
+        """Read and check the dataset (once): its manifest, with the policy, counters and cache set."""
+        # under handler="warn" a shard of the wrong size is reported when its split is read
+        opened = open_dataset(
+            self.store, self.seq_length, self.handler, self.world.rank == 0, self.cache_dir, self.cache_limit
+        )
+        self.shard_sizes, self.policy, self.stats, self.cache = (
+            opened.shard_sizes,
+            opened.policy,
+            opened.stats,
+            opened.cache,
+        )
+        for problem in self.samples.unused(opened.manifest):
+            warnings.warn(f"{problem} ({self.root})", stacklevel=3)
+        return opened.manifest
+
+    def split_records(self, split: Split) -> SplitRecords:
+        """Every record of `split`, from the manifest's record index."""
+        assert self.manifest is not None
+        info = self.manifest["splits"][split.name]
+        return SplitRecords.from_manifest(self.store, info, self.policy, self.shard_sizes, self.cache)
+
     def build_dataset(self, split: Split) -> wds.DataPipeline:
         """The split's dataset: the batches the epoch plan deals this rank's loader workers, assembled
         from records read by their index (`planned`), reverse-complemented when training."""
         assert self.manifest is not None
-        params, info = self.manifest["params"], self.manifest["splits"][split.name]
-        train = split is Split.train
-        self.records[split] = records = SplitRecords.from_manifest(
-            self.store, info, self.policy, self.shard_sizes, self.cache
-        )
+        params, train = self.manifest["params"], split is Split.train
+        self.records[split] = records = self.split_records(split)
         workers = self.num_workers
         window, max_tag = params["window_length"], params["max_tag_bytes"]
         stages: list[Any] = [
@@ -274,94 +288,6 @@ class GenomicWebDataModule(L.LightningDataModule):
         if self.epoch_mode != "resampled":
             return None
         return epoch_batches(self.manifest["splits"]["train"]["n_samples"], self.global_batch_size)
-
-    def start_pass(self, split: Split) -> None:
-        """Before a pass's workers start: its plan (from a restored position when there is one)."""
-        epoch = self.epochs[split].epoch
-        consumed = self.progress.start_pass(epoch) if split is Split.train else None
-        plan = self.plan_for(split, epoch, consumed)
-        start = self.eval_start.pop(split, 0) if split is not Split.train else 0
-        if start:  # the batches before it are held in memory (cache_in_memory)
-            plan = RankPlan(plan.batches[start:], first_batch=start, total_batches=plan.total_batches)
-        self.plans[split] = plan
-        if split is Split.train and plan.left_out and self.world.rank == 0:
-            log.info(
-                "epoch %d: %d train window(s) left out (fewer than one global batch of %d)",
-                epoch,
-                plan.left_out,
-                self.micro_batch_size * self.world.size,
-            )
-        transfer = self.transfers.get(split)
-        if transfer is not None:
-            transfer.new_generation()
-        if self.stats is not None:
-            self.pass_start[split] = self.stats.snapshot()
-
-    def current_plan(self, split: Split) -> RankPlan:
-        """The plan of the pass under way (set by `start_pass`)."""
-        return self.plans[split]
-
-    def count_yielded(self, src: Any) -> Any:
-        """(main side) Counts training batches as the loader yields them when no Trainer consumes them."""
-        for batch in src:
-            if self.trainer is None:
-                self.progress.batches += 1
-            yield batch
-
-    def log_storage(self, split: Split, src: Iterable[Any]) -> Iterator[Any]:
-        """(main side) After a pass over a remote dataset, log what it fetched (`storage_stats`)."""
-        yield from src
-        if self.store.remote and self.stats is not None and split in self.pass_start:
-            counts = StorageStats.since(self.stats.snapshot(), self.pass_start[split])
-            log.info("%s epoch %d: %s", split.name, self.epochs[split].epoch, StorageStats.describe(counts))
-
-    @property
-    def storage_stats(self) -> dict[str, int]:
-        """What the storage layer did so far, over all loader workers: bytes fetched, requests,
-        cache hits and misses, retries, shards skipped (all zero for a local dataset)."""
-        return self.stats.snapshot() if self.stats is not None else dict.fromkeys(STORAGE_FIELDS, 0)
-
-    # -- loaders ----------------------------------------------------------------------------------
-
-    def loader(self, split: Split) -> Any:
-        """A loader over the split's planned batches. Its ``len()`` is the epoch's number of batches, so
-        Lightning knows the epoch (progress bars, ``estimated_stepping_batches``, a float
-        ``val_check_interval``). A split in `cache_in_memory` gets one `MemoryCachedLoader` for good."""
-        if split in self.cached_splits and split in self.datasets:
-            if split not in self.memory_cached:
-                read, start_at = partial(self.shard_loader, split), partial(self.eval_start.__setitem__, split)
-                self.memory_cached[split] = MemoryCachedLoader(
-                    read, start_at, self.epoch_length(split), self.cache_memory
-                )
-            return self.memory_cached[split]
-        return self.shard_loader(split)
-
-    def shard_loader(self, split: Split) -> wds.WebLoader:
-        """A loader reading the split's planned batches from its shards."""
-        if split not in self.datasets:
-            raise ValueError(f"the {split.name} dataloader was asked for before setup() built the {split.name} dataset")
-        transfer = self.transfers.get(split)
-        first = partial(lambda s: self.plans[s].first_batch, split)
-        prebatch = [
-            *([transfer.from_workers()] if transfer else []),
-            in_order(first),
-            *([self.count_yielded] if split is Split.train else []),
-            partial(self.log_storage, split),
-            to_tensors(pin_memory=self.pin_memory),
-        ]
-        epoch = self.epochs[split].next_epoch if self.trainer_epoch() is None else self.trainer_epoch()
-        restored = self.progress.restored
-        consumed = restored[1] if split is Split.train and restored and restored[0] == epoch else None
-        length = self.epoch_length(split, consumed)
-        return make_loader(
-            self.datasets[split],
-            self.loader_kwargs[split],
-            prebatch,
-            epoch=self.epochs[split],
-            epoch_source=self.trainer_epoch,
-            before_pass=partial(self.start_pass, split),
-            length=length,
-        )
 
     def train_dataloader(self) -> wds.WebLoader:
         return self.loader(Split.train)

@@ -87,6 +87,33 @@ def shard_urls(directory: str, prefix: str, split: Split) -> list[str]:
     return urls
 
 
+#: The epoch modes: "exact" (every window at most once, equal batches) or "resampled".
+EPOCH_MODES = ("exact", "resampled")
+
+
+def check_arguments(
+    micro_batch_size: int,
+    global_batch_size: int | None,
+    epoch: str,
+    fasta: Sequence[str] | None,
+    seq_length: int | None,
+    cache_limit: int | None,
+) -> None:
+    """The data module's batch, epoch and cache arguments, checked before anything is read."""
+    if epoch not in EPOCH_MODES:
+        raise ValueError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
+    if global_batch_size is not None and global_batch_size < 1:
+        raise ValueError(
+            f"global_batch_size must be at least 1 (or None: micro x data-parallel size), got {global_batch_size}"
+        )
+    if fasta and seq_length is None:
+        raise ValueError("preparing from fasta needs seq_length")
+    if cache_limit is not None and cache_limit < 0:
+        raise ValueError(f"cache_limit must be non-negative bytes, got {cache_limit}")
+
+
 def epoch_batches(n_samples: int, global_batch_size: int) -> int:
     """Batches in bionemo's pseudo-epoch: ``ceil(n_samples / global_batch_size)``."""
     if global_batch_size < 1:

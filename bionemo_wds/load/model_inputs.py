@@ -75,7 +75,7 @@ def to_model_inputs(
     on_cpu = isinstance(bases, np.ndarray) or bases.device.type == "cpu"
     build = model_inputs_cpu if on_cpu else model_inputs_gather
     out = build(batch, seq_length, control_tags, fold_case, soft_mask_weight)
-    for passthrough in ("keys", "seq_id", "start", "rc", "lengths"):
+    for passthrough in ("keys", "seq_id", "start", "rc", "lengths", "dataset"):
         if passthrough in batch:
             value = batch[passthrough]
             out[passthrough] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value

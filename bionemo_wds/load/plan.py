@@ -165,7 +165,15 @@ def train_plan(
 ) -> RankPlan:
     """Rank `dp_rank`'s batches for a training epoch (from the resume position `consumed`)."""
     _check_rank(dp_rank, dp_size, micro)
-    full = epoch_sequence(table, seed, epoch, mix)
+    return plan_of_sequence(epoch_sequence(table, seed, epoch, mix), dp_rank, dp_size, micro, consumed)
+
+
+def plan_of_sequence(
+    full: np.ndarray, dp_rank: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = ()
+) -> RankPlan:
+    """Rank `dp_rank`'s batches of an epoch whose windows, in order, are `full` (from the resume
+    position `consumed`): every rank a contiguous run of whole global batches (steps 2-3 above)."""
+    _check_rank(dp_rank, dp_size, micro)
     sequence = remaining_sequence(full, consumed)
     runs, tail = _runs(sequence, dp_size, micro)
     done = sum(seg.batches for seg in consumed)

@@ -110,6 +110,11 @@ class SplitRecords:
         records.damaged = {int(first[n]) + r for n, bad in enumerate(damaged_local) for r in bad}
         return records
 
+    def resolve(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]] | None]:
+        """Plan window ids -> (window ids of this table, dataset of each, (seed, epoch) of each
+        window's draws): the ids themselves here; `mixed.MixedRecords` decodes mixed plans."""
+        return ids, None, None
+
     def key(self, record: int) -> str:
         """The record's member key, as prepare names it."""
         return f"{int(self.table.shard[record]):06d}-{int(self.local[record]):06d}"
@@ -259,7 +264,7 @@ class PlannedBatches(IterableDataset):
         if not self.records.shards.reads_ahead:
             return  # local files: the page cache reads ahead, so no need to work out which records
         ids = plan.batches[batches].ravel()
-        records, _ = self.records.table.locate(ids[ids != FILLER])
+        records, _ = self.records.table.locate(self.records.resolve(ids[ids != FILLER])[0])
         self.records.prefetch([r for r in dict.fromkeys(records.tolist()) if r not in cache])
 
     def windows(
@@ -268,13 +273,15 @@ class PlannedBatches(IterableDataset):
         """The windows of batch `b` of the plan (filler where the plan or a damaged record says so)."""
         ids = plan.batches[b]
         real = ids != FILLER
-        records, rows = self.records.table.locate(ids[real])
-        windows, it = [], iter(zip(records.tolist(), rows.tolist()))
+        found, sources, draws = self.records.resolve(ids[real])
+        records, rows = self.records.table.locate(found)
+        windows, it = [], iter(enumerate(zip(records.tolist(), rows.tolist())))
+        source_of = sources.tolist() if sources is not None else None
         for is_real in real.tolist():
             if not is_real:
                 windows.append(Window(FILLER_ROWS, 0))
                 continue
-            record, row = next(it)
+            n, (record, row) = next(it)
             if record in cache:
                 cache.move_to_end(record)
             else:
@@ -283,14 +290,18 @@ class PlannedBatches(IterableDataset):
                 if len(cache) > self.cache_records:
                     cache.popitem(last=False)
             block = cache[record]
-            windows.append(Window(block, row) if block is not None else Window(FILLER_ROWS, 0))
+            window = Window(block, row) if block is not None else Window(FILLER_ROWS, 0)
+            if source_of is not None and draws is not None and block is not None:
+                window.source, window.draw = source_of[n], draws[n]
+            windows.append(window)
         return windows
 
     def reporter(self, plan: RankPlan, record: int, workers: int) -> int:
         """The worker that reports a damaged record: the one producing its first window's batch
         (so a record is counted once however many workers read it)."""
-        first = self.records.table.first
-        hits = np.flatnonzero(((plan.batches >= first[record]) & (plan.batches < first[record + 1])).any(axis=1))
+        first, ids = self.records.table.first, plan.batches.copy()
+        ids[ids != FILLER] = self.records.resolve(ids[ids != FILLER])[0]
+        hits = np.flatnonzero(((ids >= first[record]) & (ids < first[record + 1])).any(axis=1))
         return int(hits[0]) // self.unit % max(workers, 1) if len(hits) else 0
 
 
@@ -319,6 +330,9 @@ def _assemble(
         batch = collate_compact(windows, window, max_tag)
         batch["filler"] = np.fromiter((w.block is FILLER_ROWS for w in windows), dtype=bool, count=len(windows))
         batch["keys"] = [k if w.block is not FILLER_ROWS else "" for k, w in zip(batch["keys"], windows)]
+        batch["dataset"] = np.fromiter(
+            (w.source if w.block is not FILLER_ROWS else -1 for w in windows), dtype=np.int16, count=len(windows)
+        )
         batch["index"] = index
         yield batch
 

@@ -59,12 +59,16 @@ class BlockRows:
 class Window(Mapping):
     """One window: row `row` of a decoded record, on the strand `rc` says."""
 
-    __slots__ = ("_key", "_tag", "block", "rc", "row")
+    __slots__ = ("_key", "_tag", "block", "draw", "rc", "row", "source")
 
     def __init__(self, block: BlockRows, row: int, rc: bool = False):
         self.block, self.row, self.rc = block, row, rc
         self._key: str | None = None
         self._tag: bytes | None = None  # set by tag dropout; None: the record's tag
+        self.source = 0  # the dataset it comes from (several are mixed in `load.mixing`)
+        # (seed, epoch) its random draws (RC coin, tag dropout) come from, when not the pass's own:
+        # a mixed dataset's window draws by its stream's seed and pass, so each repeat draws afresh
+        self.draw: tuple[int, int] | None = None
 
     @property
     def key(self) -> str:
@@ -172,7 +176,7 @@ def _reverse_complement(
     salt, always = flip_salt(seed, epoch.epoch if epoch else 0), p >= 1
     for sample in src:
         if isinstance(sample, Window):
-            if always or salted_flip(sample.key, p, salt):
+            if always or salted_flip(sample.key, p, salt if sample.draw is None else flip_salt(*sample.draw)):
                 sample.rc = not sample.rc
         elif always or salted_flip(sample["key"], p, salt):
             sample = {**sample, "bases": reverse_complement_bases(sample["bases"]), "rc": not sample["rc"]}
@@ -202,7 +206,7 @@ def _tag_dropout(src: Iterable[Any], p: float = 0.0, seed: int = 0, epoch: Epoch
     salt = tag_salt(seed, epoch.epoch if epoch else 0)
     for sample in src:
         if isinstance(sample, Window):
-            sample.tag = dropped_tag(sample.tag, sample.key, p, salt)
+            sample.tag = dropped_tag(sample.tag, sample.key, p, salt if sample.draw is None else tag_salt(*sample.draw))
         else:
             sample = {**sample, "tag": dropped_tag(sample["tag"], sample["key"], p, salt)}
         yield sample

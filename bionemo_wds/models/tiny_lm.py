@@ -77,17 +77,19 @@ class TinyDNALM(L.LightningModule):
         self.log("train_loss", loss, prog_bar=True, batch_size=batch["tokens"].shape[0])
         return loss
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+    # dataloader_idx: a blend of datasets validates each in a loader of its own (Lightning logs
+    # val_loss/dataloader_idx_N for each)
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         loss = self._loss(batch)
         self.log("val_loss", loss, prog_bar=True, batch_size=batch["tokens"].shape[0])
         return loss
 
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         loss = self._loss(batch)
         self.log("test_loss", loss, batch_size=batch["tokens"].shape[0])
         return loss
 
-    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
         logits = self(batch["tokens"], batch["position_ids"])
         return {"keys": batch.get("keys"), "next_token": logits.argmax(-1)}
 
