@@ -86,10 +86,20 @@ def follow_seq_length(config: Any) -> None:
             return
         from bionemo_wds.format import read_manifest
 
-        seq_length = read_manifest(config.get("data.shards"), config.get("data.storage_options"))["params"][
-            "seq_length"
-        ]
+        seq_length = read_manifest(first_dataset(config), config.get("data.storage_options"))["params"]["seq_length"]
     init_args["max_len"] = seq_length
+
+
+def first_dataset(config: Any) -> str:
+    """The root of the data module's dataset: `data.shards`, or the first train dataset of a blend
+    (`data.datasets` or `data.blend`; every dataset of a blend has the same seq_length)."""
+    if config.get("data.shards") is not None or not (config.get("data.datasets") or config.get("data.blend")):
+        return config.get("data.shards")
+    from bionemo_wds.load.blend import entries_for, parse_datasets, read_blend
+
+    datasets = config.get("data.datasets")
+    entries = parse_datasets(datasets) if datasets else read_blend(config.get("data.blend"))
+    return entries_for(entries, "train")[0].path
 
 
 def user_error(exc: BaseException) -> BaseException | None:

@@ -2,7 +2,7 @@
 
 A `LightningDataModule` composed from the public building blocks in `loaders`, `plan`, `planned`,
 `samples`, `transfer` and `memory_cache`; `passes.PassLoaders` runs its loaders, and several
-datasets mixed by weight make a `mixed.MixedWebDataModule`. Per split it builds one dataset:
+datasets mixed by weight are a `mixed.Mixture` it delegates to. Per split it builds one dataset:
 
     manifest's record index -> SplitRecords -> PlannedBatches (this rank's and worker's batches of
       the epoch plan) -> assemble (reverse complement and tag dropout when training) -> compact batch
@@ -23,12 +23,14 @@ from functools import partial
 from typing import Any
 
 import lightning as L
+import numpy as np
 import webdataset as wds
 
 from bionemo_wds.load.checked import open_dataset
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, as_split, check_arguments, check_stage, epoch_batches
 from bionemo_wds.load.memory_cache import MemoryCachedLoader, check_cache_memory
+from bionemo_wds.load.mixed import Mixture
 from bionemo_wds.load.model_inputs import keep_numpy
 from bionemo_wds.load.passes import PassLoaders
 from bionemo_wds.load.plan import Consumed, RankPlan, split_batches, split_plan
@@ -105,14 +107,6 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         samples_per_epoch: windows in a mixed epoch (default: the sum of the datasets' train splits).
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> GenomicWebDataModule:
-        """Several datasets (`datasets` or `blend`) make a `mixed.MixedWebDataModule`."""
-        if cls is GenomicWebDataModule and (kwargs.get("datasets") or kwargs.get("blend")):
-            from bionemo_wds.load.mixed import MixedWebDataModule
-
-            cls = MixedWebDataModule
-        return super().__new__(cls)
-
     def __init__(
         self,
         shards: str | None = None,
@@ -148,7 +142,14 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         samples_per_epoch: int | None = None,
     ):
         super().__init__()
-        if shards is None or ((datasets or blend or samples_per_epoch) and type(self) is GenomicWebDataModule):
+        self.save_hyperparameters()
+        self.mixture: Mixture | None = None
+        if datasets is not None or blend is not None:
+            if shards is not None:
+                raise ValueError("give one dataset (shards) or several (datasets= or blend=), not both")
+            self.mixture = Mixture.from_arguments(self, datasets, blend, samples_per_epoch, dict(self.hparams))
+            shards = self.mixture.first_path
+        elif shards is None or samples_per_epoch is not None:
             raise ValueError("give one dataset (shards) or several (datasets= or blend=, with samples_per_epoch)")
         self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
         check_cache_memory(cache_memory)
@@ -156,7 +157,6 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         if Split.train in self.cached_splits:
             raise ValueError("cache_in_memory is for val and test: the train order changes every epoch")
         check_arguments(micro_batch_size, global_batch_size, epoch, fasta, seq_length, cache_limit)
-        self.save_hyperparameters()
         self.store = Store(shards, storage_options, RetryPolicy(retries, retry_backoff), what="shards")
         self.root = self.store.root
         self.cache_dir, self.cache_limit = cache_dir, cache_limit
@@ -213,14 +213,21 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
             self.seq_length = self.manifest["params"]["seq_length"]
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
-        if missing:
+        if missing and self.mixture is None:  # a mixture's val and test are its datasets' own
             raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
         for split in splits:
             if split.name in self.manifest["splits"] and split not in self.datasets:
                 self.datasets[split] = self.build_dataset(split)
+        if self.mixture is not None:
+            self.mixture.setup_eval(splits, stage)
 
     def open_data(self, stage: str) -> dict[str, Any]:
-        """Read and check the dataset (once): its manifest, with the policy, counters and cache set."""
+        """Read and check the dataset (once): its manifest, with the policy, counters and cache set
+        (a mixture's: its datasets', and a manifest of the mix)."""
+        if self.mixture is not None:
+            manifest = self.mixture.open()
+            self.policy = self.mixture.policy()
+            return manifest
         # under handler="warn" a shard of the wrong size is reported when its split is read
         opened = open_dataset(
             self.store, self.seq_length, self.handler, self.world.rank == 0, self.cache_dir, self.cache_limit
@@ -236,8 +243,10 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         return opened.manifest
 
     def split_records(self, split: Split) -> SplitRecords:
-        """Every record of `split`, from the manifest's record index."""
+        """Every record of `split`, from the manifest's record index (a mixture: every train dataset's)."""
         assert self.manifest is not None
+        if self.mixture is not None:
+            return self.mixture.train_records()  # type: ignore[return-value]
         info = self.manifest["splits"][split.name]
         return SplitRecords.from_manifest(self.store, info, self.policy, self.shard_sizes, self.cache)
 
@@ -271,6 +280,8 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
 
     def plan_for(self, split: Split, epoch: int, consumed: list[Consumed] | None = None) -> RankPlan:
         """This rank's batches of `split` in `epoch` (training: from the `consumed` position)."""
+        if self.mixture is not None and split is Split.train:
+            return self.mixture.plan(epoch, consumed)
         world, table = self.world, self.records[split].table
         train, pseudo = split is Split.train, self.pseudo_epoch_batches()
         micro, mix = self.micro_batch_size, self.shuffle_buffer
@@ -278,6 +289,8 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
 
     def epoch_length(self, split: Split, consumed: list[Consumed] | None = None) -> int:
         """Batches of an epoch of `split` on every rank, by arithmetic (what ``len(loader)`` reports)."""
+        if self.mixture is not None and split is Split.train:
+            return self.mixture.epoch_length(consumed)
         world, n_windows = self.world, self.records[split].table.n_windows
         train, pseudo = split is Split.train, self.pseudo_epoch_batches()
         return split_batches(n_windows, train, pseudo, world.rank, world.size, self.micro_batch_size, consumed or [])
@@ -293,15 +306,18 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         return self.loader(Split.train)
 
     def val_dataloader(self) -> Any:
-        """The val loader, or no batches at all when the dataset has no val split."""
+        """The val loader, or no batches at all when the dataset has no val split (a mixture: one
+        loader per dataset, Lightning's multiple dataloaders)."""
         assert self.manifest is not None, "setup() first"
+        if self.mixture is not None:
+            return self.mixture.eval_loaders(Split.val)
         return self.loader(Split.val) if "val" in self.manifest["splits"] else []
 
     def test_dataloader(self) -> Any:
-        return self.loader(Split.test)
+        return self.mixture.eval_loaders(Split.test) if self.mixture is not None else self.loader(Split.test)
 
     def predict_dataloader(self) -> Any:
-        return self.loader(Split.test)
+        return self.test_dataloader()
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass of every loader (outside a Trainer) epoch `epoch`; later passes count on from it."""
@@ -321,9 +337,19 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         return self.samples.model_inputs(compact, self.seq_length)
 
     @property
+    def quotas(self) -> np.ndarray | None:
+        """A mixture's windows of each train dataset per epoch (None for one dataset)."""
+        return self.mixture.quotas if self.mixture is not None else None
+
+    @property
+    def source_counts(self) -> dict[int, dict[str, int]]:
+        """A mixture's windows of each train dataset yielded on this rank, per epoch (empty for one dataset)."""
+        return self.mixture.source_counts if self.mixture is not None else {}
+
+    @property
     def skipped(self) -> int:
         """Damaged records or shards skipped so far under ``handler="warn"``."""
-        return self.policy.skipped
+        return self.mixture.skipped() if self.mixture is not None else self.policy.skipped
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if self.trainer is not None and self.trainer.training:
@@ -334,12 +360,15 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         """Seed, epoch, the batches consumed in it (per data-parallel layout) and the layout: what a
         restore needs to continue the epoch exactly, with any number of workers or ranks."""
         epoch_total = self.epoch_length(Split.train, self.progress.before) if Split.train in self.records else None
-        return self.progress.state(self.seed, self.world.size, self.micro_batch_size, epoch_total)
+        state = self.progress.state(self.seed, self.world.size, self.micro_batch_size, epoch_total)
+        return self.mixture.add_state(state) if self.mixture is not None else state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("seed", self.seed) != self.seed:
             warnings.warn(
                 f"checkpoint was made with seed {state['seed']}; this data module uses {self.seed}", stacklevel=2
             )
+        if self.mixture is not None:
+            self.mixture.check_state(state)
         self.progress.restore(state)
         self.epochs[Split.train].next_epoch = int(state.get("epoch", 0))  # the next pass, without a Trainer

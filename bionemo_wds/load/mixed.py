@@ -1,7 +1,7 @@
 """Several prepared datasets mixed by weight with exact, resumable quotas (Evo2's blended training).
 
 `GenomicWebDataModule(datasets=[{"path": ..., "weight": ...}, ...])` or ``blend="blend.yaml"``
-(Evo2's format, `load.blend`) makes a `MixedWebDataModule`. Each dataset is opened by a data
+(Evo2's format, `load.blend`) gives the data module a `Mixture`. Each dataset is opened by a data
 module of its own (its store, manifest, damaged-shard policy, storage counters and cache); training
 reads their train splits as one table (`MixedRecords`) in the mixed epoch plan of `load.mixing`:
 exact quotas per epoch, spread evenly, every rank the same number of batches, resumable (also on
@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.load.blend import BlendEntry, entries_for, parse_datasets, read_blend, shares
-from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.loaders import Split, check_stage
+from bionemo_wds.load.loaders import Split
 from bionemo_wds.load.mixing import mixed_plan, mixed_sequence, quotas, source_seed, split_virtual, stream_positions
 from bionemo_wds.load.plan import Consumed, RankPlan, RecordTable, remaining_sequence, train_batches
 from bionemo_wds.load.planned import SplitRecords
@@ -29,6 +28,8 @@ from bionemo_wds.storage.stats import FIELDS as STORAGE_FIELDS
 
 log = logging.getLogger(__name__)
 
+#: The data module arguments that make a blend (every other one goes to each dataset's own module).
+MIXING_ARGUMENTS = ("shards", "micro_batch_size", "datasets", "blend", "samples_per_epoch")
 #: What every dataset of a blend must agree on (the tokenizer's stored case may differ: the loader folds it).
 AGREE_PARAMS = ("seq_length",)
 
@@ -80,59 +81,73 @@ class MixedRecords:
             part.close()
 
 
-class MixedWebDataModule(GenomicWebDataModule):
-    """`GenomicWebDataModule` over several datasets (see the module docstring); made by
-    ``GenomicWebDataModule(datasets=...)`` or ``GenomicWebDataModule(blend=...)``."""
+class Mixture:
+    """The several datasets of one `GenomicWebDataModule` (made by its ``datasets=`` or ``blend=``):
+    each opened by a data module of its own, their train splits read as one mixed epoch plan.
 
-    def __init__(self, shards: str | None = None, micro_batch_size: int = 8, **options: Any):
-        if shards is not None:
-            raise ValueError("give either shards (one dataset) or datasets=/blend= (several), not both")
-        datasets, blend = options.get("datasets"), options.get("blend")
-        if (datasets is None) == (blend is None):
-            raise ValueError("give either datasets=[{'path': ..., 'weight': ...}, ...] or blend='blend.yaml'")
+    Args:
+        module: the data module mixing them (its seed, world, micro batch, mix block and options).
+        entries: the blend (`blend.parse_datasets` / `blend.read_blend`).
+        samples_per_epoch: windows in a mixed epoch (None: the sum of the train datasets' windows).
+        options: the data module arguments every dataset's own module gets.
+    """
+
+    def __init__(self, module: Any, entries: list[BlendEntry], samples_per_epoch: int | None, options: dict[str, Any]):
+        self.module, self.options = module, options
+        self.entries = {split: entries_for(entries, split) for split in ("train", "val", "test")}
+        if not self.entries["train"]:
+            raise ValueError("a blend needs at least one train dataset")
+        if samples_per_epoch is not None and samples_per_epoch < 1:
+            raise ValueError(f"samples_per_epoch must be at least 1, got {samples_per_epoch}")
+        # without val/test entries, each train dataset's own val/test split (where it has one) is read
+        self.implicit = {split: not self.entries[split] for split in ("val", "test")}
+        for split in ("val", "test"):
+            self.entries[split] = self.entries[split] or self.entries["train"]
+        self.samples_per_epoch = samples_per_epoch
+        self.names = unique_names([e.name for e in self.entries["train"]])
+        self.sources: dict[str, Any] = {}  # one data module per dataset path
+        self.quotas = np.zeros(0, dtype=np.int64)
+        self.seeds: list[int] = []
+        self.records: MixedRecords | None = None
+        self.source_counts: dict[int, dict[str, int]] = {}  # per epoch: windows of each dataset this rank yielded
+
+    @classmethod
+    def from_arguments(
+        cls, module: Any, datasets: list[dict[str, Any]] | None, blend: str | None, samples: int | None, options: Any
+    ) -> Mixture:
+        """From the data module's ``datasets=`` or ``blend=`` (one of them) and its other arguments."""
+        if datasets is not None and blend is not None:
+            raise ValueError("give datasets=[{'path': ..., 'weight': ...}, ...] or blend='blend.yaml', not both")
         if options.get("fasta"):
             raise ValueError("fasta= prepares one dataset; prepare each dataset of a blend first")
         if options.get("epoch", "exact") != "exact":
             raise ValueError('a mixed epoch has exact quotas: use epoch="exact" with samples_per_epoch')
         entries = parse_datasets(datasets) if datasets is not None else read_blend(str(blend))
-        self.entries = {split: entries_for(entries, split) for split in ("train", "val", "test")}
-        if not self.entries["train"]:
-            raise ValueError("a blend needs at least one train dataset")
-        # without val/test entries, each train dataset's own val/test split (where it has one) is read
-        self.implicit = {split: not self.entries[split] for split in ("val", "test")}
-        for split in ("val", "test"):
-            self.entries[split] = self.entries[split] or self.entries["train"]
-        samples = options.get("samples_per_epoch")
-        if samples is not None and samples < 1:
-            raise ValueError(f"samples_per_epoch must be at least 1, got {samples}")
-        child = {k: v for k, v in options.items() if k not in ("datasets", "blend", "samples_per_epoch")}
-        self.child_options = {**child, "cache_in_memory": child.get("cache_in_memory", ())}
-        super().__init__(self.entries["train"][0].path, micro_batch_size, **options)
-        self.samples_per_epoch = samples
-        self.names = unique_names([e.name for e in self.entries["train"]])
-        self.sources: dict[str, GenomicWebDataModule] = {}  # one data module per dataset path
-        self.quotas = np.zeros(0, dtype=np.int64)
-        self.seeds: list[int] = []
-        self.source_counts: dict[int, dict[str, int]] = {}  # per epoch: windows of each dataset this rank yielded
+        # the rest go to every dataset's own module (not LightningCLI's "_instantiator" and such)
+        own = {k: v for k, v in options.items() if k not in MIXING_ARGUMENTS and not k.startswith("_")}
+        return cls(module, entries, samples, own)
+
+    @property
+    def first_path(self) -> str:
+        return self.entries["train"][0].path
 
     # -- opening every dataset ------------------------------------------------------------------------
 
-    def source(self, path: str) -> GenomicWebDataModule:
+    def source(self, path: str) -> Any:
         """The data module of one dataset of the blend (made once, on this rank's data-parallel place)."""
         if path not in self.sources:
-            world = self.world
-            options = {**self.child_options, "dp_rank": world.rank, "dp_size": world.size}
-            self.sources[path] = GenomicWebDataModule(path, self.micro_batch_size, **options)
+            module, world = self.module, self.module.world
+            options = {**self.options, "dp_rank": world.rank, "dp_size": world.size}
+            self.sources[path] = type(module)(path, module.micro_batch_size, **options)
         return self.sources[path]
 
-    def open_data(self, stage: str) -> dict[str, Any]:
+    def open(self) -> dict[str, Any]:
         """Open the train datasets (and check they agree), set the quotas, log the shares; the
         manifest returned describes the mix (its seq_length, widest window and tag room)."""
         train, manifests = self.entries["train"], []
         for entry in train:
             source = self.source(entry.path)
             source.setup("fit")
-            assert source.manifest is not None
             manifests.append(source.manifest)
         self.check_agreement(train, manifests)
         params = dict(manifests[0]["params"])
@@ -141,14 +156,13 @@ class MixedWebDataModule(GenomicWebDataModule):
         sizes = [table.n_windows for table in self.tables()]
         length = self.samples_per_epoch or sum(sizes)
         self.quotas = quotas([e.weight for e in train], length)
-        self.seeds = [source_seed(self.seed, d) for d in range(len(train))]
-        if self.world.rank == 0:
+        self.seeds = [source_seed(self.module.seed, d) for d in range(len(train))]
+        if self.module.world.rank == 0:
             for name, entry, share, quota, size in zip(self.names, train, shares(train), self.quotas.tolist(), sizes):
                 log.info(
                     "blend: %s (%s) weight %g, share %.4f: %d of %d windows per epoch (it has %d)",
                     *(name, entry.path, entry.weight, share, quota, length, size),
                 )
-        self.policy = self.source(train[0].path).policy
         return {"params": params, "splits": {"train": {"n_samples": int(length)}}}
 
     def check_agreement(self, entries: list[BlendEntry], manifests: list[dict[str, Any]]) -> None:
@@ -168,11 +182,8 @@ class MixedWebDataModule(GenomicWebDataModule):
                     f"datasets of a blend must share a tokenizer: {first.path} has {mine}, {entry.path} has {theirs}"
                 )
 
-    def setup(self, stage: str) -> None:
-        """Open the blend once, then build the mixed train dataset and each val/test dataset's own."""
-        splits = check_stage(stage)
-        if self.manifest is None:
-            super().setup("fit")  # opens the blend, builds the mixed train dataset
+    def setup_eval(self, splits: tuple[Split, ...], stage: str) -> None:
+        """Build each val/test dataset's own dataset (one loader per dataset)."""
         for split in splits:
             if split is Split.train:
                 continue
@@ -188,53 +199,55 @@ class MixedWebDataModule(GenomicWebDataModule):
         manifest = self.source(entry.path).manifest
         return manifest is not None and split.name in manifest["splits"]
 
-    def split_records(self, split: Split) -> Any:
-        """The train split: every train dataset's records as one `MixedRecords`."""
+    def train_records(self) -> MixedRecords:
+        """Every train dataset's records as one `MixedRecords`."""
         train = self.entries["train"]
         parts = [self.source(e.path).records[Split.train] for e in train]
         policies = [self.source(e.path).policy for e in train]
-        self.mixed_records = MixedRecords(parts, policies, self.seeds)
-        return self.mixed_records
+        self.records = MixedRecords(parts, policies, self.seeds)
+        return self.records
+
+    def policy(self) -> ShardErrorPolicy:
+        """The first train dataset's damaged-shard policy (the mode is every dataset's)."""
+        return self.source(self.first_path).policy
 
     # -- the mixed epoch plan ---------------------------------------------------------------------------
 
     def tables(self) -> list[RecordTable]:
         return [self.source(e.path).records[Split.train].table for e in self.entries["train"]]
 
-    def plan_for(self, split: Split, epoch: int, consumed: list[Consumed] | None = None) -> RankPlan:
+    def plan(self, epoch: int, consumed: list[Consumed] | None = None) -> RankPlan:
         """This rank's batches of the mixed training epoch (from the `consumed` position)."""
-        world, micro, mix = self.world, self.micro_batch_size, self.shuffle_buffer
-        return mixed_plan(
-            self.tables(), self.quotas, self.seed, epoch, world.rank, world.size, micro, consumed or [], mix
-        )
+        m = self.module
+        world, micro, mix, tables = m.world, m.micro_batch_size, m.shuffle_buffer, self.tables()
+        return mixed_plan(tables, self.quotas, m.seed, epoch, world.rank, world.size, micro, consumed or [], mix)
 
-    def epoch_length(self, split: Split, consumed: list[Consumed] | None = None) -> int:
-        return train_batches(int(self.quotas.sum()), self.world.size, self.micro_batch_size, consumed or [])
+    def epoch_length(self, consumed: list[Consumed] | None = None) -> int:
+        return train_batches(
+            int(self.quotas.sum()), self.module.world.size, self.module.micro_batch_size, consumed or []
+        )
 
     def consumed_per_dataset(self, epoch: int, consumed: list[Consumed]) -> list[int]:
         """Windows of each dataset consumed so far in `epoch` (over all ranks)."""
-        sequence = mixed_sequence(self.tables(), self.quotas, self.seed, epoch, self.shuffle_buffer)
+        sequence = mixed_sequence(self.tables(), self.quotas, self.module.seed, epoch, self.module.shuffle_buffer)
         left = remaining_sequence(sequence, consumed)
-        sources = self.mixed_records.resolve(left)[1]
+        assert self.records is not None
+        sources = self.records.resolve(left)[1]
         return (self.quotas - np.bincount(sources, minlength=len(self.quotas))).tolist()
 
-    def count_yielded(self, src: Any) -> Any:
-        """(main side) Counts batches as the base does, and each dataset's windows of the pass in
-        ``source_counts[epoch]`` (as they are yielded: Lightning stops at the epoch's length without
-        exhausting the loader), logged when the pass's last planned batch is out."""
+    def count(self, src: Any, epoch_of: Any, batches: Any) -> Any:
+        """(main side) Each dataset's windows of the pass into ``source_counts[epoch]`` as batches are
+        yielded (Lightning stops at the epoch's length without exhausting the loader), logged when the
+        pass's last planned batch (`batches()` of them) is out."""
         counts = np.zeros(len(self.quotas), dtype=np.int64)
-        for n, batch in enumerate(super().count_yielded(src), 1):
+        for n, batch in enumerate(src, 1):
             sources = np.asarray(batch["dataset"])
             counts += np.bincount(sources[sources >= 0], minlength=len(counts))
-            epoch = self.epochs[Split.train].epoch
+            epoch = epoch_of()
             self.source_counts[epoch] = dict(zip(self.names, counts.tolist()))
-            if n == len(self.plans[Split.train]):
-                log.info(
-                    "train epoch %d, rank %d, windows per dataset: %s",
-                    epoch,
-                    self.world.rank,
-                    self.source_counts[epoch],
-                )
+            if n == batches():
+                rank, counted = self.module.world.rank, self.source_counts[epoch]
+                log.info("train epoch %d, rank %d, windows per dataset: %s", epoch, rank, counted)
             yield batch
 
     # -- loaders, counters and state --------------------------------------------------------------------
@@ -248,16 +261,6 @@ class MixedWebDataModule(GenomicWebDataModule):
         """The names of `split`'s datasets, in the order of their loaders."""
         return unique_names([e.name for e in self.entries[split.name]])
 
-    def val_dataloader(self) -> Any:
-        return self.eval_loaders(Split.val)
-
-    def test_dataloader(self) -> Any:
-        return self.eval_loaders(Split.test)
-
-    def predict_dataloader(self) -> Any:
-        return self.eval_loaders(Split.test)
-
-    @property
     def storage_stats(self) -> dict[str, int]:
         """The storage counters of every dataset, added up."""
         total = dict.fromkeys(STORAGE_FIELDS, 0)
@@ -266,15 +269,13 @@ class MixedWebDataModule(GenomicWebDataModule):
                 total[key] += value
         return total
 
-    @property
     def skipped(self) -> int:
         return sum(source.skipped for source in self.sources.values())
 
-    def state_dict(self) -> dict[str, Any]:
-        """The base state plus each train dataset's quota and stream position (``epoch x quota +
-        windows consumed``), so a restore can check it continues the same blend."""
-        state = super().state_dict()
-        if Split.train in self.records:
+    def add_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """`state` (the data module's) plus each train dataset's quota and stream position (``epoch x
+        quota + windows consumed``), so a restore can check it continues the same blend."""
+        if self.records is not None:
             consumed = [Consumed(d, m, b) for d, m, b in state["consumed"]]
             taken = self.consumed_per_dataset(state["epoch"], consumed)
             positions = stream_positions(self.quotas, state["epoch"], taken)
@@ -284,16 +285,16 @@ class MixedWebDataModule(GenomicWebDataModule):
             ]
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Warn when a checkpoint was made with another blend (its rest follows this blend's plan)."""
         mine = [(e.path, int(q)) for e, q in zip(self.entries["train"], self.quotas.tolist())]
         theirs = [(d["path"], d["quota"]) for d in state.get("blend", [])]
         if theirs and mine and theirs != mine:
             warnings.warn(
                 f"checkpoint was made with another blend ({theirs}); this one is {mine}: the rest of the epoch "
                 "follows this blend's plan",
-                stacklevel=2,
+                stacklevel=3,
             )
-        super().load_state_dict(state)
 
 
 def tokenizer_of(params: dict[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class PassLoaders:
     memory_cached: dict[Split, MemoryCachedLoader]
     eval_start: dict[Split, int]
     cache_memory: str
+    mixture: Any
     trainer: Any
     plan_for: Callable[[Split, int, list[Consumed] | None], RankPlan]
     epoch_length: Callable[..., int]
@@ -90,6 +91,11 @@ class PassLoaders:
                 self.progress.batches += 1
             yield batch
 
+    def count_sources(self, src: Iterable[Any]) -> Iterator[Any]:
+        """(main side) A mixture's per-dataset counts of the training pass (`mixed.Mixture.count`)."""
+        train = Split.train
+        yield from self.mixture.count(src, lambda: self.epochs[train].epoch, lambda: len(self.plans[train]))
+
     def log_storage(self, split: Split, src: Iterable[Any]) -> Iterator[Any]:
         """(main side) After a pass over a remote dataset, log what it fetched (`storage_stats`)."""
         yield from src
@@ -101,6 +107,8 @@ class PassLoaders:
     def storage_stats(self) -> dict[str, int]:
         """What the storage layer did so far, over all loader workers: bytes fetched, requests,
         cache hits and misses, retries, shards skipped (all zero for a local dataset)."""
+        if self.mixture is not None:
+            return self.mixture.storage_stats()
         return self.stats.snapshot() if self.stats is not None else dict.fromkeys(STORAGE_FIELDS, 0)
 
     # -- loaders ----------------------------------------------------------------------------------
@@ -128,6 +136,7 @@ class PassLoaders:
             *([transfer.from_workers()] if transfer else []),
             in_order(first),
             *([self.count_yielded] if split is Split.train else []),
+            *([self.count_sources] if split is Split.train and self.mixture is not None else []),
             partial(self.log_storage, split),
             to_tensors(pin_memory=self.pin_memory),
         ]
