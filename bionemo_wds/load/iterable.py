@@ -36,7 +36,8 @@ class GenomicIterableDataset(IterableDataset):
     """Batches of one split of a prepared dataset, for a plain `DataLoader` (``batch_size=None``).
 
     Args:
-        root: dataset root (local directory or URL), as `GenomicWebDataModule`'s ``shards``.
+        root: dataset root (local directory or URL), as `GenomicWebDataModule`'s ``shards`` (None with
+            ``datasets=`` or ``blend=``: the mixed train split of several datasets).
         split: "train", "val" or "test" (or a `Split`).
         micro_batch_size: windows per batch (on each data-parallel rank).
         model_inputs: yield ``tokens``/``labels``/``loss_mask``/``position_ids`` (default); False
@@ -50,7 +51,7 @@ class GenomicIterableDataset(IterableDataset):
 
     def __init__(
         self,
-        root: str,
+        root: str | None = None,
         split: str | Split = "train",
         micro_batch_size: int = 8,
         model_inputs: bool = True,
@@ -58,11 +59,12 @@ class GenomicIterableDataset(IterableDataset):
     ):
         super().__init__()
         self.split = as_split(split)
-        self.module = GenomicWebDataModule(str(root), micro_batch_size, **options)
+        self.module = GenomicWebDataModule(None if root is None else str(root), micro_batch_size, **options)
         self.module.setup(STAGE_OF[self.split])
         assert self.module.manifest is not None
         if self.split not in self.module.records:
-            raise ValueError(f"{root} has no {self.split.name} split")
+            where = root if root is not None else "a blend"
+            raise ValueError(f"{where} has no {self.split.name} split here (a blend's val and test are per dataset)")
         self.emit_model_inputs = model_inputs
         self.epoch = 0
         self.restored: tuple[int, list[Consumed]] | None = None  # (epoch, segments) from a checkpoint

@@ -278,7 +278,8 @@ class Mixture:
         if self.records is not None:
             consumed = [Consumed(d, m, b) for d, m, b in state["consumed"]]
             taken = self.consumed_per_dataset(state["epoch"], consumed)
-            positions = stream_positions(self.quotas, state["epoch"], taken)
+            sizes = [table.n_windows for table in self.tables()]
+            positions = stream_positions(sizes, self.quotas, state["epoch"], taken)
             state["blend"] = [
                 {"name": n, "path": e.path, "quota": int(q), "position": int(p)}
                 for n, e, q, p in zip(self.names, self.entries["train"], self.quotas.tolist(), positions)

@@ -10,10 +10,11 @@ strange loss curve); here an epoch of `length` slots holds exactly the quota of 
    a seeded offset of (seed, epoch)) merged in order, so each source is spread evenly through the
    epoch: a run of one source d is at most `run_bound` long.
 3. **Streams**: each dataset is read as an endless stream of passes, pass p being its own seeded
-   epoch order (`plan.epoch_sequence` with the dataset's seed). Epoch e takes the windows
-   ``[e x q_d, (e + 1) x q_d)`` of the stream: a dataset asked for fewer windows than it has is
-   subsampled without repeats and the next epoch continues with windows not yet seen; one asked for
-   more is repeated, each repeat in a fresh order.
+   epoch order (`plan.epoch_sequence` with the dataset's seed). A dataset asked for fewer windows
+   than it has (q <= n) is subsampled without repeats: a pass serves ``n // q`` epochs, each the
+   next q windows of it, so the next epoch continues with windows not yet seen, and a new pass (a
+   new order) starts with a new epoch, never inside one. One asked for more (q > n) is repeated:
+   epoch e takes the windows ``[e x q, (e + 1) x q)`` of the stream, each repeat in a fresh order.
 4. **Virtual window ids**: a slot holds ``pass x total + offset_d + window`` (``total``: windows of
    all datasets; ``offset_d``: the first id of dataset d), so a plan stays one int64 array (resume
    and elastic re-division work on it unchanged) and a reader recovers the window and the pass
@@ -24,6 +25,7 @@ strange loss curve); here an epoch of `length` slots holds exactly the quota of 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -33,18 +35,25 @@ from bionemo_wds.seeds import numpy_rng, stream_seed
 
 def quotas(weights: Sequence[float], length: int) -> np.ndarray:
     """Slots of each dataset in an epoch of `length`: ``share x length`` rounded by largest remainder,
-    summing to `length` exactly. Weights are positive and need not sum to 1."""
+    summing to `length` exactly. Weights are positive and need not sum to 1.
+
+    In exact arithmetic (each weight as the fraction nearest it with a denominator up to 10^12), so a
+    tie between equal remainders goes to the earlier dataset and scaled weights give the same quotas,
+    which float remainders (``2/3`` computed three ways) do not."""
     w = np.asarray(weights, dtype=np.float64)
     if len(w) == 0 or not np.all(np.isfinite(w)) or np.any(w <= 0):
         raise ValueError(f"mixing weights must be finite and positive, got {list(weights)}")
     if length < 0:
         raise ValueError(f"an epoch cannot have {length} samples")
-    raw = w / w.sum() * length
-    base = np.floor(raw).astype(np.int64)
-    left = int(length - base.sum())
-    order = np.lexsort((np.arange(len(w)), -(raw - base)))  # largest remainder first, ties by index
-    base[order[:left]] += 1
-    return base
+    exact = [Fraction(float(x)).limit_denominator(10**12) for x in w.tolist()]
+    total = sum(exact)
+    raw = [x * length / total for x in exact]
+    base = [int(r) for r in raw]  # floor: raw >= 0
+    left = length - sum(base)
+    order = sorted(range(len(raw)), key=lambda d: (-(raw[d] - base[d]), d))  # largest remainder, ties by index
+    for d in order[:left]:
+        base[d] += 1
+    return np.array(base, dtype=np.int64)
 
 
 def interleave(counts: Sequence[int] | np.ndarray, seed: int, epoch: int) -> np.ndarray:
@@ -93,6 +102,30 @@ def stream_windows(
     return np.concatenate(ids), np.concatenate(passes)
 
 
+def epoch_windows(
+    table: RecordTable, seed: int, epoch: int, quota: int, mix: int = DEFAULT_MIX
+) -> tuple[np.ndarray, np.ndarray]:
+    """A dataset's `quota` windows in mixed epoch `epoch` (see the module docstring, 3): (window ids,
+    pass of each)."""
+    n = table.n_windows
+    if quota <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if quota <= n:  # subsampled: a pass serves whole epochs, so no window twice in one
+        p, j = divmod(epoch, n // quota)
+        ids = epoch_sequence(table, seed, p, mix)[j * quota : (j + 1) * quota]
+        return ids, np.full(quota, p, dtype=np.int64)
+    return stream_windows(table, seed, epoch * quota, quota, mix)
+
+
+def stream_position(n: int, quota: int, epoch: int, taken: int) -> int:
+    """Where a dataset of `n` windows stands in its stream (``pass x n + windows of the pass read``)
+    after `taken` of its `quota` windows of `epoch` were consumed (for checkpoints and logs)."""
+    if 0 < quota <= n:
+        p, j = divmod(epoch, n // quota)
+        return p * n + j * quota + taken
+    return epoch * quota + taken
+
+
 def split_virtual(ids: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
     """Virtual window ids -> (window id across all datasets, pass of its dataset's stream)."""
     passes, window = np.divmod(ids, total)
@@ -103,6 +136,8 @@ def mixed_sequence(
     tables: Sequence[RecordTable], counts: Sequence[int] | np.ndarray, seed: int, epoch: int, mix: int = DEFAULT_MIX
 ) -> np.ndarray:
     """The virtual window id of every slot of a mixed epoch (see the module docstring)."""
+    if len(tables) != len(counts):
+        raise ValueError(f"{len(counts)} quotas for {len(tables)} datasets")
     sizes = np.array([t.n_windows for t in tables], dtype=np.int64)
     total = int(sizes.sum())
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -111,7 +146,7 @@ def mixed_sequence(
     for d, (table, n) in enumerate(zip(tables, counts)):
         if not n:
             continue
-        ids, passes = stream_windows(table, source_seed(seed, d), epoch * int(n), int(n), mix)
+        ids, passes = epoch_windows(table, source_seed(seed, d), epoch, int(n), mix)
         sequence[order == d] = passes * total + offsets[d] + ids
     return sequence
 
@@ -133,7 +168,10 @@ def mixed_plan(
     return plan_of_sequence(sequence, dp_rank, dp_size, micro, consumed)
 
 
-def stream_positions(counts: Sequence[int] | np.ndarray, epoch: int, taken: Sequence[int]) -> list[int]:
-    """Where each dataset's stream stands after `taken[d]` of its windows were consumed in `epoch`
-    (for checkpoints and logs: ``epoch x q_d + taken_d``)."""
-    return [epoch * int(q) + int(t) for q, t in zip(counts, taken)]
+def stream_positions(
+    sizes: Sequence[int], counts: Sequence[int] | np.ndarray, epoch: int, taken: Sequence[int]
+) -> list[int]:
+    """`stream_position` of every dataset (`sizes`: their windows; `taken`: consumed in `epoch`)."""
+    if not len(sizes) == len(counts) == len(taken):
+        raise ValueError("one size, quota and count per dataset")
+    return [stream_position(int(n), int(q), epoch, int(t)) for n, q, t in zip(sizes, counts, taken)]
