@@ -38,12 +38,17 @@ def group_rule_problem(rule: object) -> str | None:
     if rule == "sample-id" or any(rule.startswith(p) and len(rule) > len(p) for p in ("tsv:", "mmseqs:")):
         return None
     if rule.startswith("regex:") and len(rule) > 6:
-        try:
-            re.compile(rule[6:])
-        except re.error as exc:
-            return f"has an invalid regular expression ({exc})"
-        return None
+        return regex_problem(rule[6:])
     return f"must be one of {', '.join(GROUP_RULES)}"
+
+
+def regex_problem(pattern: str) -> str | None:
+    """What is wrong with a rule's regular expression (``regex:PATTERN``), or None."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"has an invalid regular expression ({exc})"
+    return None
 
 
 def sample_id(seq_id: str) -> str | None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.lineage import find_lineage
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.groups import read_id_tsv
+from bionemo_wds.prepare.groups import read_id_tsv, regex_problem
 from bionemo_wds.tokenizer import encode_tag
 
 #: The `--tags` rules without a parameter.
@@ -43,11 +43,7 @@ def tag_rule_problem(rule: object) -> str | None:
         if rule in TAG_MODES or (rule.startswith("tsv:") and len(rule) > 4):
             return None
         if rule.startswith("regex:") and len(rule) > 6:
-            try:
-                re.compile(rule[6:])
-            except re.error as exc:
-                return f"has an invalid regular expression ({exc})"
-            return None
+            return regex_problem(rule[6:])
     return f"must be one of {', '.join(TAG_RULES)}"
 
 
