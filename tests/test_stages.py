@@ -259,6 +259,7 @@ def by_hand(root: Path, seed: int, micro: int, buffer: int, rc_prob: float, epoc
         windows = list(reverse_complement(rc_prob, seed, state)(iter(windows)))
         batch_ = collate_compact(windows, params["window_length"], params["max_tag_bytes"])
         batch_["filler"] = np.zeros(len(windows), dtype=bool)
+        batch_["dataset"] = np.zeros(len(windows), dtype=np.int16)  # one dataset: every row's source is 0
         out.append(batch_)
     return out
 
