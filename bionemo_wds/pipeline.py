@@ -1,7 +1,7 @@
 """The composable loading stages, under the name users import them by.
 
-``from bionemo_wds.pipeline import untuple, decode_sample, shuffle, reverse_complement, batch``
-gives exactly the stages `GenomicWebDataModule` runs (they live in `bionemo_wds.load.stages`), for
+``from bionemo_wds.pipeline import untuple, decode_sample, shuffle, reverse_complement, tag_dropout,
+batch`` gives exactly the stages `GenomicWebDataModule` runs (they live in `bionemo_wds.load.stages`), for
 `WebDataModule` pipelines of your own; `to_model_inputs` expands their compact batches.
 """
 

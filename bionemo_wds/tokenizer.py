@@ -1,9 +1,10 @@
 """Byte-level DNA tokenizer in the Evo2 style.
 
-A base is its upper-case ASCII code (``A`` -> 65); specials sit below any printable byte, so a
-token id says by itself whether it is a base, a tag byte or a special. Shards store only bases;
-specials and tags are added at load time, so one set of shards serves models with and without
-control tags.
+A base is its ASCII code (``A`` -> 65); specials sit below any printable byte, so a token id says
+by itself whether it is a base, a tag byte or a special. Shards store only bases, in the source's
+case by default (soft-masked repeats lower case, ``prepare --case``); the loader gives the model
+upper-case ids unless asked not to, and can weigh lower-case labels in the loss. Specials and tags
+are added at load time, so one set of shards serves models with and without control tags.
 """
 
 from __future__ import annotations
