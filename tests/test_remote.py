@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -270,6 +271,31 @@ def test_batches_from_s3_equal_batches_from_local_disk(s3_server, s3_dataset, lo
     ranged = [r for r in shard_requests(s3_server.requests) if r[2] is not None]
     assert ranged and len(ranged) == len(shard_requests(s3_server.requests))  # records by range, never whole
     assert stats["requests"] >= len(ranged) and stats["bytes_fetched"] > 0 and stats["retries"] == 0
+
+
+def test_a_blend_reads_a_bucket_beside_local_disk(s3_server, s3_dataset, local_dataset, tmp_path):
+    """Mixing with a URL: a blend of the bucket's dataset and a local one yields exactly the batches of
+    the same blend over two local copies (the bucket's records by range, counted), with each source's
+    val split read from where it lives."""
+    copy = tmp_path / "copy"
+    shutil.copytree(local_dataset, copy)
+    blend = {"micro_batch_size": 16, "seed": 7, "shuffle_buffer": 256, "samples_per_epoch": 480}
+
+    def batches(first: str) -> tuple[GenomicWebDataModule, list[dict[str, Any]], list[list[dict[str, Any]]]]:
+        datasets = [{"path": first, "weight": 0.7}, {"path": str(copy), "weight": 0.3}]
+        dm = GenomicWebDataModule(datasets=datasets, **blend)
+        dm.setup("fit")
+        return dm, list(dm.train_dataloader()), [list(loader) for loader in dm.val_dataloader()]
+
+    dm, train, val = batches(s3_dataset)
+    _, want_train, want_val = batches(str(local_dataset))
+    assert_same_batches(train, want_train)
+    for got, want in zip(val, want_val, strict=True):
+        assert_same_batches(got, want)
+    assert torch.cat([b["dataset"] for b in train]).bincount().tolist() == [336, 144]
+    ranged = shard_requests(s3_server.requests)
+    assert ranged and all(r[2] is not None for r in ranged)
+    assert dm.storage_stats["requests"] >= len(ranged) > 0
 
 
 def test_http_dataset_served_with_directory_listings_loads(local_dataset, serve):
