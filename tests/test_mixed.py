@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import KLEBSIELLA, LAMBDA, shard_windows
 from test_ddp import free_port, run_group, start
 
@@ -432,6 +433,57 @@ def test_fit_logs_a_validation_loss_per_dataset_and_counts_sources(roots):
 
 
 # --- 8. loader workers ----------------------------------------------------------------------------
+
+
+def test_a_fit_resumed_from_a_checkpoint_reads_what_the_uninterrupted_fit_reads(roots, tmp_path):
+    """Lightning's own resume through a blend: a fit stopped at step 7 with a checkpoint, resumed with
+    ``ckpt_path`` (and 2 loader workers), trains on exactly the batches steps 7-13 of one uninterrupted
+    fit trained on, across an epoch boundary (an epoch of 10 steps), and the checkpoint holds the
+    blend's stream positions."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from bionemo_wds.models.tiny_lm import TinyDNALM
+
+    class Recording(TinyDNALM):
+        def __init__(self) -> None:
+            super().__init__(max_len=512, d_model=16, n_layers=1)
+            self.seen: list[list[str]] = []
+
+        def training_step(self, batch, batch_idx):
+            self.seen.append([f"{d}:{k}" for d, k in zip(batch["dataset"].tolist(), batch["keys"])])
+            return super().training_step(batch, batch_idx)
+
+    def fit(max_steps: int, workers: int = 0, ckpt: str | None = None, save: bool = False) -> Recording:
+        dm = GenomicWebDataModule(
+            datasets=blend(roots), micro_batch_size=4, samples_per_epoch=40, seed=SEED, num_workers=workers
+        )
+        saving = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=7, save_top_k=-1) if save else None
+        trainer = L.Trainer(
+            accelerator="cpu",
+            max_steps=max_steps,
+            limit_val_batches=0,
+            logger=False,
+            enable_checkpointing=save,
+            callbacks=[saving] if saving else [],
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        model = Recording()
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt)
+        return model
+
+    whole = fit(14).seen
+    assert len(whole) == 14 and whole[:10] != whole[10:14]
+    first = fit(7, save=True).seen
+    assert first == whole[:7]
+    (checkpoint,) = tmp_path.glob("*.ckpt")
+    state = torch.load(checkpoint, weights_only=False)["GenomicWebDataModule"]  # the data module's state_dict()
+    assert state["epoch"] == 0 and state["consumed"] == [[1, 4, 7]]
+    taken = per_dataset(flat(epoch_batches(module(roots, samples=40, micro=4), 0, stop=7)))
+    assert [d["position"] for d in state["blend"]] == taken  # epoch 0 of every stream: the windows taken
+    resumed = fit(14, workers=2, ckpt=str(checkpoint)).seen
+    assert resumed == whole[7:]
 
 
 def test_loader_workers_do_not_change_the_batches(roots):
