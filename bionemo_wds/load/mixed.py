@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,8 @@ class MixedRecords:
         self.record_offsets = np.cumsum([0] + [len(t) for t in tables]).astype(np.int64)
         self.window_offsets = np.cumsum([0] + [t.n_windows for t in tables]).astype(np.int64)
         self.total = int(self.window_offsets[-1])
-        self.shards = parts[0].shards  # read-ahead or not: every part is local, or read the same way
+        # what the planned reader asks of the shards: whether to work out and prefetch what comes next
+        self.shards = SimpleNamespace(reads_ahead=any(p.shards.reads_ahead for p in parts))
 
     def part(self, record: int) -> tuple[int, int]:
         """(dataset, record within it) of a record of the mix."""
