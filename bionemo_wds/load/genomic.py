@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -254,16 +254,11 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         """The split's dataset: the batches the epoch plan deals this rank's loader workers, assembled
         from records read by their index (`planned`), reverse-complemented when training."""
         assert self.manifest is not None
-        params, train = self.manifest["params"], split is Split.train
-        self.records[split] = records = self.split_records(split)
+        params = self.manifest["params"]
+        self.records[split] = self.split_records(split)
         workers = self.num_workers
         window, max_tag = params["window_length"], params["max_tag_bytes"]
-        stages: list[Any] = [
-            PlannedBatches(
-                records, self.policy, partial(self.current_plan, split), self.shuffle_buffer, self.micro_batch_size
-            ),
-            self.samples.assemble_stage(params, self.seed, self.epochs[split], train),
-        ]
+        stages: list[Any] = self.batch_stages(split, partial(self.current_plan, split), self.epochs[split])
         kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}
         if workers:
             per_message = max(1, self.transfer_bytes // max(1, self.micro_batch_size * window))
@@ -275,6 +270,17 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
             kwargs.update(prefetch_factor=PREFETCH, multiprocessing_context=context)
         self.loader_kwargs[split] = kwargs
         return wds.DataPipeline(*stages)
+
+    def batch_stages(
+        self, split: Split, current: Callable[[], RankPlan], epoch: EpochState, unit: int | None = None
+    ) -> list[Any]:
+        """The two stages that make the split's compact batches: `PlannedBatches` (this worker's
+        batches of the plan `current()` gives, dealt in units of `unit` batches) and the assembly
+        (reverse complement and tag dropout when training, of `epoch`). Every loader runs these."""
+        assert self.manifest is not None
+        records, micro, mix = self.records[split], self.micro_batch_size, self.shuffle_buffer
+        planned = PlannedBatches(records, self.policy, current, mix, micro, unit)
+        return [planned, self.samples.assemble_stage(self.manifest["params"], self.seed, epoch, split is Split.train)]
 
     # -- the epoch plan -------------------------------------------------------------------------------
 

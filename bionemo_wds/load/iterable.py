@@ -24,7 +24,6 @@ from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.loaders import Split, as_split
 from bionemo_wds.load.model_inputs import tensors
 from bionemo_wds.load.plan import Consumed, RankPlan
-from bionemo_wds.load.planned import PlannedBatches
 from bionemo_wds.load.resume import TrainProgress
 from bionemo_wds.load.world import in_loader_worker
 
@@ -93,19 +92,9 @@ class GenomicIterableDataset(IterableDataset):
         return len(self.plan())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        module, train = self.module, self.split is Split.train
-        plan = self.plan()
-        assert module.manifest is not None
-        params = module.manifest["params"]
-        batches = PlannedBatches(
-            module.records[self.split],
-            module.policy,
-            lambda: plan,
-            module.shuffle_buffer,
-            module.micro_batch_size,
-            unit=1,
-        )
-        build = module.samples.assemble_stage(params, module.seed, EpochState(self.epoch), train)
+        module, plan = self.module, self.plan()
+        # unit=1: batch b to worker b % workers, the order a DataLoader takes them in
+        batches, build = module.batch_stages(self.split, lambda: plan, EpochState(self.epoch), unit=1)
         counting = not in_loader_worker()
         self.counted = 0
         for batch in build(iter(batches)):
