@@ -139,19 +139,19 @@ def _group_file(rule: str | None) -> dict[str, Any] | None:
     """The fingerprint of a `--group-by tsv:FILE` / `mmseqs:FILE` table."""
     if rule is None or not rule.startswith(("tsv:", "mmseqs:")):
         return None
-    path = rule.split(":", 1)[1]
-    if not Path(path).is_file():
-        raise BadInputError(f"--group-by {rule}: {path} does not exist")
-    return file_fingerprint([path])[0]
+    return _rule_file("--group-by", rule, rule.split(":", 1)[1])
 
 
 def _tag_file(rule: str) -> dict[str, Any] | None:
-    """The fingerprint of a `--tags tsv:FILE` table (a changed table is a new request)."""
+    """The fingerprint of a `--tags tsv:FILE` table."""
     path = tag_file(rule)
-    if path is None:
-        return None
+    return _rule_file("--tags", rule, path) if path is not None else None
+
+
+def _rule_file(option: str, rule: str, path: str) -> dict[str, Any]:
+    """The fingerprint of the table a rule reads (a changed table is a new request); a missing one is refused."""
     if not Path(path).is_file():
-        raise BadInputError(f"--tags {rule}: {path} does not exist")
+        raise BadInputError(f"{option} {rule}: {path} does not exist")
     return file_fingerprint([path])[0]
 
 
