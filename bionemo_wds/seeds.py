@@ -5,8 +5,9 @@ Its numbers are a pure function of (seed, name, parts), stable across processes 
 (blake2b, never `hash`), so a choice never depends on scheduling, and two streams never share
 numbers by accident. This module is the only place that turns a seed into random numbers.
 
-The prepare-side streams keep the derivations of the first release (`numpy.random.default_rng`
-over fixed entropy lists), because the bytes of prepared datasets depend on them.
+The split's stream keeps the derivation of the first release (`numpy.random.default_rng` over a
+fixed entropy list), because the bytes of prepared datasets depend on it; prepare's window order
+is a computed permutation (`permutation_keys`, request key ``window_order``).
 """
 
 from __future__ import annotations
@@ -48,11 +49,6 @@ def numpy_rng(seed: int, stream: str, *parts: int) -> np.random.Generator:
 def split_rng(seed: int, bucket: int) -> np.random.Generator:
     """Tie order of the length-stratified split within one length bucket."""
     return np.random.default_rng([seed, 0x5E11, bucket])
-
-
-def window_order_rng(seed: int, split_index: int) -> np.random.Generator:
-    """The global order of a split's windows across its shards."""
-    return np.random.default_rng([seed, split_index, 0x0D0E])
 
 
 # --- reverse complement: a per-window coin, computed without any generator state -----------------
@@ -103,3 +99,11 @@ def salted_uniforms(key: str, n: int, salt: int) -> list[float]:
     (key, salt), so a resumed or re-scheduled pass draws the same numbers for the same window."""
     h = splitmix64(zlib.crc32(key.encode()) ^ salt)
     return [splitmix64(h + i) / 2.0**64 for i in range(n)]
+
+
+# --- computed permutations (prepare's window order, the loader's epoch order) ---------------------
+
+
+def permutation_keys(seed: int, stream: str, rounds: int, *parts: int) -> list[int]:
+    """The round keys of `permutation.SeededPermutation` for one use of a named stream."""
+    return [stream_seed(seed, stream, *parts, r) for r in range(rounds)]

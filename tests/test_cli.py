@@ -20,7 +20,7 @@ from bionemo_wds.cli.prepare import BUNDLED_GENOME, PrepareRequest, option_specs
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CASE_MODES, CODECS
 from bionemo_wds.prepare import PrepareOptions
-from bionemo_wds.prepare.options import SOURCE_KINDS
+from bionemo_wds.prepare.options import EXECUTORS, SOURCE_KINDS
 from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.windows import TAIL_MODES
 
@@ -59,6 +59,13 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
     "compress": (["--compress", "zstd"], {"compress": "zstd"}, "zstd"),
     "compress_level": (["--compress-level", "3"], {"compress-level": 3}, 3),
     "workers": (["--workers", "2"], {"workers": 2}, 2),
+    "executor": (["--executor", "dask"], {"executor": "dask"}, "dask"),
+    "scheduler": (
+        ["--scheduler", "tcp://127.0.0.1:8786"],
+        {"scheduler": "tcp://127.0.0.1:8786"},
+        "tcp://127.0.0.1:8786",
+    ),
+    "retries": (["--retries", "5"], {"retries": 5}, 5),
     "overwrite": (["--overwrite"], {"overwrite": True}, True),
     "progress": (["--quiet"], {"quiet": True}, False),
 }
@@ -154,6 +161,7 @@ def test_choices_are_the_constants_the_code_checks_against():
         "case": CASE_MODES,
         "on_invalid": ON_INVALID,
         "compress": CODECS,
+        "executor": EXECUTORS,
     }
     assert choices == constants
     assert all(choices[name] is const for name, const in constants.items())

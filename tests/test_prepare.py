@@ -317,22 +317,24 @@ def test_single_process_prepare_closes_its_files(tmp_path):
 
 # --- the record index (format version 3) ----------------------------------------------------------
 
-#: sha256 of every shard of `bionemo-wds prepare <Klebsiella> --samples-per-shard 100 --workers 2`,
-#: computed with the code before the record index existed (format version 1): the index changed
-#: the manifest only, never a shard byte.
+#: sha256 of every shard of `bionemo-wds prepare <Klebsiella> --samples-per-shard 100 --workers 2`.
+#: First pinned with the code before the record index existed (format version 1): the index changed
+#: the manifest only, never a shard byte. Pinned again when the window order across shards became
+#: computed (`permutation.SeededPermutation`, request key ``window_order``): the same windows with
+#: the same bytes, in another order (test_shard_plan checks the windows are the grid's).
 PINNED_DEFAULT_SHARDS = {
-    "test/wdshards-000000.tar": "91665e20a62b6b7c2051a99692bab69c80ccb18f8cde2acf9144b04f1890fca0",
-    "train/wdshards-000000.tar": "be3d7d54db2a01cb98948bd4f613dc5e7373b144ddf5130cbbaa90281d12ce6c",
-    "train/wdshards-000001.tar": "aa74da7960ade790f47356d2b1226081ad79065497741b5b103f34d35149831a",
-    "train/wdshards-000002.tar": "a5d5b5f43daf006ca675da098c2a3c3858d358ee49bd6ef59c5d2062c0b0e3ed",
-    "train/wdshards-000003.tar": "0cd2996c731ef43fec117f6f8bf5a00a0f4bb156243d6421f26d21602131b0a3",
-    "train/wdshards-000004.tar": "5e2f6fcf23d83b425b07032086d2d88a94cc61792e35cfbdde53b4fbfba036a9",
-    "train/wdshards-000005.tar": "15fcf4c41539b80dd816a4899cd2fc367c19c45f02daf33764053566132923f2",
-    "train/wdshards-000006.tar": "97084373d81937e3ec8b5dfe0e371bb6acd5edcd054ad6e8aaf2039f744139ac",
-    "val/wdshards-000000.tar": "06bbc063086b039190cfe26704c89c844b08ad73db14508ea20b7bb02accdc9a",
+    "test/wdshards-000000.tar": "3215b30c6febea16c6dc26c9f871392a3306644ccd7f4809fb0b0565cf95701e",
+    "train/wdshards-000000.tar": "29690e62ac513c6d86d64ed7aa5e19c5ca0cf99847d85a4f4586308b8bda7de5",
+    "train/wdshards-000001.tar": "cb8685eee0099778c1d391e710bf358e101d737dccb8b1b4fca72ae0d42341e3",
+    "train/wdshards-000002.tar": "a4a73df6673b8e0bdac704b17137dc8ec017f784669a9e626a857cd6b37d258d",
+    "train/wdshards-000003.tar": "c44367b308a89c9c228c1469e07000b769dcab532eebed285bd56f5af64b70e2",
+    "train/wdshards-000004.tar": "acf489abea5cf3b3678034334432c24e1a83da44b4e8379f8189bf3eb6f73754",
+    "train/wdshards-000005.tar": "5209fff773743d81b77996d3fca679b3cdc10b8b7d33287f1caa7d3af7c9079f",
+    "train/wdshards-000006.tar": "aac9d52cd074c4ffd3fc45f3b61f4ea5c2359cffa0a0165f921dc39becba1383",
+    "val/wdshards-000000.tar": "80b183ed58794f0df7a72b7eec1c0be8265e632120147e5585c22f3147bdf51c",
 }
-#: sha256 over "<path> <sha256>" lines of the 20 shards of `kleb_small` (SMALL options), same code.
-PINNED_SMALL_DIGEST = "c756c223810cf18214aa6285f9ce7b012b94a37f2446249e4af1526002e1779b"
+#: sha256 over "<path> <sha256>" lines of the 20 shards of `kleb_small` (SMALL options), pinned with them.
+PINNED_SMALL_DIGEST = "6ee27490bc1121400fed7c54ba402942a5d24f4c5d005f6ef735a2c1906b566b"
 
 
 @pytest.mark.parametrize("case", [None, "upper", "keep"])

@@ -148,6 +148,8 @@ def parse_split_list(text: str) -> tuple[str, str]:
     return split, path
 
 
+#: `--executor` choices: where the shard tasks run.
+EXECUTORS = ("local", "dask")
 #: `--source` kinds (`prepare/sources/`).
 SOURCE_KINDS = ("fasta", "sharded-eden", "hdf5")
 #: Options that only one source reads: field -> that source.
@@ -156,7 +158,8 @@ SOURCE_OPTIONS = {"split_parquet": "sharded-eden", "window_db": "sharded-eden", 
 
 @dataclass
 class PrepareOptions:
-    """Everything that shapes the output (except `workers`, `overwrite`, `progress`, which do not)."""
+    """Everything that shapes the output (except `workers`, `executor`, `scheduler`, `retries`,
+    `overwrite`, `progress`, which do not)."""
 
     source: str = option(
         "fasta",
@@ -291,8 +294,26 @@ class PrepareOptions:
         maximum=ZSTD_LEVELS[1],
     )
     workers: int | None = option(
-        None, "shard writer processes; output does not depend on it", default_help="all cores", minimum=1
+        None,
+        "shard writer processes (with --executor dask and no --scheduler: the LocalCluster's worker processes); "
+        "output does not depend on it",
+        default_help="all cores",
+        minimum=1,
     )
+    executor: str = option(
+        "local",
+        "where shard writers run: local (a process pool of --workers) or dask (one task per shard on a "
+        "dask.distributed cluster, --scheduler or a LocalCluster; needs bionemo-wds[dask]); same bytes either way",
+        choices=EXECUTORS,
+    )
+    scheduler: str | None = option(
+        None,
+        "--executor dask: the scheduler, tcp://HOST:PORT or a scheduler file (*.json from `dask scheduler "
+        "--scheduler-file`); every worker must see the inputs (and a local --out) at the same paths",
+        default_help="a LocalCluster of --workers processes on this machine",
+        metavar="ADDRESS",
+    )
+    retries: int = option(2, "--executor dask: times a shard task that raised is run again", minimum=0)
     overwrite: bool = option(False, "replace an earlier run with different options in --out", switch=True)
     progress: bool = option(True, "no progress bars", flags=("--quiet", "-q"), switch=False)
 
@@ -303,6 +324,11 @@ class PrepareOptions:
             problem = cli_of(f).problem(value)
             if problem is not None:
                 raise BadInputError(f"{flags_of(f)[0]} {problem}, got {shown_value(value)}")
+
+    def check_executor(self) -> None:
+        """Refuse a Dask-only option with the local executor, which would silently ignore it."""
+        if self.executor != "dask" and self.scheduler is not None:
+            raise BadInputError(f"--scheduler {self.scheduler} needs --executor dask (the executor is {self.executor})")
 
     def check_source(self) -> None:
         """Refuse an option of one source given with another, which that source would silently ignore."""

@@ -39,8 +39,9 @@ def _stored_request(out: Store, names: list[str]) -> tuple[str, dict[str, Any]] 
 
 
 #: What a request stored before a key existed meant by its absence (a key missing with the meaning
-#: None needs no entry): prepare upper-cased every base before ``--case``.
-OLD_REQUEST_DEFAULTS: dict[str, Any] = {"case": "upper"}
+#: None needs no entry): prepare upper-cased every base before ``--case``, and ordered windows with
+#: a numpy permutation before the computed (Feistel) order.
+OLD_REQUEST_DEFAULTS: dict[str, Any] = {"case": "upper", "window_order": "numpy-permutation"}
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -10,7 +10,8 @@ when they have written the shard, `prepare` its size and sha256.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from bionemo_wds.format import (
     ShardInfo,
     shard_name,
 )
+from bionemo_wds.permutation import SeededPermutation
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.options import RECORD_TARGET_BYTES, SHARD_TARGET_BYTES, PrepareOptions
 from bionemo_wds.prepare.sources import file_fingerprint, input_files
@@ -37,14 +39,38 @@ from bionemo_wds.prepare.splits import (
     stratified_split,
 )
 from bionemo_wds.prepare.tags import tag_file
-from bionemo_wds.prepare.windows import WindowTable, check_stride, window_counts, window_length, window_table
-from bionemo_wds.seeds import window_order_rng
+from bionemo_wds.prepare.windows import (
+    OrderedWindows,
+    WindowTable,
+    check_stride,
+    window_counts,
+    window_length,
+)
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
-#: One writer task: (split, shard number, its windows in order, the index of each record's first
-#: window, the shard's entry in the manifest skeleton, which `writers.run_writers` completes with
-#: the record index).
-Task = tuple[str, int, WindowTable, np.ndarray, dict[str, Any]]
+#: How prepare orders a split's windows across its shards (in the request: a different order is
+#: different bytes). "feistel": `permutation.SeededPermutation` of the window ids, computed per shard.
+WINDOW_ORDER = "feistel"
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What the writers of one run need, sent once to each writer process or cluster worker: every
+    split's ordered windows and how shards are cut into records. A task is just (split, shard)."""
+
+    splits: dict[str, OrderedWindows]
+    per_record: int
+    window: int
+    by_bases: bool  # records cut by bases (no --windows-per-record)
+
+    def tasks(self) -> list[tuple[str, int]]:
+        """(split, shard) of every shard, in manifest order."""
+        return [(split, k) for split, windows in self.splits.items() for k in range(windows.n_shards)]
+
+    def shard(self, split: str, k: int) -> tuple[WindowTable, np.ndarray]:
+        """Shard `k` of `split`: its windows in order and the index of each record's first window."""
+        windows = self.splits[split].shard(k)
+        return windows, record_starts(windows.length, self.per_record, self.window, self.by_bases)
 
 
 def record_starts(lengths: np.ndarray, per_record: int, window: int, by_bases: bool) -> np.ndarray:
@@ -80,6 +106,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     """
     opts.check()
     opts.check_source()
+    opts.check_executor()
     if opts.compress == "zstd":
         try:
             import zstandard  # noqa: F401
@@ -122,6 +149,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "prefix": opts.prefix,
         "compress": opts.compress,
         "compress_level": opts.compress_level if opts.compress != "none" else None,
+        "window_order": WINDOW_ORDER,
     }
 
 
@@ -206,9 +234,10 @@ def fixed_windows(catalog: Catalog, split: str, window: int, stride: int) -> Win
     return WindowTable(rows, numbers, start, np.minimum(lengths - start, window))
 
 
-def global_order(n: int, seed: int, split: str) -> np.ndarray:
-    """Seeded permutation of a split's windows: shards mix sequences instead of following them."""
-    return window_order_rng(seed, SPLIT_NAMES.index(split)).permutation(n)
+def window_order(seed: int, split: str) -> Callable[[int], SeededPermutation]:
+    """The seeded order of a split's windows across its shards (shards mix sequences instead of
+    following them), for a split of n windows: ``window_order(seed, split)(n)``."""
+    return lambda n: SeededPermutation(n, seed, "window_order", SPLIT_NAMES.index(split))
 
 
 def _length_mix(lengths: np.ndarray) -> dict[str, dict[str, int]]:
@@ -219,8 +248,10 @@ def _length_mix(lengths: np.ndarray) -> dict[str, dict[str, int]]:
     }
 
 
-def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tuple[dict[str, Any], list[Task]]:
-    """Manifest skeleton (sizes, hashes and record indexes still empty) and one writer task per shard."""
+def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tuple[dict[str, Any], ShardPlan]:
+    """Manifest skeleton (each shard's tokens, size, hash and record index still empty: the writers
+    fill them in) and the shard plan. Memory and time grow with the catalog's rows and the number of
+    shards, not with the windows: no window is computed here."""
     max_tag = catalog.max_tag_bytes()
     window = window_length(opts.seq_length, max_tag)
     check_stride(opts.stride, window, opts.seq_length, max_tag)
@@ -265,7 +296,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
         "skipped": catalog.skipped,
         "unassigned_sequences": len({catalog.names[i] for i in np.flatnonzero(assignment < 0).tolist()}),
     }
-    tasks: list[Task] = []
+    ordered: dict[str, OrderedWindows] = {}
     fixed = catalog.windows or {}
     first = first_windows(catalog, window, opts.stride, opts.tail)
     for code, split in enumerate(SPLIT_NAMES):
@@ -273,30 +304,27 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
         if len(rows) == 0:
             continue
         lengths = catalog.lengths[rows]
+        order_of = window_order(opts.seed, split)
         if split in fixed:
-            table = fixed_windows(catalog, split, window, opts.stride)
+            windows = OrderedWindows.of_table(fixed_windows(catalog, split, window, opts.stride), order_of, per_shard)
         else:
-            table = window_table(rows, lengths, window, opts.stride, opts.tail)
-            if first is not None:
-                numbers = table.window_index + first[table.seq_index]
-                table = WindowTable(table.seq_index, numbers, table.start, table.length)
-        table = table.take(global_order(len(table), opts.seed, split))
-        shards = []
-        for shard, lo in enumerate(range(0, len(table), per_shard)):
-            part = table.take(np.arange(lo, min(lo + per_shard, len(table))))
-            rel = f"{split}/{shard_name(shard, opts.prefix)}"
-            entry = ShardInfo(rel, len(part), int(part.length.sum()), 0, "").as_dict()
-            shards.append(entry)
-            starts = record_starts(part.length, per_record, window, by_bases=opts.windows_per_record is None)
-            tasks.append((split, shard, part, starts, entry))
+            offset = None if first is None else first[rows]
+            windows = OrderedWindows.grid(rows, lengths, window, opts.stride, opts.tail, order_of, per_shard, offset)
+        ordered[split] = windows
+        n = len(windows)
+        shards = [
+            ShardInfo(f"{split}/{shard_name(k, opts.prefix)}", min(per_shard, n - k * per_shard), 0, 0, "").as_dict()
+            for k in range(windows.n_shards)
+        ]
         seq_ids = list(dict.fromkeys(catalog.names[i] for i in rows.tolist()))
         manifest["splits"][split] = {
-            "n_samples": len(table),
+            "n_samples": n,
             "n_sequences": len(seq_ids),
             "n_bases": int(lengths.sum()),
-            "n_tokens": int(table.length.sum()),
+            "n_tokens": windows.n_tokens,
             "length_mix": _length_mix(lengths),
             "seq_ids": seq_ids,  # names of its sequences, in input order (one line)
             "shards": shards,
         }
-    return manifest, tasks
+    by_bases = opts.windows_per_record is None
+    return manifest, ShardPlan(ordered, per_record, window, by_bases)

@@ -1,8 +1,10 @@
 """`prepare`: FASTA in, split + windowed + tokenized WebDataset shards and a manifest out.
 
 Planning (catalog, split, windows, a seeded global window order cut into shards; `plan.py`) happens
-once in the calling process; writers (`writers.py`) then produce one shard per task in a process
-pool. A run killed at any point resumes by writing only the shards that are missing.
+once in the calling process; writers (`writers.py`) then produce one shard per task, in a process
+pool (``--executor local``) or on a Dask cluster (``--executor dask``, `dask_executor.py`), and the
+manifest is written last from their results. A run killed at any point (or whose cluster was lost)
+resumes by writing only the shards that are missing.
 
 A run holds the output's lock (`lock_path`: ``<out>.lock``) from the moment it looks at the output
 until it is done, so two runs into one output (two shells, or the ranks of a job calling
@@ -33,7 +35,7 @@ from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_ou
 from bionemo_wds.prepare.plan import plan, request_of
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sources import source_catalog
-from bionemo_wds.prepare.writers import base_table, run_writers
+from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table, run_writers
 from bionemo_wds.storage.store import Store
 
 
@@ -145,7 +147,7 @@ def _prepare_locked(
     try:
         catalog = scan(source_catalog(paths, opts, cache), opts.on_invalid, opts.split_at_n, opts.progress)
         catalog = apply_groups(catalog, opts.group_by)
-        manifest, tasks = plan(catalog, request, opts)
+        manifest, shard_plan = plan(catalog, request, opts)
     except BadInputError:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
@@ -158,29 +160,42 @@ def _prepare_locked(
         write_manifest(store.url(PLAN_NAME), {"request": request}, storage_options)
     for split in manifest["splits"]:
         store.makedirs(split)
-    reused = _finished_shards(store, manifest) if state is OutState.RESUME else {}
-    table = base_table(opts.case, opts.on_invalid)
-    workers = opts.workers or os.cpu_count() or 1
-    written = run_writers(
+    reused = _finished_shards(store, manifest) if state is OutState.RESUME else set()
+    setup = WriterSetup(
         store.root,
-        [t for t in tasks if (t[0], t[1]) not in reused],
         catalog,
-        table,
+        base_table(opts.case, opts.on_invalid),
         opts.prefix,
         (opts.compress, opts.compress_level),
-        workers,
-        opts.progress,
         storage_options,
+        shard_plan,
     )
-    for split, info in manifest["splits"].items():
-        for i, shard in enumerate(info["shards"]):
-            size, sha = written.get((split, i)) or reused[(split, i)]
-            shard.update(bytes=size, sha256=sha)
+    todo = [task for task in shard_plan.tasks() if task not in reused]
+    workers = opts.workers or os.cpu_count() or 1
+    if opts.executor == "dask" and todo:
+        from bionemo_wds.prepare.dask_executor import run_on_dask  # dask is an optional extra
+
+        results = run_on_dask(setup, todo, opts.scheduler, workers, opts.retries, opts.progress)
+    else:
+        results = run_writers(setup, todo, workers, opts.progress)
+    written = 0
+    for result in results:
+        _fill_entry(manifest, result)
+        written += 1
+    for split, k in reused:
+        windows, _ = shard_plan.shard(split, k)
+        manifest["splits"][split]["shards"][k]["n_tokens"] = int(windows.length.sum())
     write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)  # last: it names only shards that exist
     store.remove(PLAN_NAME)
     shutil.rmtree(cache, ignore_errors=True)
     status = "resumed" if state is OutState.RESUME else "written"
-    return PrepareResult(status, result_out, manifest, len(written), len(reused), time.perf_counter() - t0)
+    return PrepareResult(status, result_out, manifest, written, len(reused), time.perf_counter() - t0)
+
+
+def _fill_entry(manifest: dict[str, Any], result: ShardResult) -> None:
+    """Put what writing a shard gave into its manifest entry."""
+    entry = manifest["splits"][result.split]["shards"][result.shard]
+    entry.update(n_tokens=result.n_tokens, bytes=result.bytes, sha256=result.sha256, records=result.records.as_dict())
 
 
 def _first_missing_ancestor(path: Path) -> Path | None:
@@ -193,16 +208,16 @@ def _first_missing_ancestor(path: Path) -> Path | None:
     return missing
 
 
-def _finished_shards(out: Store, manifest: dict) -> dict[tuple[str, int], tuple[int, str]]:
-    """(size, sha256) of the shards an interrupted run completed (a final name means complete: files
-    and objects appear whole), each read once to fill its manifest entry's record index."""
-    done = {}
+def _finished_shards(out: Store, manifest: dict) -> set[tuple[str, int]]:
+    """The shards an interrupted run completed (a final name means complete: files and objects
+    appear whole), each read once to fill its manifest entry's size, sha256 and record index."""
+    done = set()
     for split, info in manifest["splits"].items():
         present = out.sizes(split) or {}
         for i, shard in enumerate(info["shards"]):
             if shard["path"].rsplit("/", 1)[-1] in present:
                 with out.open(shard["path"]) as stream:
                     size, sha, index = index_shard(out.url(shard["path"]), stream)
-                shard["records"] = index.as_dict()
-                done[(split, i)] = (size, sha)
+                shard.update(bytes=size, sha256=sha, records=index.as_dict())
+                done.add((split, i))
     return done

@@ -9,11 +9,13 @@ the regular grid leaves tail bases, so no base is lost.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from bionemo_wds.errors import BadInputError
+from bionemo_wds.permutation import SeededPermutation
 from bionemo_wds.tokenizer import N_SPECIALS_PER_SAMPLE
 
 TAIL_MODES = ("end", "drop")
@@ -88,3 +90,88 @@ def window_table(
     start = np.minimum(window_index * stride, np.maximum(seq_len - window, 0))
     length = np.minimum(seq_len, window)
     return WindowTable(seq_indices[rows], window_index, start, length)
+
+
+@dataclass(frozen=True)
+class OrderedWindows:
+    """A split's windows in their global (shard) order, any range of it computed alone.
+
+    Window ids number the split's windows in sequence order (the order of `window_table`: the
+    split's rows in catalog order, each row's windows in order); `order` maps a position of the
+    global order to a window id (`permutation.SeededPermutation`), so shard k, positions
+    ``[k * per_shard, (k + 1) * per_shard)``, needs the per-row window counts and a few integers,
+    never an array of every window. `fixed` (a source that fixed its windows, Eden window
+    databases) replaces the grid: window id i is row i of it.
+    """
+
+    rows: np.ndarray  # int64: the split's catalog rows
+    lengths: np.ndarray  # int64: their lengths
+    first_id: np.ndarray  # int64: window id of each row's first window, plus the total (len rows + 1)
+    window: int
+    stride: int
+    order: SeededPermutation
+    per_shard: int
+    #: int64 per split row: window numbers its sequence has in earlier rows (pieces), or None
+    number_offset: np.ndarray | None = None
+    fixed: WindowTable | None = None
+
+    @classmethod
+    def grid(
+        cls,
+        rows: np.ndarray,
+        lengths: np.ndarray,
+        window: int,
+        stride: int,
+        tail: str,
+        order_of: Callable[[int], SeededPermutation],
+        per_shard: int,
+        number_offset: np.ndarray | None = None,
+    ) -> OrderedWindows:
+        """The windows `window_table` cuts from `rows`, in the order `order_of(n_windows)` gives."""
+        counts = window_counts(lengths, window, stride, tail)
+        first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        rows, lengths = np.asarray(rows, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+        return cls(rows, lengths, first_id, window, stride, order_of(int(first_id[-1])), per_shard, number_offset)
+
+    @classmethod
+    def of_table(
+        cls, table: WindowTable, order_of: Callable[[int], SeededPermutation], per_shard: int
+    ) -> OrderedWindows:
+        """Windows a source fixed (`table`), in the order `order_of(len(table))` gives."""
+        empty = np.empty(0, dtype=np.int64)
+        return cls(empty, empty, np.zeros(1, np.int64), 0, 0, order_of(len(table)), per_shard, fixed=table)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @property
+    def n_shards(self) -> int:
+        return -(-len(self) // self.per_shard)
+
+    @property
+    def n_tokens(self) -> int:
+        """Bases in all windows (without computing them)."""
+        if self.fixed is not None:
+            return int(self.fixed.length.sum())
+        return int((np.diff(self.first_id) * np.minimum(self.lengths, self.window)).sum())
+
+    def by_id(self, ids: np.ndarray) -> WindowTable:
+        """The windows with these ids (in the order given)."""
+        if self.fixed is not None:
+            return self.fixed.take(ids)
+        row = np.searchsorted(self.first_id, ids, side="right") - 1
+        number = ids - self.first_id[row]
+        seq_len = self.lengths[row]
+        # as `window_table`: the tail window of tail="end" is clamped to end at the sequence's end
+        start = np.minimum(number * self.stride, np.maximum(seq_len - self.window, 0))
+        if self.number_offset is not None:
+            number = number + self.number_offset[row]
+        return WindowTable(self.rows[row], number, start, np.minimum(seq_len, self.window))
+
+    def at(self, lo: int, hi: int) -> WindowTable:
+        """The windows at positions ``[lo, hi)`` of the global order."""
+        return self.by_id(self.order.range(lo, hi))
+
+    def shard(self, k: int) -> WindowTable:
+        """The windows of shard `k`, in order."""
+        return self.at(k * self.per_shard, min((k + 1) * self.per_shard, len(self)))

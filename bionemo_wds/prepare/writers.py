@@ -1,9 +1,11 @@
-"""Shard writers: one task writes one shard, in a process pool; state arrives once per process.
+"""Shard writers: one task writes one shard; what every task needs (`WriterSetup`) arrives once per process.
 
-A shard's bytes depend only on its planned windows, so the output is identical for any number of
-workers. Each shard goes through `format.write_shard` (atomic: its name appears only when complete),
-which also returns the shard's record index; `run_writers` puts it into the task's manifest entry
-(in the calling process) and returns sizes and hashes.
+A task is (split, shard number); the writer computes that shard's windows from the plan
+(`plan.ShardPlan`), reads their bases and writes the shard through `format.write_shard` (atomic: its
+name appears only when complete), so a shard's bytes depend only on the plan and the output is
+identical for any number of processes, here (`run_writers`, a process pool) or on a Dask cluster
+(`prepare/dask_executor.py`). Each task returns a `ShardResult` (size, sha256, tokens, record index)
+that `prepare` puts into the shard's manifest entry.
 
 A pool worker dies with the process that started it (`die_with_parent`): after a ``kill -9`` of
 `prepare` no writer lives on holding the cache files the next run deletes.
@@ -21,14 +23,15 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
 
 from bionemo_wds.format import RecordIndex, encode_record, shard_name, write_shard
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.plan import Task
+from bionemo_wds.prepare.plan import ShardPlan
 from bionemo_wds.prepare.windows import WindowTable
 from bionemo_wds.storage.location import join
 from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
@@ -80,29 +83,59 @@ def die_with_parent(parent: int, start_method: str) -> None:
     threading.Thread(target=watch, name="bionemo-wds-parent-watch", daemon=True).start()
 
 
-def _init_writer(
-    root: str,
-    catalog: Catalog,
-    table: bytes | None,
-    prefix: str,
-    codec: tuple[str, int],
-    storage_options: dict | None,
-    parent: int | None = None,
-    start_method: str = "fork",
-) -> None:
+@dataclass(frozen=True)
+class WriterSetup:
+    """Everything a shard task needs besides (split, shard): sent once to each process (pickled)."""
+
+    root: str  # the output (a directory or a URL)
+    catalog: Catalog
+    table: bytes | None  # `base_table`
+    prefix: str
+    codec: tuple[str, int]  # (--compress, --compress-level)
+    storage_options: dict | None
+    plan: ShardPlan
+
+
+class ShardResult(NamedTuple):
+    """What writing one shard gives its manifest entry."""
+
+    split: str
+    shard: int
+    bytes: int
+    sha256: str
+    n_tokens: int
+    records: RecordIndex
+
+
+def _init_writer(setup: WriterSetup, parent: int | None = None, start_method: str = "fork") -> None:
     if parent is not None:  # a pool worker
         die_with_parent(parent, start_method)
-    _WORKER.clear()
+    close_writer()
     _WORKER.update(
-        root=root,
-        catalog=catalog,
-        table=table,
-        prefix=prefix,
-        codec=codec,
-        options=storage_options,
-        seq=catalog.seq.tolist(),  # lists: per-window indexing of numpy arrays costs more than the read
-        origin=catalog.origin.tolist(),
+        setup=setup,
+        catalog=setup.catalog,
+        table=setup.table,
+        seq=setup.catalog.seq.tolist(),  # lists: per-window indexing of numpy arrays costs more than the read
+        origin=setup.catalog.origin.tolist(),
     )
+
+
+def close_writer() -> None:
+    """Close this process's source reader and forget its setup (a run in this process is over)."""
+    if _WORKER.get("reader") is not None:
+        _WORKER["reader"].close()
+    _WORKER.clear()
+
+
+def write_shard_task(setup: WriterSetup, split: str, shard: int) -> ShardResult:
+    """Write shard `shard` of `split` as the plan says; the source reader stays open between tasks
+    of the same setup (a pool worker's or a cluster worker's process)."""
+    if _WORKER.get("setup") is not setup:
+        _init_writer(setup)
+    windows, starts = setup.plan.shard(split, shard)
+    final = join(setup.root, split, shard_name(shard, setup.prefix))
+    written = write_shard(final, _records(shard, windows, starts), setup.storage_options)
+    return ShardResult(split, shard, written.bytes, written.sha256, int(windows.length.sum()), written.records)
 
 
 def _window_bases(row: int, start: int, length: int) -> bytes:
@@ -148,7 +181,7 @@ def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[t
         part = windows.take(np.arange(lo, hi))
         seqs = part.seq_index.tolist()
         bases = block[lo - block_lo : hi - block_lo]
-        codec, level = _WORKER["codec"]
+        codec, level = _WORKER["setup"].codec
         yield (
             f"{shard:06d}-{rec:06d}",
             encode_record(
@@ -164,51 +197,31 @@ def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[t
         )
 
 
-def _write_task(task: Task) -> tuple[str, int, int, str, RecordIndex]:
-    split, shard, windows, starts, _ = task
-    final = join(_WORKER["root"], split, shard_name(shard, _WORKER["prefix"]))
-    written = write_shard(final, _records(shard, windows, starts), _WORKER["options"])
-    return split, shard, written.bytes, written.sha256, written.records
+def _pool_task(task: tuple[str, int]) -> ShardResult:
+    return write_shard_task(_WORKER["setup"], *task)
 
 
 def run_writers(
-    root: str,
-    tasks: list[Task],
-    catalog: Catalog,
-    table: bytes | None,
-    prefix: str,
-    codec: tuple[str, int],
-    workers: int,
-    progress: bool,
-    storage_options: dict | None = None,
-) -> dict:
-    """Write every task's shard; returns ``(split, shard) -> (bytes, sha256)`` and fills each task's
-    manifest entry with the shard's record index (``records``)."""
+    setup: WriterSetup, tasks: list[tuple[str, int]], workers: int, progress: bool
+) -> Iterator[ShardResult]:
+    """Write every task's shard, here (one worker or one task) or in a pool of `workers`
+    processes; yields each result as its shard is complete."""
     import webdataset  # noqa: F401 - the shard writer's library (it imports torch): once here, before the pool forks
 
-    done: dict[tuple[str, int], tuple[int, str]] = {}
-    entries = {(task[0], task[1]): task[4] for task in tasks}
     bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
-
-    def finished(split: str, shard: int, size: int, sha: str, index: RecordIndex) -> None:
-        done[(split, shard)] = (size, sha)
-        entries[(split, shard)]["records"] = index.as_dict()
-        bar.update()
-
     if workers <= 1 or len(tasks) <= 1:
-        _init_writer(root, catalog, table, prefix, codec, storage_options)
+        _init_writer(setup)
         try:
             for task in tasks:
-                finished(*_write_task(task))
+                yield write_shard_task(setup, *task)
+                bar.update()
         finally:  # in this process the handles would outlive the run (and the cache they point into)
-            if _WORKER.get("reader") is not None:
-                _WORKER["reader"].close()
-            _WORKER.clear()
+            close_writer()
     else:
         context = mp.get_context()
-        initargs = (root, catalog, table, prefix, codec, storage_options, os.getpid(), context.get_start_method())
+        initargs = (setup, os.getpid(), context.get_start_method())
         with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_writer, initargs=initargs) as pool:
-            for result in pool.map(_write_task, tasks, chunksize=1):
-                finished(*result)
+            for result in pool.map(_pool_task, tasks, chunksize=1):
+                yield result
+                bar.update()
     bar.close()
-    return done

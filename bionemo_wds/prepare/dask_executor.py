@@ -1,0 +1,118 @@
+"""Shard tasks on a Dask cluster: ``prepare --executor dask [--scheduler ADDRESS]``.
+
+The plan is computed once by `prepare` (in the calling process) and is small (`plan.ShardPlan`:
+per-row window counts and a few integers per split); it is sent to every worker once
+(``Client.scatter(..., broadcast=True)``), then one task per shard runs the same
+`writers.write_shard_task` as the local pool and returns its `writers.ShardResult`. `prepare`
+writes the manifest last, from those results, so the output is byte for byte the local executor's,
+whatever the cluster's size or scheduling.
+
+Failures: a task that raises is retried `retries` times (``Client.submit(retries=...)``); a worker
+that dies (killed, out of memory, its node lost) has its tasks moved to other workers by the
+scheduler (its ``distributed.scheduler.allowed-failures`` setting, 3 by default, bounds how often
+one task may take a worker down). A shard is written under a hidden temporary name and renamed
+when complete (an object-store object appears when its upload completes), so a dead task leaves no
+visible half shard; rerunning `prepare` after a lost cluster writes only the missing shards.
+
+Every worker must see the inputs (and, for a local ``--out``, the output directory) at the same
+paths as the process that runs `prepare`: a shared filesystem, or an object store for ``--out``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+from tqdm import tqdm
+
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.format import shard_name
+from bionemo_wds.prepare.writers import ShardResult, WriterSetup, write_shard_task
+
+#: Seconds to wait for a scheduler given with ``--scheduler`` to answer.
+CONNECT_TIMEOUT = 30
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError as exc:
+        raise BadInputError(
+            "--executor dask needs dask.distributed, which is not installed: pip install 'bionemo-wds[dask]'"
+        ) from exc
+    return distributed
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
+    """A client of the scheduler at `scheduler` (``tcp://host:8786``, or a scheduler file written by
+    ``dask scheduler --scheduler-file``), or of a `LocalCluster` of `workers` single-threaded
+    worker processes on 127.0.0.1 when `scheduler` is None; closed (and the local cluster shut
+    down) on exit."""
+    distributed = _distributed()
+    with contextlib.ExitStack() as stack:
+        if scheduler is None:
+            cluster = stack.enter_context(
+                distributed.LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                )
+            )
+            client = stack.enter_context(distributed.Client(cluster))
+        else:
+            kind = "scheduler_file" if scheduler.endswith(".json") else "address"
+            try:
+                client = stack.enter_context(distributed.Client(**{kind: scheduler}, timeout=CONNECT_TIMEOUT))
+            except (OSError, ValueError) as exc:
+                raise BadInputError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({exc})") from exc
+        yield client
+
+
+def run_on_dask(
+    setup: WriterSetup,
+    tasks: list[tuple[str, int]],
+    scheduler: str | None,
+    workers: int,
+    retries: int,
+    progress: bool,
+) -> Iterator[ShardResult]:
+    """Write every task's shard on a Dask cluster (`dask_client`); yields each result as its shard
+    is complete (in completion order). A shard that fails for good raises, naming it."""
+    distributed = _distributed()
+    run_id = hashlib.sha256(setup.root.encode()).hexdigest()[:12]
+    with dask_client(scheduler, workers) as client:
+        shared = client.scatter(setup, broadcast=True, hash=False)
+        futures = {
+            client.submit(
+                write_shard_task,
+                shared,
+                split,
+                shard,
+                key=f"bionemo-wds-write-{run_id}-{split}-{shard}",
+                retries=retries,
+                pure=False,
+            ): (split, shard)
+            for split, shard in tasks
+        }
+        bar = tqdm(total=len(tasks), desc="write (dask)", unit="shard", disable=not progress)
+        try:
+            for future in distributed.as_completed(futures):
+                split, shard = futures[future]
+                try:
+                    result = future.result()
+                except distributed.KilledWorker as exc:
+                    raise RuntimeError(
+                        f"shard {split}/{shard_name(shard, setup.prefix)} took down Dask workers too often "
+                        f"(distributed.scheduler.allowed-failures): {exc}"
+                    ) from exc
+                yield result
+                bar.update()
+        finally:
+            bar.close()
+            for future in futures:
+                future.cancel()
