@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from typing import Any
 
 from tqdm import tqdm
@@ -100,6 +101,7 @@ def run_on_dask(
             for split, shard in tasks
         }
         bar = tqdm(total=len(tasks), desc="write (dask)", unit="shard", disable=not progress)
+        done = 0
         try:
             for future in distributed.as_completed(futures):
                 split, shard = futures[future]
@@ -110,7 +112,15 @@ def run_on_dask(
                         f"shard {split}/{shard_name(shard, setup.prefix)} took down Dask workers too often "
                         f"(distributed.scheduler.allowed-failures): {exc}"
                     ) from exc
+                except (CancelledError, distributed.comm.CommClosedError) as exc:
+                    where = scheduler or "the LocalCluster"
+                    raise RuntimeError(
+                        f"lost the Dask cluster ({where}) while writing {split}/{shard_name(shard, setup.prefix)}: "
+                        f"{done} of {len(tasks)} shards are complete; run prepare again to write only the rest "
+                        f"({type(exc).__name__}: {exc})"
+                    ) from exc
                 yield result
+                done += 1
                 bar.update()
         finally:
             bar.close()

@@ -185,6 +185,8 @@ def _prepare_locked(
     for split, k in reused:
         windows, _ = shard_plan.shard(split, k)
         manifest["splits"][split]["shards"][k]["n_tokens"] = int(windows.length.sum())
+    if not store.remote:  # what writers that died (a killed pool or cluster worker) left, now that all are done
+        remove_stale_temporaries(store.root)
     write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)  # last: it names only shards that exist
     store.remove(PLAN_NAME)
     shutil.rmtree(cache, ignore_errors=True)

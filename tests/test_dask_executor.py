@@ -1,0 +1,197 @@
+"""`prepare --executor dask`: the same bytes as the local executor from a real `LocalCluster`
+(2 single-threaded worker processes on 127.0.0.1), to disk and to a real S3 endpoint; a worker
+killed mid-run and a cluster lost mid-run still end in the complete, verified output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import servers
+from conftest import KLEBSIELLA
+from servers import S3Server
+
+from bionemo_wds.cli import main
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.format import read_manifest
+from bionemo_wds.prepare import PrepareOptions, dask_executor, prepare
+from bionemo_wds.prepare.report import verify
+
+distributed = pytest.importorskip("distributed")
+s3_server = servers.s3_server
+
+ECOLI = Path(__file__).resolve().parents[2] / "shared" / "data" / "ecoli_K12_MG1655.fa.gz"
+#: 1 kb windows of the Klebsiella assembly in many small shards: ~45 tasks
+SMALL = dict(seq_length=1024, stride=1000, samples_per_shard=128, windows_per_record=16, progress=False)
+#: slow enough per shard (zstd at a high level) that a kill lands while tasks are running
+SLOW = dict(seq_length=1024, stride=1000, split=(1, 0, 0), samples_per_shard=64, progress=False)
+SLOW.update(compress="zstd", compress_level=19)
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A LocalCluster of 2 worker processes with one thread each, as the issue names it."""
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def local_kleb(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("local") / "kleb"
+    prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, workers=2))
+    return out
+
+
+def test_a_local_cluster_writes_the_bytes_of_the_local_executor(tmp_path, cluster, local_kleb):
+    out = tmp_path / "dask"
+    result = prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, executor="dask", scheduler=cluster.scheduler_address))
+    assert result.status == "written" and result.shards_written == len(
+        [sh for s in read_manifest(local_kleb)["splits"].values() for sh in s["shards"]]
+    )
+    assert result.shards_written > 20
+    assert tree_bytes(out) == tree_bytes(local_kleb)
+    assert verify(out, progress=False).ok
+
+
+def test_the_cli_starts_a_local_cluster_when_no_scheduler_is_given(tmp_path, local_kleb):
+    out = tmp_path / "cli"
+    argv = ["prepare", str(KLEBSIELLA), "--out", str(out), "--quiet", "--executor", "dask", "--workers", "2"]
+    opts = ["--seq-length", "1024", "--stride", "1000", "--samples-per-shard", "128", "--windows-per-record", "16"]
+    assert main([*argv, *opts]) == 0
+    assert tree_bytes(out) == tree_bytes(local_kleb)
+
+
+def test_one_worker_and_two_workers_give_the_same_bytes(tmp_path, local_kleb):
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as one:
+        out = tmp_path / "one"
+        prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, executor="dask", scheduler=one.scheduler_address))
+    assert tree_bytes(out) == tree_bytes(local_kleb)
+
+
+def test_into_a_bucket_from_the_cluster(tmp_path, cluster, local_kleb, s3_server: S3Server):
+    """The workers write the shards straight into the bucket (the S3 settings reach them through the
+    environment, as on a real cluster); the objects are the local files, byte for byte."""
+    s3_server.make_bucket("bucket")
+    with distributed.LocalCluster(  # started after the fixture set the endpoint's environment
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as local:
+        result = prepare(
+            [KLEBSIELLA],
+            "s3://bucket/kleb",
+            PrepareOptions(**SMALL, executor="dask", scheduler=local.scheduler_address),
+        )
+    assert result.status == "written"
+    client = s3_server.client()
+    listing = client.list_objects_v2(Bucket="bucket", Prefix="kleb/").get("Contents", [])
+    objects = {
+        o["Key"][len("kleb/") :]: client.get_object(Bucket="bucket", Key=o["Key"])["Body"].read() for o in listing
+    }
+    assert objects == {k: v for k, v in tree_bytes(local_kleb).items()}
+
+
+def _worker_pids(client) -> dict[str, int]:
+    return client.run(os.getpid)
+
+
+def _wait_for_shards(out: Path, n: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list(out.rglob("*.tar"))) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {n} shards under {out} after {timeout} s")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_path):
+    """SIGKILL one of the two workers once a few shards exist: the nanny starts a new one, the
+    scheduler runs the dead worker's tasks again, and the output equals the local executor's."""
+    local = tmp_path / "local"
+    prepare([ECOLI], local, PrepareOptions(**SLOW, workers=2))
+    out = tmp_path / "dask"
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        victim = next(iter(_worker_pids(client).values()))
+        outcome: dict = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = prepare(
+                    [ECOLI], out, PrepareOptions(**SLOW, executor="dask", scheduler=cluster.scheduler_address)
+                )
+            except BaseException as exc:  # reported below
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        _wait_for_shards(out, 3)
+        assert not (out / "manifest.json").exists(), "the run finished before the kill: make the shards slower"
+        os.kill(victim, signal.SIGKILL)
+        thread.join(timeout=600)
+        assert "error" not in outcome, outcome.get("error")
+        assert victim not in _worker_pids(client).values()  # the worker really died (and was replaced)
+    assert outcome["result"].status == "written"
+    assert tree_bytes(out) == tree_bytes(local)
+    assert verify(out, progress=False).ok
+
+
+@pytest.mark.slow
+def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path):
+    local = tmp_path / "local"
+    prepare([ECOLI], local, PrepareOptions(**SLOW, workers=2))
+    out = tmp_path / "dask"
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    )
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            prepare([ECOLI], out, PrepareOptions(**SLOW, executor="dask", scheduler=cluster.scheduler_address))
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    _wait_for_shards(out, 3)
+    cluster.close()  # the whole cluster is lost: scheduler and workers
+    thread.join(timeout=600)
+    assert "error" in outcome, "the run finished before the cluster was lost"
+    assert isinstance(outcome["error"], RuntimeError)
+    assert "lost the Dask cluster" in str(outcome["error"]) and "run prepare again" in str(outcome["error"])
+    assert not (out / "manifest.json").exists()
+    done = len(list(out.rglob("*.tar")))
+    again = prepare([ECOLI], out, PrepareOptions(**SLOW, executor="dask", workers=2))
+    assert again.status == "resumed" and again.shards_reused == done
+    assert again.shards_written + again.shards_reused == len(
+        [sh for s in read_manifest(local)["splits"].values() for sh in s["shards"]]
+    )
+    assert tree_bytes(out) == tree_bytes(local)
+    assert verify(out, progress=False).ok
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(dask_executor, "CONNECT_TIMEOUT", 2)
+    with pytest.raises(BadInputError, match=r"--scheduler tcp://127\.0\.0\.1:9: cannot reach the Dask scheduler"):
+        prepare([KLEBSIELLA], tmp_path / "o", PrepareOptions(**SMALL, executor="dask", scheduler="tcp://127.0.0.1:9"))
+
+
+def test_a_scheduler_without_the_dask_executor_is_refused(tmp_path):
+    with pytest.raises(BadInputError, match=r"--scheduler tcp://127\.0\.0\.1:8786 needs --executor dask"):
+        prepare([KLEBSIELLA], tmp_path / "o", PrepareOptions(**SMALL, scheduler="tcp://127.0.0.1:8786"))
+    assert not (tmp_path / "o").exists()
