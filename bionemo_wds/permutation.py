@@ -22,6 +22,7 @@ so the order is a pure function of (seed, stream name, parts).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,7 @@ _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _S32 = np.uint64(32)
+_C3 = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -81,27 +83,33 @@ class SeededPermutation:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SeededPermutation) and (self.n, self.keys) == (other.n, other.keys)
 
-    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+    def _encrypt(self, x: np.ndarray, tweak: np.ndarray | np.uint64) -> np.ndarray:
         a, b = np.uint64(self.a), np.uint64(self.b)
         left, right = x // b, x % b  # left in Z_a, right in Z_b
         for key in self.keys:  # an even number of rounds: the sizes swap every round
-            left, right = right, _add_mod(left, _round_value(right, key, a), a)
+            left, right = right, _add_mod(left, _round_value(right ^ tweak, key, a), a)
             a, b = b, a
         return left * b + right
 
-    def _decrypt(self, x: np.ndarray) -> np.ndarray:
+    def _decrypt(self, x: np.ndarray, tweak: np.ndarray | np.uint64) -> np.ndarray:
         a, b = np.uint64(self.a), np.uint64(self.b)
         left, right = x // b, x % b
         for key in reversed(self.keys):  # undo a round: the pair was (R, (L + F(R)) mod a') with a' = b here
-            left, right = _add_mod(right, b - _round_value(left, key, b), b), left
+            left, right = _add_mod(right, b - _round_value(left ^ tweak, key, b), b), left
             a, b = b, a
         return left * b + right
 
-    def _walk(self, x: np.ndarray, step: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        y = step(x)
+    def _walk(
+        self, x: np.ndarray, tweak: np.ndarray | None, step: Callable[[np.ndarray, Any], np.ndarray]
+    ) -> np.ndarray:
+        """Cycle walking: `step` again wherever the value is outside ``[0, n)``. A `tweak` (one
+        integer per value) selects one of a family of permutations per value: the same n, keys
+        and rounds, with the mixed tweak xored into every round's input."""
+        salts = None if tweak is None else _mix(np.asarray(tweak).astype(np.uint64) + _C3)
+        y = step(x, np.uint64(0) if salts is None else salts)
         outside = np.flatnonzero(y >= self.n)
         while len(outside):
-            y[outside] = step(y[outside])
+            y[outside] = step(y[outside], np.uint64(0) if salts is None else salts[outside])
             outside = outside[y[outside] >= self.n]
         return y
 
@@ -111,15 +119,27 @@ class SeededPermutation:
             raise IndexError(f"{what} outside [0, {self.n})")
         return values.astype(np.uint64)
 
-    def __call__(self, positions: np.ndarray) -> np.ndarray:
-        """The elements at `positions` (integers in ``[0, n)``), as int64."""
-        x = self._check(positions, "positions")
-        return self._walk(x, self._encrypt).astype(np.int64)
+    def __call__(self, positions: np.ndarray, tweak: np.ndarray | None = None) -> np.ndarray:
+        """The elements at `positions` (integers in ``[0, n)``), as int64; with `tweak`, each
+        position in the permutation its tweak selects (e.g. one permutation per block)."""
+        return self._chunked(self._check(positions, "positions"), tweak, self._encrypt)
 
-    def inverse(self, elements: np.ndarray) -> np.ndarray:
-        """The position of each of `elements`."""
-        x = self._check(elements, "elements")
-        return self._walk(x, self._decrypt).astype(np.int64)
+    def inverse(self, elements: np.ndarray, tweak: np.ndarray | None = None) -> np.ndarray:
+        """The position of each of `elements` (in the permutation of its `tweak`)."""
+        return self._chunked(self._check(elements, "elements"), tweak, self._decrypt)
+
+    def _chunked(
+        self, x: np.ndarray, tweak: np.ndarray | None, step: Callable[[np.ndarray, Any], np.ndarray]
+    ) -> np.ndarray:
+        """`_walk` over pieces of `CHUNK` values: the dozens of temporaries of the rounds stay in
+        the CPU cache instead of streaming through memory (measured 3-4x faster on large inputs)."""
+        out = np.empty(x.shape, dtype=np.int64)
+        flat, result = x.reshape(-1), out.reshape(-1)
+        tweaks = None if tweak is None else np.asarray(tweak).reshape(-1)
+        for lo in range(0, len(flat), CHUNK):
+            hi = lo + CHUNK
+            result[lo:hi] = self._walk(flat[lo:hi], None if tweaks is None else tweaks[lo:hi], step)
+        return out
 
     def range(self, lo: int, hi: int) -> np.ndarray:
         """The elements at positions ``[lo, hi)``."""
@@ -131,7 +151,7 @@ class SeededPermutation:
     def chunks(self, lo: int, hi: int, size: int = CHUNK) -> Iterator[tuple[int, np.ndarray]]:
         """(first position, elements) of consecutive pieces of positions ``[lo, hi)``."""
         for start in range(lo, hi, size):
-            yield start, self(np.arange(start, min(start + size, hi), dtype=np.uint64))
+            yield start, self(np.arange(start, min(start + size, hi), dtype=np.int64))
 
     def all(self) -> np.ndarray:
         """The whole shuffle as an array (small n only)."""

@@ -310,8 +310,8 @@ def test_reverse_complement_of_a_repeated_window_is_its_complement_reversed(root
 
 def test_a_subsampled_dataset_reads_new_windows_each_epoch_until_its_pass_ends(roots, windows):
     """kleb_a: quota 1200 of 8817 windows: a pass serves 7 epochs (0-6, disjoint); epoch 7 starts the
-    next pass (a new order), so it repeats none of its own windows and reads some of the 417 windows
-    pass 0 left out; kleb_b: 600 of its windows, disjoint far longer."""
+    next pass (a new order), so it repeats none of its own windows and is not epoch 0 again; kleb_b:
+    600 of its windows, disjoint far longer."""
     dm = module(roots)
     n_a = len(windows["kleb_a"]["train"])
     assert n_a // 1200 == 7
@@ -329,7 +329,9 @@ def test_a_subsampled_dataset_reads_new_windows_each_epoch_until_its_pass_ends(r
     assert len(set(first_pass)) == 7 * 1200
     left_out = set(windows["kleb_a"]["train"]) - set(first_pass)
     assert len(left_out) == n_a - 7 * 1200
-    assert len(set(seen[0][7])) == 1200 and set(seen[0][7]) & left_out  # a new pass: a new order
+    assert len(set(seen[0][7])) == 1200
+    assert set(seen[0][7]) != set(seen[0][0])  # a new pass: a new order (not pass 0's first epoch again)
+    # whether it reaches the 417 windows pass 0 left out is chance (records of 50 windows: a few records)
     assert not set(seen[1][7]) & {k for e in range(7) for k in seen[1][e]}  # 8 x 600 < its windows
 
 

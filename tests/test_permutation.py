@@ -89,3 +89,20 @@ def test_shards_computed_alone_are_the_full_order_cut(lengths, window, stride_sh
     assert sum(len(s) for s in shards) == len(full)
     for k, shard in enumerate(shards):
         assert _tables_equal(shard, full.take(np.arange(k * per_shard, k * per_shard + len(shard))))
+
+
+@given(
+    n=st.integers(1, 2000), seed=st.integers(0, 2**32), tweaks=st.lists(st.integers(0, 2**40), min_size=2, max_size=4)
+)
+@settings(max_examples=60, deadline=None)
+def test_each_tweak_selects_a_bijection_of_its_own(n, seed, tweaks):
+    perm = SeededPermutation(n, seed, "test")
+    orders = []
+    for tweak in tweaks:
+        t = np.full(n, tweak, dtype=np.int64)
+        order = perm(np.arange(n), tweak=t)
+        assert sorted(order.tolist()) == list(range(n))
+        assert np.array_equal(perm.inverse(order, tweak=t), np.arange(n))
+        orders.append(order)
+    if n > 20 and len(set(tweaks)) > 1:
+        assert len({o.tobytes() for o in orders}) == len(set(tweaks))

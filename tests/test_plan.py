@@ -15,6 +15,7 @@ from bionemo_wds.load.plan import (
     FILLER,
     UNIT_BATCHES,
     Consumed,
+    EpochOrder,
     RecordTable,
     epoch_sequence,
     eval_plan,
@@ -309,3 +310,72 @@ def test_planning_100k_shards_is_fast_and_small():
         assert peak < 200e6, f"planning took {peak / 1e6:.0f} MB"
         del plan
     assert time.perf_counter() - started < 5.0
+
+
+# --- the computed epoch order ---------------------------------------------------------------------
+
+
+def reference_remaining(sequence: np.ndarray, consumed) -> np.ndarray:
+    """What remains of an epoch after resume segments, by slicing the materialised sequence (the
+    definition `remaining_runs` computes as runs of positions)."""
+    for seg in consumed:
+        per_rank = len(sequence) // (seg.micro * seg.dp_size) * seg.micro
+        runs = [sequence[r * per_rank : (r + 1) * per_rank] for r in range(seg.dp_size)]
+        taken = seg.batches * seg.micro
+        sequence = np.concatenate([*(run[taken:] for run in runs), sequence[seg.dp_size * per_rank :]])
+    return sequence
+
+
+@given(table=tables(), seed=st.integers(0, 2**32), epoch=st.integers(0, 50), mix=st.sampled_from([1, 7, 64, 1024]))
+@settings(max_examples=60, deadline=None)
+def test_the_epoch_order_is_records_in_a_seeded_order_mixed_within_blocks(table, seed, epoch, mix):
+    """Built the long way: every record's windows in the record order, then each block of `mix`
+    positions shuffled by its own permutation (the last, shorter block by another)."""
+    order = EpochOrder(table, seed, epoch, mix)
+    first = table.first
+    by_records = np.concatenate([np.arange(first[r], first[r + 1]) for r in order.records])
+    assert sorted(order.records.tolist()) == list(range(len(table)))
+    expected = by_records.copy()
+    n, full = table.n_windows, table.n_windows // mix * mix
+    if mix > 1:
+        for b in range(full // mix):
+            shuffle = order.block(np.arange(mix), tweak=np.full(mix, b))
+            expected[b * mix : (b + 1) * mix] = by_records[b * mix + shuffle]
+        expected[full:] = by_records[full + order.tail.all()]
+    assert np.array_equal(epoch_sequence(table, seed, epoch, mix), expected)
+    positions = np.arange(n)[::-3]
+    assert np.array_equal(order(positions), expected[positions])  # any positions alone
+
+
+@given(table=tables(), seed=st.integers(0, 99), data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_rank_computes_exactly_its_part_of_the_materialised_epoch(table, seed, data):
+    segments = []
+    for _ in range(data.draw(st.integers(0, 3))):
+        dp, micro = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 5))
+        left = len(reference_remaining(epoch_sequence(table, seed, 2), segments))
+        segments.append(Consumed(dp, micro, data.draw(st.integers(0, left // (dp * micro)))))
+    dp, micro = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 5))
+    rest = reference_remaining(epoch_sequence(table, seed, 2), segments)
+    assert np.array_equal(remaining_sequence(epoch_sequence(table, seed, 2), segments), rest)
+    per_rank = len(rest) // (dp * micro) * micro
+    for rank in range(dp):
+        plan = train_plan(table, seed, 2, rank, dp, micro, segments)
+        assert np.array_equal(plan.batches.reshape(-1), rest[rank * per_rank : (rank + 1) * per_rank])
+        assert plan.left_out == len(rest) - dp * per_rank
+
+
+def test_a_rank_plan_never_holds_the_epoch():
+    """16M windows in 1M records, 64 ranks: one rank's plan allocates for the records and its own
+    windows, far less than the 128 MB an array of the epoch's window ids would take."""
+    n_records = 1_000_000
+    table = RecordTable(np.repeat(np.arange(n_records // 100, dtype=np.int64), 100), np.full(n_records, 16, np.int64))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        plan = train_plan(table, 1, 0, 3, 64, 8)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert plan.batches.size == 16 * n_records // 64
+    assert peak < 16 * n_records * 8 / 2, f"planning one rank took {peak / 1e6:.0f} MB"

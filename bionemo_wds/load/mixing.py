@@ -10,7 +10,7 @@ strange loss curve); here an epoch of `length` slots holds exactly the quota of 
    a seeded offset of (seed, epoch)) merged in order, so each source is spread evenly through the
    epoch: a run of one source d is at most `run_bound` long.
 3. **Streams**: each dataset is read as an endless stream of passes, pass p being its own seeded
-   epoch order (`plan.epoch_sequence` with the dataset's seed). A dataset asked for fewer windows
+   epoch order (`plan.EpochOrder` with the dataset's seed). A dataset asked for fewer windows
    than it has (q <= n) is subsampled without repeats: a pass serves ``n // q`` epochs, each the
    next q windows of it, so the next epoch continues with windows not yet seen, and a new pass (a
    new order) starts with a new epoch, never inside one. One asked for more (q > n) is repeated:
@@ -29,7 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from bionemo_wds.load.plan import DEFAULT_MIX, Consumed, RankPlan, RecordTable, epoch_sequence, plan_of_sequence
+from bionemo_wds.load.plan import DEFAULT_MIX, Consumed, EpochOrder, RankPlan, RecordTable, plan_of_sequence
 from bionemo_wds.seeds import numpy_rng, stream_seed
 
 
@@ -85,7 +85,7 @@ def stream_windows(
     table: RecordTable, seed: int, start: int, count: int, mix: int = DEFAULT_MIX
 ) -> tuple[np.ndarray, np.ndarray]:
     """Windows ``[start, start + count)`` of a dataset's endless stream (pass p is
-    ``epoch_sequence(table, seed, p, mix)``): (window ids, pass of each)."""
+    ``EpochOrder(table, seed, p, mix)``): (window ids, pass of each)."""
     n = table.n_windows
     if count and n == 0:
         raise ValueError("a dataset with no windows cannot fill its quota")
@@ -94,7 +94,7 @@ def stream_windows(
     while position < end:
         p, within = divmod(position, n)
         take = min(n - within, end - position)
-        ids.append(epoch_sequence(table, seed, p, mix)[within : within + take])
+        ids.append(EpochOrder(table, seed, p, mix).range(within, within + take))
         passes.append(np.full(take, p, dtype=np.int64))
         position += take
     if not ids:
@@ -112,7 +112,7 @@ def epoch_windows(
         return np.empty(0, np.int64), np.empty(0, np.int64)
     if quota <= n:  # subsampled: a pass serves whole epochs, so no window twice in one
         p, j = divmod(epoch, n // quota)
-        ids = epoch_sequence(table, seed, p, mix)[j * quota : (j + 1) * quota]
+        ids = EpochOrder(table, seed, p, mix).range(j * quota, (j + 1) * quota)
         return ids, np.full(quota, p, dtype=np.int64)
     return stream_windows(table, seed, epoch * quota, quota, mix)
 

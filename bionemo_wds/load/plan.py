@@ -5,7 +5,10 @@ Windows are numbered record-major across the split (record ``r`` holds windows
 
 1. the records are put in a seeded order of (seed, epoch) (``record_order`` stream), and the
    windows in that order are mixed within consecutive blocks of `mix` windows (``window_mix``
-   stream): the epoch's sequence, the same for every data-parallel size;
+   stream): the epoch's sequence, the same for every data-parallel size. Both orders are computed
+   permutations (`permutation.SeededPermutation`, as prepare's window order): `EpochOrder` gives
+   the window at any position of the epoch from the record order alone (one integer per record),
+   so a rank computes its own positions only, never an array of every window of the epoch;
 2. the sequence is cut into ``steps = len // (micro * dp_size)`` global batches; rank ``r`` takes
    the contiguous run ``[r * steps * micro, (r + 1) * steps * micro)`` and reads it in batches of
    `micro`. The windows after ``steps * micro * dp_size`` (fewer than one global batch) are left
@@ -27,12 +30,12 @@ order (`worker_units`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from bionemo_wds.seeds import numpy_rng
+from bionemo_wds.permutation import SeededPermutation
 
 #: Window id of a filler window (padding of an evaluation rank or a damaged record's place).
 FILLER = -1
@@ -103,46 +106,106 @@ class RankPlan:
         return len(self.batches)
 
 
+class EpochOrder:
+    """A training epoch's window ids by position (step 1 above), computed for any positions alone.
+
+    Records come in the order of a seeded permutation (materialised: one integer per record, which
+    the prefix sums of their window counts need anyway); position p lies in mixing block
+    ``p // mix``, whose positions are shuffled by a permutation of its own (the block number tweaks
+    one `SeededPermutation` of `mix`; the last, shorter block has its own). Memory: O(records);
+    time: O(positions asked for).
+    """
+
+    def __init__(self, table: RecordTable, seed: int, epoch: int, mix: int = DEFAULT_MIX):
+        self.n = table.n_windows
+        self.mix = max(1, mix)
+        self.records = SeededPermutation(len(table), seed, "record_order", epoch).all()
+        self.ends = np.cumsum(table.windows[self.records])  # windows up to each record of the order
+        self.first = table.first
+        self.full = self.n // self.mix * self.mix  # positions in whole blocks
+        self.block = SeededPermutation(self.mix, seed, "window_mix", epoch)
+        self.tail = SeededPermutation(self.n - self.full, seed, "window_mix_tail", epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """The window ids at `positions` of the epoch."""
+        positions = np.asarray(positions, dtype=np.int64)
+        slot = positions.copy()
+        if self.mix > 1:
+            whole = positions < self.full
+            inside = positions[whole]
+            block = inside // self.mix
+            offset = inside - block * self.mix  # (np.divmod of int64 arrays is several times slower)
+            slot[whole] = block * self.mix + self.block(offset, tweak=block)
+            slot[~whole] = self.full + self.tail(positions[~whole] - self.full)
+        k = np.searchsorted(self.ends, slot, side="right")  # which record of the order holds the slot
+        before = np.where(k > 0, self.ends[np.maximum(k - 1, 0)], 0)
+        return self.first[self.records[k]] + slot - before
+
+    def range(self, lo: int, hi: int) -> np.ndarray:
+        return self(np.arange(lo, hi, dtype=np.int64))
+
+
 def epoch_sequence(table: RecordTable, seed: int, epoch: int, mix: int = DEFAULT_MIX) -> np.ndarray:
-    """The training epoch's window ids: records in a seeded order, windows mixed within blocks of `mix`."""
-    order = numpy_rng(seed, "record_order", epoch).permutation(len(table))
-    first = table.first
-    counts = table.windows[order]
-    starts = np.repeat(first[order], counts)
-    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    sequence = starts + within
-    if mix > 1 and len(sequence) > 1:
-        rng = numpy_rng(seed, "window_mix", epoch)
-        n_full = len(sequence) // mix * mix
-        blocks = sequence[:n_full].reshape(-1, mix)
-        sequence[:n_full] = rng.permuted(blocks, axis=1).reshape(-1)
-        tail = sequence[n_full:]
-        sequence[n_full:] = tail[rng.permutation(len(tail))]
-    return sequence
+    """The whole training epoch's window ids (`EpochOrder` of every position): small tables and tests."""
+    return EpochOrder(table, seed, epoch, mix).range(0, table.n_windows)
 
 
-def _runs(sequence: np.ndarray, dp_size: int, micro: int) -> tuple[list[np.ndarray], np.ndarray]:
+#: Positions of an epoch's order as runs: (first position, length) arrays, in order.
+Runs = tuple[np.ndarray, np.ndarray]
+
+
+def _cut(runs: Runs, lo: int, hi: int) -> Runs:
+    """Positions ``[lo, hi)`` of the sequence the runs make, as runs."""
+    starts, lengths = runs
+    ends = np.cumsum(lengths)
+    begin = ends - lengths
+    keep = (ends > lo) & (begin < hi)
+    s, b, e = starts[keep], begin[keep], ends[keep]
+    head = np.maximum(lo - b, 0)
+    return s + head, np.minimum(e, hi) - b - head
+
+
+def _positions(runs: Runs) -> np.ndarray:
+    """Every position of the runs, in order."""
+    starts, lengths = runs
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
+def _rank_runs(runs: Runs, dp_size: int, micro: int) -> tuple[list[Runs], Runs]:
     """Each rank's contiguous run of whole global batches, and the tail no rank gets."""
-    steps = len(sequence) // (micro * dp_size)
-    per_rank = steps * micro
-    runs = [sequence[r * per_rank : (r + 1) * per_rank] for r in range(dp_size)]
-    return runs, sequence[dp_size * per_rank :]
+    total = int(runs[1].sum())
+    per_rank = total // (micro * dp_size) * micro
+    return [_cut(runs, r * per_rank, (r + 1) * per_rank) for r in range(dp_size)], _cut(runs, dp_size * per_rank, total)
+
+
+def remaining_runs(n: int, consumed: Sequence[Consumed]) -> Runs:
+    """The positions of an n-window epoch not yet consumed, after each segment in turn (each
+    rank's unconsumed run in rank order, then the tail), as runs: a few per segment, never one
+    entry per window."""
+    runs: Runs = (np.zeros(1, np.int64), np.array([n], np.int64))
+    for seg in consumed:
+        if seg.dp_size < 1 or seg.micro < 1 or seg.batches < 0:
+            raise ValueError(f"invalid resume segment {seg}")
+        ranks, tail = _rank_runs(runs, seg.dp_size, seg.micro)
+        per_rank = int(ranks[0][1].sum())
+        taken = seg.batches * seg.micro
+        if taken > per_rank:
+            raise ValueError(
+                f"resume position says {seg.batches} batches were consumed, but the epoch has "
+                f"{per_rank // seg.micro} batches per rank at dp_size {seg.dp_size}"
+            )
+        pieces = [_cut(rank, taken, per_rank) for rank in ranks] + [tail]
+        runs = (np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
+    return runs
 
 
 def remaining_sequence(sequence: np.ndarray, consumed: Sequence[Consumed]) -> np.ndarray:
     """The epoch's windows not yet consumed, after each segment in turn (rank order, then the tail)."""
-    for seg in consumed:
-        if seg.dp_size < 1 or seg.micro < 1 or seg.batches < 0:
-            raise ValueError(f"invalid resume segment {seg}")
-        runs, tail = _runs(sequence, seg.dp_size, seg.micro)
-        taken = seg.batches * seg.micro
-        if runs and taken > len(runs[0]):
-            raise ValueError(
-                f"resume position says {seg.batches} batches were consumed, but the epoch has "
-                f"{len(runs[0]) // seg.micro} batches per rank at dp_size {seg.dp_size}"
-            )
-        sequence = np.concatenate([*(run[taken:] for run in runs), tail])
-    return sequence
+    return sequence[_positions(remaining_runs(len(sequence), consumed))]
 
 
 def train_batches(n_windows: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = ()) -> int:
@@ -165,7 +228,7 @@ def train_plan(
 ) -> RankPlan:
     """Rank `dp_rank`'s batches for a training epoch (from the resume position `consumed`)."""
     _check_rank(dp_rank, dp_size, micro)
-    return plan_of_sequence(epoch_sequence(table, seed, epoch, mix), dp_rank, dp_size, micro, consumed)
+    return plan_of_order(EpochOrder(table, seed, epoch, mix), table.n_windows, dp_rank, dp_size, micro, consumed)
 
 
 def plan_of_sequence(
@@ -173,15 +236,28 @@ def plan_of_sequence(
 ) -> RankPlan:
     """Rank `dp_rank`'s batches of an epoch whose windows, in order, are `full` (from the resume
     position `consumed`): every rank a contiguous run of whole global batches (steps 2-3 above)."""
+    return plan_of_order(full.__getitem__, len(full), dp_rank, dp_size, micro, consumed)
+
+
+def plan_of_order(
+    order: Callable[[np.ndarray], np.ndarray],
+    n: int,
+    dp_rank: int,
+    dp_size: int,
+    micro: int,
+    consumed: Sequence[Consumed] = (),
+) -> RankPlan:
+    """`plan_of_sequence` of an n-window epoch given as a function from positions to window ids
+    (`EpochOrder`): only this rank's positions are computed."""
     _check_rank(dp_rank, dp_size, micro)
-    sequence = remaining_sequence(full, consumed)
-    runs, tail = _runs(sequence, dp_size, micro)
+    ranks, tail = _rank_runs(remaining_runs(n, consumed), dp_size, micro)
+    ids = np.asarray(order(_positions(ranks[dp_rank])), dtype=np.int64)
     done = sum(seg.batches for seg in consumed)
     return RankPlan(
-        runs[dp_rank].reshape(-1, micro),
-        left_out=len(tail),
+        ids.reshape(-1, micro),
+        left_out=int(tail[1].sum()),
         first_batch=done,
-        total_batches=done + len(runs[dp_rank]) // micro,
+        total_batches=done + len(ids) // micro,
     )
 
 
