@@ -52,7 +52,8 @@ DESCRIPTION = (
     "every base, split whole sequences (or whole groups, --group-by) into train/val/test, cut each "
     "into windows, and write "
     "<out>/<split>/<prefix>-NNNNNN.tar shards and <out>/manifest.json. The output is "
-    "byte-identical for any --workers; an interrupted run resumes when started again with "
+    "byte-identical for any --workers and --executor (a local process pool or a Dask cluster); an "
+    "interrupted run (or one whose cluster was lost) resumes when started again with "
     "the same options; a finished run with the same options does nothing."
 )
 
