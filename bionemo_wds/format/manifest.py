@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format.index import index_of
+from bionemo_wds.format.index import index_of, paused_gc
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.storage.store import Store
 
@@ -66,6 +66,7 @@ CASE_MODES = ("keep", "upper")
 #: What every split entry and every shard entry holds (all versions).
 REQUIRED_SPLIT_KEYS = ("n_samples", "shards")
 REQUIRED_SHARD_KEYS = ("path", "n_samples", "n_tokens", "bytes", "sha256")
+_SHARD_KEYS = frozenset(REQUIRED_SHARD_KEYS)
 
 
 class ManifestError(BadInputError, ValueError):
@@ -81,11 +82,9 @@ def shard_name(index: int, prefix: str = DEFAULT_PREFIX) -> str:
 def unlisted_shards(split: str, names: Iterable[str], prefix: str, listed: Container[str]) -> list[str]:
     """``<split>/<name>`` of the shard files among `names` (a split folder's listing) that the
     manifest does not list (`listed`: its ``path`` entries), sorted."""
-    return sorted(
-        f"{split}/{name}"
-        for name in names
-        if fnmatch.fnmatch(name, f"{prefix}-*.tar") and f"{split}/{name}" not in listed
-    )
+    # one compiled pattern for the whole listing (`fnmatch.fnmatch` per name: 0.2 s for 100,000 shards)
+    matching = fnmatch.filter(names, f"{prefix}-*.tar")
+    return sorted(rel for rel in (f"{split}/{name}" for name in matching) if rel not in listed)
 
 
 @dataclass
@@ -169,7 +168,9 @@ def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | 
     store = root if isinstance(root, Store) else Store(root, storage_options)
     path = store.url(MANIFEST_NAME)
     try:
-        manifest = store.read_json(MANIFEST_NAME)
+        with paused_gc():  # a manifest of 100,000 shards is millions of objects (`paused_gc`)
+            # the bytes unnamed: json.loads drops them once decoded, before the objects are made
+            manifest = json.loads(store.read_bytes(MANIFEST_NAME))
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} does not exist: {store.root} is not a prepared dataset (run `bionemo-wds prepare`)"
@@ -216,6 +217,8 @@ def _missing_key(manifest: dict[str, Any]) -> str | None:
         if not isinstance(info["shards"], list):
             return f"splits.{name}.shards list"
         for i, shard in enumerate(info["shards"]):
+            if isinstance(shard, dict) and _SHARD_KEYS <= shard.keys():
+                continue  # all there (what nearly every entry is): no need to look for the first missing
             for key in REQUIRED_SHARD_KEYS:
                 if not isinstance(shard, dict) or key not in shard:
                     return f"splits.{name}.shards[{i}].{key}"

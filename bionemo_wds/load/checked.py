@@ -30,6 +30,14 @@ def read_checked_manifest(
     """(manifest, shard URL -> size found, None for a missing shard) of the dataset at `store`; clear
     errors for disagreements (a shard's size only under ``handler="raise"``). `warn_strays`: warn
     about shard files the manifest does not list (one rank does)."""
+    manifest, sizes, _ = _read_checked(store, seq_length, handler, warn_strays)
+    return manifest, sizes
+
+
+def _read_checked(
+    store: Store, seq_length: int | None, handler: str, warn_strays: bool
+) -> tuple[dict[str, Any], dict[str, int | None], dict[str, int]]:
+    """`read_checked_manifest`, and shard URL -> windows the manifest lists (each URL made once)."""
     manifest = read_manifest(store)
     params = manifest["params"]
     where = store.url(MANIFEST_NAME)
@@ -40,6 +48,7 @@ def read_checked_manifest(
             f"prepare again with --seq-length {seq_length}"
         )
     sizes: dict[str, int | None] = {}
+    expected: dict[str, int] = {}
     for name, info in manifest["splits"].items():
         held = sum(shard["n_samples"] for shard in info["shards"])
         if info["n_samples"] != held:
@@ -69,7 +78,8 @@ def read_checked_manifest(
             if size != shard["bytes"] and handler == "raise":
                 raise CorruptShardError(size_problem(url, size, shard["bytes"], where))
             sizes[url] = size
-    return manifest, sizes
+            expected[url] = shard["n_samples"]
+    return manifest, sizes, expected
 
 
 @dataclass
@@ -95,8 +105,7 @@ def open_dataset(
     """The dataset at `store`, checked (`read_checked_manifest`), with a policy and counters that live
     in shared memory of the context the loader workers start with, and a `RangeCache` in `cache_dir`
     for a remote dataset (a local one is read in place: a `cache_dir` for it warns)."""
-    manifest, sizes = read_checked_manifest(store, seq_length, handler, warn_strays)
-    expected = {store.url(sh["path"]): sh["n_samples"] for info in manifest["splits"].values() for sh in info["shards"]}
+    manifest, sizes, expected = _read_checked(store, seq_length, handler, warn_strays)
     # the planned reader checks each record against the index itself: no per-record checks here
     policy = ShardErrorPolicy(handler, expected, mp.get_context())
     stats = store.stats = StorageStats(mp.get_context())

