@@ -57,7 +57,7 @@ def _round_value(half: np.ndarray, key: np.uint64, size: np.uint64) -> np.ndarra
 def _add_mod(x: np.ndarray, y: np.ndarray, size: np.uint64) -> np.ndarray:
     """``(x + y) mod size`` for x, y in ``[0, size)``, without a division."""
     s = x + y
-    return np.where(s >= size, s - size, s)
+    return np.minimum(s, s - size)  # below size, s - size wraps past 2**64 - size, so the minimum is s
 
 
 class SeededPermutation:

@@ -345,6 +345,8 @@ def test_the_epoch_order_is_records_in_a_seeded_order_mixed_within_blocks(table,
     assert np.array_equal(epoch_sequence(table, seed, epoch, mix), expected)
     positions = np.arange(n)[::-3]
     assert np.array_equal(order(positions), expected[positions])  # any positions alone
+    scattered = np.random.default_rng(seed).choice(n, size=min(n, 40), replace=False)  # not one stretch
+    assert np.array_equal(order(scattered), expected[scattered])
 
 
 @given(table=tables(), seed=st.integers(0, 99), data=st.data())

@@ -41,6 +41,8 @@ from bionemo_wds.permutation import SeededPermutation
 FILLER = -1
 #: Windows mixed together at once in a training epoch (records of 16 windows: 64 records).
 DEFAULT_MIX = 1024
+#: Positions an `EpochOrder` computes at once (temporaries of 64k int64 values stay in the CPU cache).
+CHUNK = 1 << 16
 #: Consecutive batches one loader worker produces at a time: enough that a worker reads the
 #: records of its batches once, few enough that the main process holds little to reorder.
 UNIT_BATCHES = 16
@@ -120,8 +122,10 @@ class EpochOrder:
         self.n = table.n_windows
         self.mix = max(1, mix)
         self.records = SeededPermutation(len(table), seed, "record_order", epoch).all()
-        self.ends = np.cumsum(table.windows[self.records])  # windows up to each record of the order
-        self.first = table.first
+        counts = table.windows[self.records]
+        self.ends = np.cumsum(counts)  # windows up to each record of the order
+        # window id of a slot = slot + shift of its record (its first id minus the slots before it)
+        self.shift = table.first[self.records] - (self.ends - counts)
         self.full = self.n // self.mix * self.mix  # positions in whole blocks
         self.block = SeededPermutation(self.mix, seed, "window_mix", epoch)
         self.tail = SeededPermutation(self.n - self.full, seed, "window_mix_tail", epoch)
@@ -132,6 +136,19 @@ class EpochOrder:
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         """The window ids at `positions` of the epoch."""
         positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty(len(positions), dtype=np.int64)
+        for lo in range(0, len(positions), CHUNK):  # temporaries stay in the CPU cache
+            out[lo : lo + CHUNK] = self._ids(positions[lo : lo + CHUNK])
+        return out
+
+    def range(self, lo: int, hi: int) -> np.ndarray:
+        """The window ids at positions ``[lo, hi)``."""
+        out = np.empty(max(0, hi - lo), dtype=np.int64)
+        for start in range(lo, hi, CHUNK):
+            out[start - lo : start - lo + CHUNK] = self._ids(np.arange(start, min(start + CHUNK, hi), dtype=np.int64))
+        return out
+
+    def _ids(self, positions: np.ndarray) -> np.ndarray:
         slot = positions.copy()
         if self.mix > 1:
             whole = positions < self.full
@@ -140,12 +157,19 @@ class EpochOrder:
             offset = inside - block * self.mix  # (np.divmod of int64 arrays is several times slower)
             slot[whole] = block * self.mix + self.block(offset, tweak=block)
             slot[~whole] = self.full + self.tail(positions[~whole] - self.full)
-        k = np.searchsorted(self.ends, slot, side="right")  # which record of the order holds the slot
-        before = np.where(k > 0, self.ends[np.maximum(k - 1, 0)], 0)
-        return self.first[self.records[k]] + slot - before
-
-    def range(self, lo: int, hi: int) -> np.ndarray:
-        return self(np.arange(lo, hi, dtype=np.int64))
+        if len(slot) == 0:
+            return slot
+        # which record of the order holds each slot: among the records the chunk's slots span
+        low, high = int(slot.min()), int(slot.max()) + 1
+        k0 = int(np.searchsorted(self.ends, low, side="right"))
+        k1 = int(np.searchsorted(self.ends, high - 1, side="right")) + 1
+        if high - low <= 4 * len(slot):  # a contiguous stretch (a rank's run): a table of the stretch
+            ends = np.minimum(self.ends[k0:k1], high)
+            spans = np.diff(ends, prepend=low)
+            k = np.repeat(np.arange(k0, k1), spans)[slot - low]
+        else:
+            k = np.searchsorted(self.ends[k0:k1], slot, side="right") + k0
+        return slot + self.shift[k]
 
 
 def epoch_sequence(table: RecordTable, seed: int, epoch: int, mix: int = DEFAULT_MIX) -> np.ndarray:
