@@ -80,6 +80,17 @@ def test_one_worker_and_two_workers_give_the_same_bytes(tmp_path, local_kleb):
     assert tree_bytes(out) == tree_bytes(local_kleb)
 
 
+def test_a_worker_with_two_threads_writes_the_same_bytes(tmp_path, local_kleb):
+    """`dask worker` runs a task per core in threads by default: each thread reads through its own
+    source reader, so concurrent tasks in one process write what the pool writes."""
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as threads:
+        out = tmp_path / "threads"
+        prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, executor="dask", scheduler=threads.scheduler_address))
+    assert tree_bytes(out) == tree_bytes(local_kleb)
+
+
 def test_into_a_bucket_from_the_cluster(tmp_path, cluster, local_kleb, s3_server: S3Server):
     """The workers write the shards straight into the bucket (the S3 settings reach them through the
     environment, as on a real cluster); the objects are the local files, byte for byte."""

@@ -36,7 +36,18 @@ from bionemo_wds.prepare.windows import WindowTable
 from bionemo_wds.storage.location import join
 from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 
-_WORKER: dict[str, Any] = {}
+#: Per thread: the setup a writer works for, its source reader and lookups. Thread-local because a
+#: Dask worker may run several tasks at once in threads (`dask worker --nthreads N`), and a reader
+#: (an open file position, a SQLite connection) must not be shared between them.
+_LOCAL = threading.local()
+
+
+def _worker() -> dict[str, Any]:
+    """This thread's writer state."""
+    state = getattr(_LOCAL, "state", None)
+    if state is None:
+        state = _LOCAL.state = {}
+    return state
 
 
 #: prctl(2) option: the signal this process gets when its parent dies (linux/prctl.h).
@@ -111,7 +122,7 @@ def _init_writer(setup: WriterSetup, parent: int | None = None, start_method: st
     if parent is not None:  # a pool worker
         die_with_parent(parent, start_method)
     close_writer()
-    _WORKER.update(
+    _worker().update(
         setup=setup,
         catalog=setup.catalog,
         table=setup.table,
@@ -122,15 +133,16 @@ def _init_writer(setup: WriterSetup, parent: int | None = None, start_method: st
 
 def close_writer() -> None:
     """Close this process's source reader and forget its setup (a run in this process is over)."""
-    if _WORKER.get("reader") is not None:
-        _WORKER["reader"].close()
-    _WORKER.clear()
+    state = _worker()
+    if state.get("reader") is not None:
+        state["reader"].close()
+    state.clear()
 
 
 def write_shard_task(setup: WriterSetup, split: str, shard: int) -> ShardResult:
     """Write shard `shard` of `split` as the plan says; the source reader stays open between tasks
     of the same setup (a pool worker's or a cluster worker's process)."""
-    if _WORKER.get("setup") is not setup:
+    if _worker().get("setup") is not setup:
         _init_writer(setup)
     windows, starts = setup.plan.shard(split, shard)
     final = join(setup.root, split, shard_name(shard, setup.prefix))
@@ -140,14 +152,15 @@ def write_shard_task(setup: WriterSetup, split: str, shard: int) -> ShardResult:
 
 def _window_bases(row: int, start: int, length: int) -> bytes:
     """Bases of a window: `start` is relative to catalog row `row` (a piece starts at its origin)."""
-    cat: Catalog = _WORKER["catalog"]
-    reader = _WORKER.get("reader")
+    state = _worker()
+    cat: Catalog = state["catalog"]
+    reader = state.get("reader")
     if reader is None:
-        reader = _WORKER["reader"] = cat.source.reader()
-    begin = _WORKER["origin"][row] + start
-    raw = reader.read(_WORKER["seq"][row], begin, begin + length, _WORKER["table"])
+        reader = state["reader"] = cat.source.reader()
+    begin = state["origin"][row] + start
+    raw = reader.read(state["seq"][row], begin, begin + length, state["table"])
     if len(raw) != length:
-        raise RuntimeError(f"{cat.source.describe(_WORKER['seq'][row])} changed while preparing")
+        raise RuntimeError(f"{cat.source.describe(state['seq'][row])} changed while preparing")
     return raw
 
 
@@ -168,7 +181,7 @@ def _read_block(windows: WindowTable, lo: int, hi: int) -> list[bytes]:
 
 
 def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[tuple[str, bytes, int]]:
-    cat: Catalog = _WORKER["catalog"]
+    cat: Catalog = _worker()["catalog"]
     bounds = [*starts.tolist(), len(windows)]
     done = np.cumsum(windows.length)  # bases up to and including each window
     block: list[bytes] = []
@@ -181,7 +194,7 @@ def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[t
         part = windows.take(np.arange(lo, hi))
         seqs = part.seq_index.tolist()
         bases = block[lo - block_lo : hi - block_lo]
-        codec, level = _WORKER["setup"].codec
+        codec, level = _worker()["setup"].codec
         yield (
             f"{shard:06d}-{rec:06d}",
             encode_record(
@@ -198,7 +211,7 @@ def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[t
 
 
 def _pool_task(task: tuple[str, int]) -> ShardResult:
-    return write_shard_task(_WORKER["setup"], *task)
+    return write_shard_task(_worker()["setup"], *task)
 
 
 def run_writers(
