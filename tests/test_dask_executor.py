@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -206,3 +207,11 @@ def test_a_scheduler_without_the_dask_executor_is_refused(tmp_path):
     with pytest.raises(BadInputError, match=r"--scheduler tcp://127\.0\.0\.1:8786 needs --executor dask"):
         prepare([KLEBSIELLA], tmp_path / "o", PrepareOptions(**SMALL, scheduler="tcp://127.0.0.1:8786"))
     assert not (tmp_path / "o").exists()
+
+
+def test_without_dask_installed_the_executor_says_what_to_install(tmp_path, monkeypatch):
+    """(dask is installed here: its absence is simulated by hiding the module from `import`.)"""
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(BadInputError, match=r"pip install 'bionemo-wds\[dask\]'"):
+        prepare([KLEBSIELLA], tmp_path / "o", PrepareOptions(**SMALL, executor="dask"))
+    assert not (tmp_path / "o").exists()  # refused before anything was written

@@ -326,9 +326,17 @@ class PrepareOptions:
                 raise BadInputError(f"{flags_of(f)[0]} {problem}, got {shown_value(value)}")
 
     def check_executor(self) -> None:
-        """Refuse a Dask-only option with the local executor, which would silently ignore it."""
+        """Refuse a Dask-only option with the local executor, which would silently ignore it, and
+        the Dask executor when Dask is not installed."""
         if self.executor != "dask" and self.scheduler is not None:
             raise BadInputError(f"--scheduler {self.scheduler} needs --executor dask (the executor is {self.executor})")
+        if self.executor == "dask":
+            try:  # before anything is written
+                import distributed  # noqa: F401
+            except ImportError as exc:
+                raise BadInputError(
+                    "--executor dask needs dask.distributed, which is not installed: pip install 'bionemo-wds[dask]'"
+                ) from exc
 
     def check_source(self) -> None:
         """Refuse an option of one source given with another, which that source would silently ignore."""
