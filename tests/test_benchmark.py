@@ -11,12 +11,15 @@ import pytest
 
 from bionemo_wds.benchmark import run as bench
 from bionemo_wds.benchmark.peers import PEERS, make_peer
+from bionemo_wds.benchmark.streaming_peers import LIBRARIES, unavailable
 from bionemo_wds.benchmark.synthetic import contig_lengths, write_genome
 from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.prepare.windows import window_counts
 from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, SEP_ID
 
 SEQ, STRIDE = 512, 480
+#: The peers that need no optional library (litdata and mosaic have tests of their own below).
+CORE_PEERS = [p for p in PEERS if p not in LIBRARIES]
 
 
 @pytest.fixture(scope="module")
@@ -53,22 +56,28 @@ def test_synthetic_genome_is_seeded_and_has_a_draft_assembly_mix(tmp_path, genom
     assert 0.35 < share[0] < 0.55 and 0.25 < share[1] < 0.45 and 0.1 < share[2] < 0.25
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
+def expected_windows(fasta: Path) -> tuple[Counter, Counter]:
+    """Every window of every sequence of `fasta` (read the plain way), as it is and with either
+    strand counted as the window (`windows_of(..., canonical=True)`)."""
     from conftest import read_fasta
 
-    seqs = read_fasta(genome)
     expected = Counter()
     window = SEQ - 3
-    for s in seqs.values():
+    for s in read_fasta(fasta).values():
         n = len(s)
         for k in range(int(window_counts(np.array([n]), window, STRIDE, "end")[0])):
             start = min(k * STRIDE, max(n - window, 0))
-            expected[s[start : start + window].encode()] += 1
-    canonical_expected = Counter()
+            expected[s[start : start + window].upper().encode()] += 1
+    canonical = Counter()
     for bases, count in expected.items():
-        canonical_expected[min(bases, bases[::-1].translate(COMPLEMENT_TABLE))] += count
-    for name in PEERS:
+        canonical[min(bases, bases[::-1].translate(COMPLEMENT_TABLE))] += count
+    return expected, canonical
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
+    expected, canonical_expected = expected_windows(genome)
+    for name in CORE_PEERS:
         peer = make_peer(name, genome, tmp_path, SEQ, STRIDE, "end", 8)
         peer.prepare(1)
         batches = peer.batches(workers, rc_prob=0.0) if name == "ours" else peer.batches(workers)
@@ -79,6 +88,69 @@ def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
             assert not got - expected and sum((expected - got).values()) < 8, name
         else:
             assert windows_of(batches) == expected, name
+
+
+@pytest.fixture(scope="module")
+def klebsiella(tmp_path_factory) -> Path:
+    """The bundled Klebsiella assembly (119 contigs: short ones, tails), unzipped for pyfaidx."""
+    import gzip
+
+    from conftest import KLEBSIELLA
+
+    out = tmp_path_factory.mktemp("kleb") / "kleb.fa"
+    out.write_bytes(gzip.decompress(KLEBSIELLA.read_bytes()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def streaming_peer(request, tmp_path_factory, klebsiella):
+    """litdata or mosaic (`request.param`), prepared once on Klebsiella; skipped when not installed."""
+    why = unavailable(request.param)  # mosaic imports with torchvision absent, so not importorskip
+    if why:
+        pytest.skip(why)
+    peer = make_peer(request.param, klebsiella, tmp_path_factory.mktemp("w"), SEQ, STRIDE, "end", 8)
+    peer.prepare(1)
+    return peer
+
+
+@pytest.mark.parametrize("streaming_peer", sorted(LIBRARIES), indirect=True)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_streaming_peers_yield_the_same_windows(streaming_peer, klebsiella, workers):
+    expected, canonical = expected_windows(klebsiella)
+    assert windows_of(streaming_peer.batches(workers, rc_prob=0.0)) == expected
+    flipped = windows_of(streaming_peer.batches(workers))  # reverse complement with p=0.5, as the others
+    assert flipped != expected  # some windows came on the other strand ...
+    assert sum(flipped.values()) == sum(expected.values())
+    canonical_flipped = Counter()
+    for bases, count in flipped.items():
+        canonical_flipped[min(bases, bases[::-1].translate(COMPLEMENT_TABLE))] += count
+    assert canonical_flipped == canonical  # ... and each is still its window
+
+
+def test_only_a_missing_library_says_it_is_not_installed(tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "litdata", None)  # `import litdata` now fails as if not installed
+    assert bench.main(["--only", "litdata", "--workdir", str(tmp_path / "w"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "litdata is not installed" in err and "pip install 'bionemo-wds[bench]'" in err
+    assert not (tmp_path / "w").exists()  # refused before any peer ran
+
+
+def test_table_has_the_setup_ttfb_and_cpu_columns_and_notes_skipped_peers():
+    load = {"samples": 100, "tokens": 51200, "seconds": 0.5, "setup_s": 0.1, "total_s": 0.6, "ttfb_s": 0.12}
+    load |= {"cpu_s": 0.8, "first_batch_s": 0.02, "peak_pss_bytes": 300e6}
+    peer = {"prepare_s": 1.0, "prepare_mbp_s": 1.0, "bytes_per_base": 1.1, "load": {"0": bench._rates(load)}}
+    results = {"fasta": "g.fa", "bases": 1e6, "seq_length": 512, "stride": 480, "batch_size": 8}
+    results |= {"peers": {"ours": peer}, "skipped": {"mosaic": "streaming is not installed"}}
+    text = bench.table(results)
+    header, row = text.splitlines()[2], text.splitlines()[4]
+    for column in ("samples/s", "w/ setup", "setup s", "TTFB s", "CPU s/Mtok", "peak PSS MB"):
+        assert column in header
+    cells = row.split()
+    assert cells[5:9] == ["200", "167", "0.100", "0.120"]  # 100 / 0.5 s; 100 / 0.6 s; set-up; TTFB
+    assert cells[10] == f"{0.8 / 0.0512:.4f}"  # CPU s per million tokens
+    assert "skipped mosaic: streaming is not installed" in text
 
 
 @pytest.mark.slow
@@ -105,10 +177,12 @@ def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
     )
     assert code == 0
     results = json.loads(out.read_text())
-    assert set(results["peers"]) == {"ours", "raw_limit", "eden_fly"}
+    assert set(results["peers"]) == {"ours", "raw_limit", "eden_fly"} and results["skipped"] == {}
     for peer in results["peers"].values():
         load = peer["load"]["0"]
         assert load["samples"] > 0 and load["samples_per_s"] > 0 and load["peak_pss_bytes"] > 10e6
+        assert load["total_s"] >= load["seconds"] and load["ttfb_s"] >= load["setup_s"] >= 0
+        assert load["cpu_s"] > 0 and load["cpu_s_per_mtok"] > 0 and load["samples_per_s_with_setup"] > 0
         assert peer["bytes_per_base"] > 0.5
     ours, every = (
         results["peers"]["ours"]["load"]["0"]["samples"],

@@ -4,12 +4,19 @@
 With ``--url`` (peer ``ours`` only) the data is prepared into / read from that URL (endpoint and
 credentials from the environment), through a range cache in ``--cache-dir`` when given, and a load
 also reports the storage counters of its pass (``storage``).
+
+A load reports the pass alone (``seconds``: first request for a batch to the last batch, worker
+start-up included) and with the peer's loader set-up before it (``setup_s``: making its dataset and
+loader objects; ``total_s`` = both), the time to the first model-ready batch from the start of
+set-up (``ttfb_s``), and the CPU seconds of set-up and pass in this process and its loader workers
+(``cpu_s``). Module imports come before all of it (a process pays them once, whatever it loads).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import time
 from collections.abc import Sequence
@@ -19,13 +26,27 @@ from typing import Any
 from bionemo_wds.benchmark.peers import PEERS, make_peer
 
 
-def _import_everything() -> None:
+def _import_everything(peer: str) -> None:
+    """Import what the peers use before any timing; an optional library only for its own peer (its
+    modules would count in every other peer's memory)."""
     import pyfaidx  # noqa: F401
     import webdataset  # noqa: F401
 
     import bionemo_wds.compat.webdatamodule
     import bionemo_wds.load.genomic
     import bionemo_wds.prepare  # noqa: F401
+    from bionemo_wds.benchmark.streaming_peers import LIBRARIES, import_library
+
+    if peer in LIBRARIES:
+        import_library(peer)
+
+
+def cpu_seconds(who: int) -> float:
+    """CPU seconds (user + system) used so far by this process, all its threads
+    (``resource.RUSAGE_SELF``), or by every child process it has waited for
+    (``resource.RUSAGE_CHILDREN``: DataLoader workers count once their loader has joined them)."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cache_dir and not args.url:
         p.error("--cache-dir needs --url")
     remote = {"url": args.url, "cache_dir": args.cache_dir} if args.url else {}
-    _import_everything()  # module imports are start-up cost, outside every peer's timing
+    _import_everything(args.peer)  # module imports are start-up cost, outside every peer's timing
     peer = make_peer(
         args.peer,
         Path(args.fasta),
@@ -70,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     samples = tokens = 0
     first = None
-    batches = peer.batches(args.workers)  # loader set-up (index, manifest, module) is not timed
+    own0, children0 = cpu_seconds(resource.RUSAGE_SELF), cpu_seconds(resource.RUSAGE_CHILDREN)
+    t_setup = time.perf_counter()
+    batches = peer.batches(args.workers)  # loader set-up (index, manifest, dataset, loader objects)
     t0 = time.perf_counter()
     for batch in batches:
         samples += batch["tokens"].shape[0]
@@ -78,7 +101,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first is None:
             first = time.perf_counter() - t0
     seconds = time.perf_counter() - t0
-    out: dict[str, Any] = {"seconds": seconds, "samples": samples, "tokens": tokens, "first_batch_s": first}
+    own = cpu_seconds(resource.RUSAGE_SELF) - own0
+    del batches  # an exhausted loader has joined its workers already; this shuts down any left
+    cpu = own + cpu_seconds(resource.RUSAGE_CHILDREN) - children0
+    setup = t0 - t_setup
+    out: dict[str, Any] = {
+        "seconds": seconds,  # the pass: from the first request for a batch to the last batch
+        "setup_s": setup,  # making the peer's dataset and loader objects, before the first request
+        "total_s": setup + seconds,  # the pass with its set-up: what a user waits for
+        "samples": samples,
+        "tokens": tokens,
+        "first_batch_s": first,  # first request -> first model-ready batch
+        "ttfb_s": setup + first if first is not None else None,  # set-up start -> first batch
+        "cpu_s": cpu,  # set-up and pass, this process and its loader workers (`cpu_seconds`)
+    }
     if args.url:
         out["storage"] = peer.storage_stats()  # counted from set-up on: this pass's fetches and cache use
     print(json.dumps(out))

@@ -16,6 +16,8 @@ given, no split) and ends in the same model-ready batch on the main process: ``t
 - ``ours``: `GenomicWebDataModule`'s training loader (the epoch plan, records read by their index,
   reverse complement, compact batches) and `model_inputs` on each batch; an exact epoch leaves
   fewer than one batch of windows out.
+- ``litdata``, ``mosaic``: the windows as uint8 byte strings in LitData's and MosaicML Streaming's
+  own formats, read by their shuffling ``StreamingDataset`` (`streaming_peers`; optional libraries).
 
 ``ours`` can also live behind a URL (``url="s3://bucket/ours"``: prepared into it, read through the
 storage layer with an optional node-local range cache, `cache_dir`); `storage_stats` then says what a
@@ -37,7 +39,7 @@ import torch
 
 from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
-PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours")
+PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours", "litdata", "mosaic")
 SEED = 1234
 #: Shard size for `ours` (4 MB at 8 kb windows): enough shards that every loader worker has some.
 SAMPLES_PER_SHARD = 512
@@ -62,7 +64,7 @@ def sample_tokens(bases: bytes, seq_length: int) -> np.ndarray:
     return out
 
 
-class _WindowIndex:
+class WindowIndex:
     """The windows of a FASTA (from its .fai), shared by peers that need them in FASTA order."""
 
     def __init__(self, fasta: Path, seq_length: int, stride: int, tail: str):
@@ -96,7 +98,7 @@ class EdenFlyDataset(torch.utils.data.Dataset):
 
     def __init__(self, fasta: Path, seq_length: int, stride: int, tail: str):
         self.fasta, self.seq_length, self.stride, self.tail = fasta, seq_length, stride, tail
-        self.index = _WindowIndex(fasta, seq_length, stride, tail)
+        self.index = WindowIndex(fasta, seq_length, stride, tail)
         self._fa: Any = None  # a pyfaidx.Fasta once opened (pyfaidx ships no type hints)
 
     def __len__(self) -> int:
@@ -191,7 +193,7 @@ class PickledInt64(Peer):
     name = "pickled_int64"
 
     def _names(self) -> list[str]:
-        return [f"w{i:08d}" for i in range(len(_WindowIndex(self.fasta, self.seq_length, self.stride, self.tail)))]
+        return [f"w{i:08d}" for i in range(len(WindowIndex(self.fasta, self.seq_length, self.stride, self.tail)))]
 
     def prepare(self, workers: int) -> None:
         import pickle
@@ -202,7 +204,7 @@ class PickledInt64(Peer):
 
         pickles = self.dir / "pickles"
         pickles.mkdir(parents=True, exist_ok=True)
-        index = _WindowIndex(self.fasta, self.seq_length, self.stride, self.tail)
+        index = WindowIndex(self.fasta, self.seq_length, self.stride, self.tail)
         fa = pyfaidx.Fasta(str(self.fasta), as_raw=True)
         names = []
         for i in range(len(index)):
@@ -258,7 +260,7 @@ class RawLimit(Peer):
         import pyfaidx
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        index = _WindowIndex(self.fasta, self.seq_length, self.stride, self.tail)
+        index = WindowIndex(self.fasta, self.seq_length, self.stride, self.tail)
         fa = pyfaidx.Fasta(str(self.fasta), as_raw=True)
         mm = np.lib.format.open_memmap(
             self.dir / "windows.npy", mode="w+", dtype=np.uint8, shape=(len(index), index.window)
@@ -356,7 +358,9 @@ class Ours(Peer):
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:
-    classes = {cls.name: cls for cls in (EdenFly, PickledInt64, RawLimit, Ours)}
+    from bionemo_wds.benchmark.streaming_peers import LitData, Mosaic  # optional libraries: see there
+
+    classes = {cls.name: cls for cls in (EdenFly, PickledInt64, RawLimit, Ours, LitData, Mosaic)}
     if name not in classes:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
     return classes[name](*args, **kwargs)
