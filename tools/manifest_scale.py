@@ -53,7 +53,9 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
-from bionemo_wds.format.index import COLUMNS
+from bionemo_wds.format.atomic import HashingWriter
+from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE
+from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, RECORD_INDEX_NAME, record_index_path
 from bionemo_wds.format.manifest import dumps_manifest
 
 #: Measurements, in the order they run (`--measure`).
@@ -78,6 +80,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records-per-shard", type=int, default=16, help="records (tar members) per shard")
     p.add_argument("--windows-per-record", type=int, default=16, help="windows per record")
     p.add_argument("--seq-length", type=int, default=8192, help="tokens per sample; a window holds 3 fewer bases")
+    p.add_argument(
+        "--format-version",
+        type=int,
+        choices=(3, FORMAT_VERSION),
+        default=FORMAT_VERSION,
+        help="4: the record index in a file per split (what prepare writes); 3: as JSON columns in the manifest",
+    )
     p.add_argument(
         "--out", type=Path, default=None, help="dataset root to write (None: a temporary directory, removed after)"
     )
@@ -106,8 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # -- the synthetic manifest -------------------------------------------------------------------------
 
 
-def skeleton(args: argparse.Namespace) -> dict[str, Any]:
-    """The manifest without shard entries (each split's ``shards`` holds a placeholder string)."""
+def skeleton(args: argparse.Namespace, index: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The manifest without shard entries (each split's ``shards`` holds a placeholder string);
+    `index`: each split's ``record_index`` entry (version 4)."""
     window = args.seq_length - 3
     params = {
         "seq_length": args.seq_length,
@@ -140,12 +150,13 @@ def skeleton(args: argparse.Namespace) -> dict[str, Any]:
             "n_tokens": samples * (window + 3),
             "length_mix": {">=100kb": {"sequences": sequences, "bases": samples * window}},
             "seq_ids": [f"{split}_contig_{i}" for i in range(min(sequences, 1000))],
+            **({"record_index": index[split]} if index is not None else {}),
             "shards": [_PLACEHOLDER.format(split)],
         }
     request = {"source": "fasta", "inputs": [], "seq_length": args.seq_length, "synthetic": SYNTHETIC}
     return {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": args.format_version,
         "package_version": "synthetic",
         "request": request,
         "params": params,
@@ -168,8 +179,9 @@ def shard_windows(i: int, args: argparse.Namespace) -> np.ndarray:
     return windows
 
 
-def shard_entries(split: str, n: int, args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    """The `n` shard entries of `split`, as `prepare` writes them."""
+def shard_entries(split: str, n: int, args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], np.ndarray]]:
+    """The `n` shard entries of `split` as `prepare` writes them (version 3: the index columns in
+    ``records``; version 4: ``n_records``), each with its record index rows (`INDEX_DTYPE`)."""
     rng = np.random.default_rng([args.seed, len(split), n])
     window, rps = args.seq_length - 3, args.records_per_shard
     for i in range(n):
@@ -179,19 +191,21 @@ def shard_entries(split: str, n: int, args: argparse.Namespace) -> Iterator[dict
         offset = BLOCK + np.concatenate([[0], np.cumsum(span)[:-1]]) if rps else np.empty(0, np.int64)
         end = int(span.sum()) + 2 * BLOCK  # two zero blocks end the archive
         n_samples = int(windows.sum())
-        yield {
+        rows = np.empty(rps, dtype=INDEX_DTYPE)
+        rows["offset"], rows["size"], rows["windows"] = offset, size, windows
+        rows["crc32"] = rng.integers(0, 1 << 32, rps, dtype=np.uint64)
+        entry: dict[str, Any] = {
             "path": f"{split}/{shard_name(i)}",
             "n_samples": n_samples,
             "n_tokens": max(0, n_samples * (window + 3) - int(rng.integers(0, 64))),
             "bytes": -(-end // TAR_RECORD) * TAR_RECORD,
             "sha256": hashlib.sha256(f"{split}/{i}/{args.seed}".encode()).hexdigest(),
-            "records": {
-                "offset": offset.tolist(),
-                "size": size.tolist(),
-                "windows": windows.tolist(),
-                "crc32": rng.integers(0, 1 << 32, rps, dtype=np.uint64).tolist(),
-            },
         }
+        if args.format_version >= INDEX_FILE_FORMAT_VERSION:
+            entry["n_records"] = rps
+        else:
+            entry["records"] = {name: rows[name].tolist() for name in COLUMNS}
+        yield entry, rows
 
 
 def shard_text(entry: dict[str, Any], pad: str) -> str:
@@ -199,26 +213,73 @@ def shard_text(entry: dict[str, Any], pad: str) -> str:
     written directly, since ``json.dumps(indent=1)`` of the whole manifest would take minutes."""
     p1, p2 = pad + " ", pad + "  "
     head = [f'{p1}"{key}": {json.dumps(entry[key])},' for key in ("path", "n_samples", "n_tokens", "bytes", "sha256")]
+    if "records" not in entry:  # version 4
+        return "\n".join([pad + "{", *head, f'{p1}"n_records": {entry["n_records"]}', pad + "}"])
     cols = [f'{p2}"{name}": [{",".join(map(str, entry["records"][name]))}]' for name in COLUMNS]
     return "\n".join([pad + "{", *head, p1 + '"records": {', ",\n".join(cols), p1 + "}", pad + "}"])
 
 
+def write_index_file(root: Path, split: str, n: int, args: argparse.Namespace, texts: list[str], pad: str) -> dict:
+    """Write ``<root>/<split>/record-index.npy`` (the bytes `write_manifest` writes: `numpy.save`'s of
+    the rows, streamed shard by shard) and collect the shard entries' text; its ``record_index`` entry."""
+    rel = record_index_path(split)
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    header = {
+        "descr": np.lib.format.dtype_to_descr(INDEX_DTYPE),
+        "fortran_order": False,
+        "shape": (n * args.records_per_shard,),
+    }
+    with open(tmp, "wb") as raw:
+        out = HashingWriter(raw)
+        np.lib.format.write_array_header_1_0(out, header)
+        pending: list[bytes] = []
+        for entry, rows in shard_entries(split, n, args):
+            texts.append(shard_text(entry, pad))
+            pending.append(rows.tobytes())
+            if len(pending) >= 1024:
+                out.write(b"".join(pending))
+                pending = []
+        out.write(b"".join(pending))
+    os.replace(tmp, path)
+    return {"path": rel, "records": n * args.records_per_shard, "bytes": out.size, "sha256": out.sha.hexdigest()}
+
+
+def _shards_pad(text: str, split: str) -> tuple[str, str, str]:
+    """(the text before `split`'s ``shards`` placeholder, the indent of its entries, the text after)."""
+    before, after = text.split(f'"shards": ["{_PLACEHOLDER.format(split)}"]', 1)
+    return before, " " * (len(before) - before.rindex("\n") - 1 + 1), after  # one deeper than the "shards" key
+
+
 def write_synthetic(root: Path, args: argparse.Namespace) -> dict[str, int]:
-    """Write ``<root>/manifest.json`` (streamed, one shard entry at a time: little memory); split -> shards."""
+    """Write ``<root>/manifest.json`` (streamed, one shard entry at a time: little memory) and, for
+    version 4, each split's record index file first; split -> shards."""
     counts = split_counts(args)
-    text = dumps_manifest(skeleton(args))
     root.mkdir(parents=True, exist_ok=True)
+    texts: dict[str, list[str]] = {}
+    index: dict[str, dict[str, Any]] | None = None
+    if args.format_version >= INDEX_FILE_FORMAT_VERSION:
+        draft = dumps_manifest(skeleton(args, {split: {"path": ""} for split in counts}))
+        index = {}
+        for split, n in counts.items():
+            texts[split] = []
+            index[split] = write_index_file(root, split, n, args, texts[split], _shards_pad(draft, split)[1])
+    text = dumps_manifest(skeleton(args, index))
     tmp = root / (MANIFEST_NAME + ".tmp")
     with open(tmp, "w") as fh:
         for split, n in counts.items():
-            mark = f'"shards": ["{_PLACEHOLDER.format(split)}"]'
-            before, text = text.split(mark, 1)
-            pad = " " * (len(before) - before.rindex("\n") - 1 + 1)  # one deeper than the "shards" key
+            before, pad, text = _shards_pad(text, split)
             fh.write(before + '"shards": [')
             if n:
                 fh.write("\n")
-                for i, entry in enumerate(shard_entries(split, n, args)):
-                    fh.write(("" if i == 0 else ",\n") + shard_text(entry, pad))
+                entries = (
+                    texts[split]
+                    if index is not None
+                    else (shard_text(e, pad) for e, _ in shard_entries(split, n, args))
+                )
+                for i, entry_text in enumerate(entries):
+                    fh.write(("" if i == 0 else ",\n") + entry_text)
                 fh.write("\n" + pad[:-1] + "]")
             else:
                 fh.write("]")
@@ -281,9 +342,10 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
         held = rss_mb() - base
         return {"read_manifest_s": seconds, "manifest_rss_mb": held, "base_rss_mb": base, "peak_rss_mb": peak_rss_mb()}
     if phase == "records":
+        from bionemo_wds.format import read_split_index
         from bionemo_wds.load.plan import train_plan
-        from bionemo_wds.load.planned import SplitRecords
         from bionemo_wds.load.shard_errors import ShardErrorPolicy
+        from bionemo_wds.load.split_records import SplitRecords
         from bionemo_wds.storage.store import Store
 
         out: dict[str, Any] = {"base_rss_mb": rss_mb()}
@@ -291,8 +353,12 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
         manifest = read_manifest(store)
         info = manifest["splits"]["train"]
         policy = ShardErrorPolicy("raise", {store.url(s["path"]): s["n_samples"] for s in info["shards"]})
+        # the index alone (version 4: the file opened, memory-mapped; version 3: the JSON columns converted)
+        out["read_split_index_s"], _ = timed(lambda: read_split_index(store, manifest, "train"))
         # sizes {}: every shard taken to have its listed size, so no file is looked at
-        out["split_records_s"], records = timed(lambda: SplitRecords.from_manifest(store, info, policy, {}, None))
+        out["split_records_s"], records = timed(
+            lambda: SplitRecords.from_manifest(store, manifest, "train", policy, {}, None)
+        )
         out["records"] = len(records.table)
         out["windows"] = n_windows = records.table.n_windows
         out["rss_after_records_mb"] = rss_mb()
@@ -357,6 +423,12 @@ def run(args: argparse.Namespace) -> int:
     n_records = (args.shards + args.val_shards) * args.records_per_shard
     results |= {"manifest_bytes": size, "bytes_per_record": size / max(n_records, 1)}
     print(f"{root / MANIFEST_NAME}: {size:,} bytes ({size / 2**20:.1f} MiB), {size / max(n_records, 1):.1f} per record")
+    index_files = sorted(root.glob(f"*/{RECORD_INDEX_NAME}"))
+    if index_files:  # version 4
+        index_bytes = sum(path.stat().st_size for path in index_files)
+        results |= {"index_bytes": index_bytes, "index_bytes_per_record": index_bytes / max(n_records, 1)}
+        names = ", ".join(str(path.relative_to(root)) for path in index_files)
+        print(f"record index ({names}): {index_bytes:,} bytes ({index_bytes / 2**20:.1f} MiB) beside manifest.json")
     for phase in PHASES:
         if phase in args.skip:
             continue
