@@ -1,37 +1,56 @@
 #!/usr/bin/env python
-"""How a prepared dataset's manifest scales with its shard count: a synthetic version-3 manifest of
-`--shards` shards (no shard bytes), then the time and memory to read it and to set up the loader.
+"""How a prepared dataset's manifest and record index scale with the shard count: a synthetic
+dataset of `--shards` shards (no shard bytes), then the time and memory to read it and to set up the loader.
 
 The manifest is what `prepare` writes (`format.dumps_manifest` text, byte for byte: the tests check
 it) for shards of `--records-per-shard` records of `--windows-per-record` windows: realistic paths,
-counts, sizes, sha256 strings and record index columns (offsets as a tar lays members out, sizes of
-`--seq-length` windows, random crc32s). The shard files are not written; for the data module's full
-``setup("fit")``, which lists each split folder and compares every shard's size with the manifest,
-they are made as sparse files of their listed size (``os.truncate``: no disk blocks) unless
-``--no-sparse``. Each measurement runs `--repeat` times, each in a fresh child process (as a training
-job starts), and the best time is reported; its peak RSS is the child's own:
+counts, sizes, sha256 strings and record indexes (offsets as a tar lays members out, sizes of
+`--seq-length` windows, random crc32s). Format version 4 (the default, what `prepare` writes) puts
+the record index in ``<split>/record-index.npy`` (the bytes `write_manifest` writes) and each shard's
+``n_records`` in the manifest; ``--format-version 3`` writes the index as JSON columns in the manifest,
+as before version 4. The shard files are not written; for the data module's full ``setup("fit")``,
+which lists each split folder and compares every shard's size with the manifest, they are made as
+sparse files of their listed size (``os.truncate``: no disk blocks) unless ``--no-sparse``. Each
+measurement runs `--repeat` times, each in a fresh child process (as a training job starts), and
+the best time is reported; its peak RSS is the child's own (``rss_anon_mb`` / ``rss_file_mb``: the
+resident memory after it, the process's own and that of mapped files, the index file among them):
 
     load     `read_manifest`: its time and the memory the parsed manifest holds
-    records  the set-up pieces that need no shard file: `SplitRecords.from_manifest` of the train
-             split (every shard's `RecordIndex` and the `RecordTable`) and the train epoch plan
-             (`plan.train_plan`, rank 0 of 1, micro batch `--micro-batch-size`)
+    records  the set-up pieces that need no shard file: `format.read_split_index` of the train split
+             (version 4: the file opened and memory-mapped; version 3: the JSON columns converted),
+             `SplitRecords.from_manifest` (that, the per-shard checks and the `RecordTable`) and the
+             train epoch plan (`plan.train_plan`, rank 0 of 1, micro batch `--micro-batch-size`;
+             skipped above `--max-plan-windows`)
     setup    ``GenomicWebDataModule(root, seq_length=..., micro_batch_size=..., num_workers=0).setup("fit")``
              (manifest read, checks against the shard files, train and val records; needs the sparse files)
 
-Example (100,000 shards of 16 records: a 76 MB manifest; about a minute):
+Example (100,000 shards of 16 records: a 23 MB manifest and a 32 MB index file; about a minute):
 
     python tools/manifest_scale.py --shards 100000 --records-per-shard 16 --out /tmp/scale16
 
-Measured so (2-core AMD EPYC VM, best of 3 fresh processes; 2 at 256), 100,000 shards:
+Measured so (2-core AMD EPYC VM, best of 3 fresh processes, 2026-11-24), 100,000 train shards:
 
-    records/shard   manifest     read_manifest   SplitRecords   setup("fit")   RSS after setup
-    16              76 MB        0.94 s          0.89 s         2.6 s          0.76 GB
-    64              214 MB       2.8 s           2.4 s          5.7 s          1.6 GB
-    256             784 MB       10.3 s          7.3 s          18.3 s         5.0 GB
+    version, records/shard    4, 16       4, 2048     3, 16
+    manifest.json             23.1 MB     23.9 MB     75.6 MB
+    read_manifest             0.16 s      0.16 s      0.87-1.0 s
+    record index file         32.0 MB     4.10 GB     -
+    read_split_index          0.007 s     0.006 s     0.55 s
+    SplitRecords              0.12 s      3.2-3.4 s   0.67-0.92 s
+    setup("fit")              0.9-1.0 s   5.2-5.6 s   2.2-2.3 s
+    RSS after setup           0.51 GB     7.5 GB      0.72 GB
+      own (anonymous)         0.39 GB     3.5 GB      0.64 GB
+      mapped files            0.12 GB     4.0 GB      0.09 GB
 
-About 29-31 bytes and 0.4 us of `read_manifest` per record, plus ~300 bytes and ~3 us per shard; the
-parsed manifest holds ~130 bytes per record. 2048 records/shard (256 MB shards) would be a 6.3 GB
-manifest, ~80 s to read and ~26 GB of Python objects: not measurable on a 23 GB machine.
+(ranges: the runs of each, on a shared machine). Version 4: ~230 bytes of manifest per shard,
+whatever its records, and 20 bytes of index file per record, opened in milliseconds (read only where
+used); setting up 204.8 million records (2048 per shard: the default 256 MB shard) takes 5.2-5.6 s,
+mostly memory traffic: the record table's int64 shard and window columns (3.3 GB of the 3.5 GB own
+memory, new pages) and checking every shard against its rows, which reads the whole mapped file
+(4.0 GB of page cache, shared by all processes mapping it). Version 3 costs ~30 bytes and ~0.4 us of
+`read_manifest` per record, plus ~300 bytes and ~3 us per shard; 2048 records/shard would be a
+6.3 GB manifest, ~80 s to read and ~27 GB of Python objects: not measurable on a 23 GB machine. (The
+epoch plan of the 2048 case, 3.3 billion windows on one rank, is skipped by `--max-plan-windows`: a
+rank's plan holds 8 bytes per window it reads.)
 """
 
 from __future__ import annotations
@@ -324,6 +343,17 @@ def rss_mb() -> float:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def rss_parts_mb() -> dict[str, float]:
+    """The resident memory now, split: anonymous (the process's own) and file-backed (mapped files, the
+    record index file among them: page cache, shared by every process mapping it, reclaimable)."""
+    parts = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("RssAnon:", "RssFile:")):
+                parts[f"rss_{line[3:7].lower()}_mb"] = int(line.split()[1]) / 1024
+    return parts
+
+
 def timed(call: Callable[[], Any]) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = call()
@@ -362,6 +392,7 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
         out["records"] = len(records.table)
         out["windows"] = n_windows = records.table.n_windows
         out["rss_after_records_mb"] = rss_mb()
+        out |= rss_parts_mb()
         if n_windows <= args.max_plan_windows:
             out["train_plan_s"], plan = timed(lambda: train_plan(records.table, 42, 0, 0, 1, args.micro_batch_size))
             out["train_batches"] = len(plan)
@@ -372,7 +403,8 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     dm = GenomicWebDataModule(str(root), seq_length=args.seq_length, micro_batch_size=args.micro_batch_size)
     base = rss_mb()
     seconds, _ = timed(lambda: dm.setup("fit"))
-    return {"setup_fit_s": seconds, "base_rss_mb": base, "rss_after_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+    after = {"rss_after_mb": rss_mb(), **rss_parts_mb()}
+    return {"setup_fit_s": seconds, "base_rss_mb": base, **after, "peak_rss_mb": peak_rss_mb()}
 
 
 def best_of(phase: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import numpy as np
 
 from bionemo_wds.errors import ManifestError
 from bionemo_wds.format.atomic import HashingReader, HashingWriter
-from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, json_split_rows
+from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
 from bionemo_wds.storage.store import Store
 
 #: The version whose record index is a file per split (`RECORD_INDEX_NAME`).
@@ -170,7 +170,8 @@ def _json_index(shards: list[dict[str, Any]], problems: list[str] | None) -> Spl
                 shard = {key: value for key, value in shard.items() if key != "records"}
             kept.append(shard)
         shards = kept
-    rows, counts, unindexed = json_split_rows(shards)
+    with paused_gc():  # collections would walk the millions of objects of a large version-3 manifest again
+        rows, counts, unindexed = json_split_rows(shards)
     return SplitIndex(rows, _first(counts), unindexed)
 
 
