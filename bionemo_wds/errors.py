@@ -26,3 +26,10 @@ def exception_chain(exc: BaseException, suppressed: bool = False) -> Iterator[Ba
         yield current
         hidden = current.__suppress_context__ and not suppressed
         current = current.__cause__ or (None if hidden else current.__context__)
+
+
+class ManifestError(BadInputError, ValueError):
+    """A ``manifest.json`` (or the record index file it lists) that cannot be used (not JSON, foreign,
+    another version, keys missing, an index file missing or not the listed one); the message names
+    the file. A `BadInputError` (one line, exit 2 in the CLI) and, as before, a `ValueError`.
+    Defined here, not in `format.manifest`, so that `format.index_file` raises it too."""

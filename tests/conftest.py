@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import itertools
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from bionemo_wds.format import iter_records, read_manifest
+from bionemo_wds.format import INDEX_DTYPE, RecordIndex, file_sha256, iter_records, read_manifest, shard_indexes
+from bionemo_wds.format.manifest import dumps_manifest
+from bionemo_wds.storage.store import Store
 
 DATA = Path(__file__).resolve().parents[1] / "bionemo_wds" / "data"
 LAMBDA = DATA / "lambda_phage_NC_001416.fa.gz"
@@ -133,3 +138,88 @@ def lambda_lineage_fa(tmp_path_factory, lambda_seq) -> tuple[Path, dict[str, str
     seqs, tags = lambda_pieces(lambda_seq)
     path = write_fasta(tmp_path_factory.mktemp("lambda_lineage") / "pieces.fa", seqs, tags)
     return path, seqs, tags
+
+
+# --- the record index of a prepared dataset (format version 4: a file per split) --------------------
+
+
+def _read_json(root: Path) -> dict:
+    return json.loads((Path(root) / "manifest.json").read_text())
+
+
+def _write_json(root: Path, manifest: dict) -> None:
+    (Path(root) / "manifest.json").write_text(dumps_manifest(manifest))
+
+
+def record_index_rows(root: Path, split: str) -> list[np.ndarray]:
+    """A version-4 dataset's record index of `split`, as each shard's rows (copies, free to change)."""
+    manifest = _read_json(root)
+    info = manifest["splits"][split]
+    rows = np.load(Path(root) / info["record_index"]["path"])
+    first = np.concatenate([[0], np.cumsum([shard["n_records"] for shard in info["shards"]])])
+    return [rows[a:b].copy() for a, b in itertools.pairwise(first.tolist())]
+
+
+def write_record_index_rows(root: Path, split: str, per_shard: list[np.ndarray]) -> None:
+    """Replace `split`'s record index file with these rows (one array per shard), and make the
+    manifest agree with the file (each shard's ``n_records``, the file's records, size and sha256):
+    what a damaged index that the manifest still describes looks like."""
+    manifest = _read_json(root)
+    info = manifest["splits"][split]
+    entry = info["record_index"]
+    path = Path(root) / entry["path"]
+    rows = np.concatenate(per_shard).astype(INDEX_DTYPE) if per_shard else np.empty(0, INDEX_DTYPE)
+    np.save(path, rows)
+    for shard, part in zip(info["shards"], per_shard):
+        shard["n_records"] = len(part)
+    entry["records"] = len(rows)
+    entry["bytes"], entry["sha256"] = file_sha256(path)
+    _write_json(root, manifest)
+
+
+def edit_record_index(root: Path, split: str, shard: int, record: int, column: str, value: int) -> int:
+    """Set one value (`column` of record `record` of shard number `shard`) of a version-4 dataset's
+    record index file, the manifest made to agree with the file (`write_record_index_rows`), so only
+    the index disagrees with the shard; returns the old value."""
+    per_shard = record_index_rows(root, split)
+    old = int(per_shard[shard][column][record])
+    per_shard[shard][column][record] = value
+    write_record_index_rows(root, split, per_shard)
+    return old
+
+
+def as_format_version_3(root: Path) -> None:
+    """Turn a prepared (version-4) dataset into what version 3 wrote: each shard entry's record index
+    as JSON columns (``records``) instead of ``n_records``, no ``record_index`` and no index files."""
+    manifest = _read_json(root)
+    assert manifest["format_version"] == 4
+    manifest["format_version"] = 3
+    for split, info in manifest["splits"].items():
+        for shard, rows in zip(info["shards"], record_index_rows(root, split)):
+            del shard["n_records"]
+            shard["records"] = {name: rows[name].tolist() for name in ("offset", "size", "windows", "crc32")}
+        (Path(root) / info.pop("record_index")["path"]).unlink()
+    _write_json(root, manifest)
+
+
+def shard_index(root: Path, split: str, shard: int) -> RecordIndex:
+    """Shard number `shard`'s record index of `split` (any version with one), by the package's reader."""
+    store = Store(root)
+    index = shard_indexes(store, read_manifest(store), split)
+    assert index is not None and index[shard] is not None
+    return index[shard]
+
+
+def as_format_version_1(root: Path) -> None:
+    """What a dataset written before the record index looks like: no index (no ``n_records``,
+    ``record_index`` nor index file; no ``records`` either), format version 1."""
+    manifest = _read_json(root)
+    manifest["format_version"] = 1
+    for info in manifest["splits"].values():
+        for shard in info["shards"]:
+            shard.pop("n_records", None)
+            shard.pop("records", None)
+        entry = info.pop("record_index", None)
+        if entry is not None:
+            (Path(root) / entry["path"]).unlink()
+    _write_json(root, manifest)

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import stat
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import KLEBSIELLA, LAMBDA
+from conftest import KLEBSIELLA, LAMBDA, as_format_version_3
 
 from bionemo_wds.compat.pickles import pickles_to_tars
 from bionemo_wds.errors import BadInputError
@@ -25,6 +26,7 @@ from bionemo_wds.format import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
     RecordIndex,
+    RecordIndexBuilder,
     TarStreamError,
     atomic,
     decode_record,
@@ -35,11 +37,13 @@ from bionemo_wds.format import (
     iter_member_spans,
     iter_members,
     read_manifest,
+    shard_indexes,
     write_shard,
 )
 from bionemo_wds.format.atomic import atomic_path, atomic_write, remove_stale_temporaries
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.sources.fasta import catalog_fasta
+from bionemo_wds.storage.store import Store
 
 
 def make_tar(members: list[tuple[str, bytes]], fmt: int) -> bytes:
@@ -362,12 +366,12 @@ def test_inconsistent_record_is_a_decode_error():
 
 def record_layout(path: Path) -> tuple[list[str], RecordIndex]:
     """Keys and the index of a shard as read back with our reader, independently of the manifest."""
-    keys, index = [], RecordIndex()
+    keys, index = [], RecordIndexBuilder()
     with open(path, "rb") as fh:
         for name, offset, data in iter_member_spans(fh):
             keys.append(name.partition(".")[0])
             index.append(offset, data, len(decode_record(data)))
-    return keys, index
+    return keys, index.build()
 
 
 @pytest.fixture(scope="module")
@@ -391,19 +395,30 @@ def genomes(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.parametrize("version", [4, 3])
 @pytest.mark.parametrize("name", ["lambda", "klebsiella", "klebsiella-1", "klebsiella-zstd"])
-def test_record_index_agrees_with_the_shards(genomes, name):
-    """Offsets, sizes, windows and crc32 in the manifest are what our reader and tarfile find, and a
-    positioned read at an indexed offset returns exactly the record."""
+def test_record_index_agrees_with_the_shards(genomes, name, version, tmp_path):
+    """Offsets, sizes, windows and crc32 in the record index (version 4: the split's index file;
+    version 3: the manifest's columns) are what our reader and tarfile find, and a positioned read
+    at an indexed offset returns exactly the record."""
     root = genomes[name]
+    if version == 3:
+        shutil.copytree(root, tmp_path / "v3")
+        root = tmp_path / "v3"
+        as_format_version_3(root)
     manifest = read_manifest(root)
-    assert manifest["format_version"] == FORMAT_VERSION == 3
+    assert manifest["format_version"] == version and FORMAT_VERSION == 4
     n_records = 0
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
+    for split, info in manifest["splits"].items():
+        indexes = shard_indexes(Store(root), manifest, split)
+        assert indexes is not None and len(indexes) == len(info["shards"])
+        for shard, index in zip(info["shards"], indexes):
             path = root / shard["path"]
-            index = index_of(shard)
             assert index is not None
+            if version == 3:
+                assert index == index_of(shard)
+            else:
+                assert "records" not in shard and shard["n_records"] == len(index)
             keys, found = record_layout(path)
             assert found == index
             assert sum(index.windows) == shard["n_samples"]
@@ -416,7 +431,7 @@ def test_record_index_agrees_with_the_shards(genomes, name):
             fd = os.open(path, os.O_RDONLY)
             try:
                 for n in range(len(index)):
-                    data = os.pread(fd, index.size[n], index.offset[n])
+                    data = os.pread(fd, int(index.size[n]), int(index.offset[n]))
                     assert zlib.crc32(data) == index.crc32[n]
                     assert len(decode_record(data)) == index.windows[n]
             finally:
@@ -425,11 +440,16 @@ def test_record_index_agrees_with_the_shards(genomes, name):
     assert n_records > 10
 
 
-def test_manifest_lists_the_index_columns_on_one_line_each(genomes):
-    text = (genomes["klebsiella"] / "manifest.json").read_text()
+def test_a_version_3_manifest_lists_the_index_columns_on_one_line_each(genomes, tmp_path):
+    root = tmp_path / "v3"
+    shutil.copytree(genomes["klebsiella"], root)
+    as_format_version_3(root)  # written by `dumps_manifest`, as version 3 wrote it
+    text = (root / "manifest.json").read_text()
     columns = [line.strip() for line in text.splitlines() if line.strip().startswith(('"offset"', '"crc32"'))]
     assert columns and all(line.endswith(("],", "]")) for line in columns)
-    assert json.loads(text) == read_manifest(genomes["klebsiella"])
+    assert json.loads(text) == read_manifest(root)
+    v4 = (genomes["klebsiella"] / "manifest.json").read_text()  # version 4: no columns in the manifest
+    assert '"offset"' not in v4 and '"records": {' not in v4 and '"n_records"' in v4
 
 
 def test_write_shard_returns_the_index_of_what_it_wrote(tmp_path):
@@ -438,7 +458,7 @@ def test_write_shard_returns_the_index_of_what_it_wrote(tmp_path):
     assert (written.bytes, written.sha256) == file_sha256(tmp_path / "s.tar")
     keys, found = record_layout(tmp_path / "s.tar")
     assert keys == [k for k, _, _ in records] and found == written.records
-    assert written.records.crc32 == [zlib.crc32(data) for _, data, _ in records]
+    assert written.records.crc32.tolist() == [zlib.crc32(data) for _, data, _ in records]
 
 
 def test_write_shard_refuses_a_name_that_needs_an_extended_header(tmp_path):
@@ -450,7 +470,7 @@ def test_write_shard_refuses_a_name_that_needs_an_extended_header(tmp_path):
 
 
 def test_old_versions_stay_readable_without_an_index():
-    assert set(READABLE_VERSIONS) == {1, 2, 3}
+    assert set(READABLE_VERSIONS) == {1, 2, 3, 4}
     assert index_of({"path": "train/wdshards-000000.tar", "n_samples": 1}) is None
     with pytest.raises(ValueError, match="malformed"):
         index_of({"records": {"offset": [512], "size": [10]}})

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import KLEBSIELLA
+from conftest import KLEBSIELLA, as_format_version_1, as_format_version_3
 
 from bionemo_wds.compat.webdatamodule import Split, WebDataModule
 from bionemo_wds.format import decode_record, file_sha256, iter_records, window_key
@@ -52,6 +52,16 @@ def root(pristine, tmp_path) -> Path:
     """A private copy of the dataset, free to damage."""
     dst = tmp_path / "ds"
     shutil.copytree(pristine, dst)
+    return dst
+
+
+@pytest.fixture(params=[4, 3], ids=["v4", "v3"])
+def versioned_root(pristine, tmp_path, request) -> Path:
+    """`root`, and the same dataset as format version 3 wrote it (the record index in the manifest)."""
+    dst = tmp_path / "ds"
+    shutil.copytree(pristine, dst)
+    if request.param == 3:
+        as_format_version_3(dst)
     return dst
 
 
@@ -216,7 +226,8 @@ def test_truncated_shard_raises_naming_the_shard(root):
     assert str(root / VAL_SHARD) in str(info.value)
 
 
-def test_truncated_shard_error_says_after_which_sample(root):
+def test_truncated_shard_error_says_after_which_sample(versioned_root):
+    root = versioned_root
     truncate_mid_member(root, VAL_SHARD, index=10)
     sync_manifest(root, VAL_SHARD)
     dm = genomic(root)
@@ -387,7 +398,8 @@ def test_shard_in_manifest_but_deleted(root):
 @pytest.mark.parametrize(
     "rel, delta", [("val/wdshards-000000.tar", 3), ("val/wdshards-000001.tar", 3), ("test/wdshards-000001.tar", -3)]
 )
-def test_manifest_sample_count_disagrees_with_shard(root, rel, delta):
+def test_manifest_sample_count_disagrees_with_shard(versioned_root, rel, delta):
+    root = versioned_root
     split = rel.split("/")[0]
     manifest = load_manifest(root)
     entry = shard_entry(manifest, rel)
@@ -486,7 +498,7 @@ def test_absent_suffix_key_names_key_and_shard(pristine):
     assert "['msgpack']" in message  # what the sample does have
 
 
-# --- 8: a record whose bytes changed: the record index (format version 3) ---------------------------
+# --- 8: a record whose bytes changed: the record index (format versions 3 and 4) ---------------------------
 
 
 def tokens_start(record: bytes) -> int:
@@ -525,7 +537,8 @@ def split_keys(root: Path, split: str) -> set[str]:
     return keys
 
 
-def test_changed_base_raises_naming_shard_and_record(root):
+def test_changed_base_raises_naming_shard_and_record(versioned_root):
+    root = versioned_root
     key, _ = zero_a_base(root, TRAIN_SHARD)
     assert key == "000003-000002"
     dm = genomic(root)
@@ -562,16 +575,6 @@ def test_verify_reports_the_changed_base(root):
     assert len(problems) == 1 and problems[0].startswith(f"{TRAIN_SHARD}: record {key} fails its crc32 check (")
 
 
-def as_format_version_1(root: Path) -> None:
-    """What a dataset written before the record index looks like: no ``records``, format version 1."""
-    manifest = load_manifest(root)
-    manifest["format_version"] = 1
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            del shard["records"]
-    save_manifest(root, manifest)
-
-
 def test_a_dataset_of_format_version_1_still_loads_and_verifies(root):
     from bionemo_wds.prepare.report import verify
 
@@ -587,7 +590,7 @@ def test_a_dataset_of_format_version_1_still_loads_and_verifies(root):
 
 
 def test_without_an_index_a_changed_base_goes_unseen(root):
-    """Why version 3 has an index: a version-1 dataset whose manifest hash was made to agree loads the
+    """Why versions 3 and 4 have an index: a version-1 dataset whose manifest hash was made to agree loads the
     changed base as token 0 (EOS) without a word."""
     as_format_version_1(root)
     zero_a_base(root, TRAIN_SHARD)

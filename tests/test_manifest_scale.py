@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import fnmatch
 import gc
+import hashlib
 import importlib.util
+import io
 import json
 import sys
 from pathlib import Path
@@ -15,14 +17,14 @@ import numpy as np
 import pytest
 
 from bionemo_wds import GenomicWebDataModule
-from bionemo_wds.format import MANIFEST_NAME, RecordIndex, read_manifest, unlisted_shards
-from bionemo_wds.format.index import COLUMNS, paused_gc
+from bionemo_wds.format import MANIFEST_NAME, RecordIndex, read_manifest, shard_indexes, unlisted_shards
+from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE, paused_gc
 from bionemo_wds.format.manifest import ManifestError, dumps_manifest
 from bionemo_wds.load.checked import open_dataset, read_checked_manifest
 from bionemo_wds.load.loaders import Split
 from bionemo_wds.load.plan import RecordTable, train_plan
-from bionemo_wds.load.planned import SplitRecords
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.split_records import SplitRecords
 from bionemo_wds.storage.store import Store
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "manifest_scale.py"
@@ -46,6 +48,7 @@ def _write(root: Path, *extra: str) -> Any:
     return args
 
 
+@pytest.mark.parametrize("version", ["4", "3"])
 @pytest.mark.parametrize(
     "extra",
     [
@@ -54,24 +57,39 @@ def _write(root: Path, *extra: str) -> Any:
         ("--shards", "2", "--val-shards", "1", "--records-per-shard", "0"),
     ],
 )
-def test_synthetic_manifest_is_what_prepare_writes(tmp_path: Path, extra: tuple[str, ...]) -> None:
-    _write(tmp_path, *extra)
+def test_synthetic_manifest_is_what_prepare_writes(tmp_path: Path, extra: tuple[str, ...], version: str) -> None:
+    _write(tmp_path, *extra, "--format-version", version)
     text = (tmp_path / MANIFEST_NAME).read_text()
     manifest = read_manifest(tmp_path)  # accepted: format, version, every required key
+    assert manifest["format_version"] == int(version)
     assert dumps_manifest(manifest) == text  # streamed shard by shard, byte for byte the writer's text
-    for info in manifest["splits"].values():
+    for split, info in manifest["splits"].items():
         assert info["n_samples"] == sum(shard["n_samples"] for shard in info["shards"])
-        for shard in info["shards"]:
-            index = RecordIndex.from_dict(shard["records"])
-            assert sum(index.windows) == shard["n_samples"]
-            ends = [o + s for o, s in zip(index.offset, index.size)]
+        indexes = shard_indexes(Store(tmp_path), manifest, split)
+        assert indexes is not None
+        if version == "4":  # the file `write_manifest` writes: numpy.save's bytes of every shard's rows
+            entry, rows = info["record_index"], np.concatenate([index.rows for index in indexes])
+            saved = io.BytesIO()
+            np.save(saved, rows.astype(INDEX_DTYPE))
+            assert (tmp_path / entry["path"]).read_bytes() == saved.getvalue()
+            assert entry == {
+                "path": f"{split}/record-index.npy",
+                "records": len(rows),
+                "bytes": len(saved.getvalue()),
+                "sha256": hashlib.sha256(saved.getvalue()).hexdigest(),
+            }
+        else:
+            assert not list(tmp_path.glob("*/record-index.npy"))
+        for shard, index in zip(info["shards"], indexes):
+            assert index is not None and int(index.windows.sum()) == shard["n_samples"]
+            ends = (index.offset + index.size).tolist()
             assert all(end <= shard["bytes"] for end in ends)
-            assert all(a + 512 <= b for a, b in zip(ends, index.offset[1:]))  # a tar header between records
+            assert all(a + 512 <= b for a, b in zip(ends, index.offset[1:].tolist()))  # a tar header between records
 
 
 def _old_table(indexes: list[RecordIndex]) -> tuple[RecordTable, np.ndarray]:
     """What `SplitRecords.__init__` built before: `RecordTable.from_counts` and one arange per shard."""
-    table = RecordTable.from_counts([index.windows for index in indexes])
+    table = RecordTable.from_counts([index.windows.tolist() for index in indexes])
     local = np.concatenate([np.arange(len(index), dtype=np.int64) for index in indexes] or [np.empty(0, np.int64)])
     return table, local
 
@@ -84,22 +102,26 @@ def test_data_module_setup_matches_the_entries(tmp_path: Path) -> None:
     dm.setup("fit")
     for split in (Split.train, Split.val):
         records, shards = dm.records[split], manifest["splits"][split.name]["shards"]
-        indexes = [RecordIndex.from_dict(shard["records"]) for shard in shards]
-        table, local = _old_table(indexes)
-        assert records.table.shard.dtype == records.local.dtype == records.table.windows.dtype == np.int64
+        indexes = shard_indexes(Store(tmp_path), manifest, split.name)
+        assert indexes is not None and all(index is not None for index in indexes)
+        table, local = _old_table(indexes)  # type: ignore[arg-type]
+        assert records.table.shard.dtype == records.table.windows.dtype == np.int64
+        assert isinstance(records.index.rows, np.memmap)  # read by nobody until used
         np.testing.assert_array_equal(records.table.shard, table.shard)
         np.testing.assert_array_equal(records.table.windows, table.windows)
-        np.testing.assert_array_equal(records.local, local)
-        assert records.indexes == indexes and records.damaged == set()
+        assert [records.local(r) for r in range(len(records.table))] == local.tolist()
+        assert records.index.indexes() == indexes and records.damaged == set()
         assert records.table.n_windows == manifest["splits"][split.name]["n_samples"]
         record = len(records.table) - 1
-        last = shards[-1]["records"]
-        assert records.span(record) == (len(shards) - 1, last["offset"][-1], last["size"][-1])
-        assert records.key(record) == f"{len(shards) - 1:06d}-{len(last['offset']) - 1:06d}"
+        last = indexes[-1]
+        assert last is not None
+        assert records.span(record) == (len(shards) - 1, int(last.offset[-1]), int(last.size[-1]))
+        assert all(type(v) is int for v in records.span(record))
+        assert records.key(record) == f"{len(shards) - 1:06d}-{len(last) - 1:06d}"
     plan = train_plan(dm.records[Split.train].table, 42, 0, 0, 1, 8)
     assert len(plan) == manifest["splits"]["train"]["n_samples"] // 8
     # the pieces alone, without shard files: every shard taken to have its listed size
-    direct = SplitRecords.from_manifest(Store(tmp_path), manifest["splits"]["train"], ShardErrorPolicy("raise"), {})
+    direct = SplitRecords.from_manifest(Store(tmp_path), manifest, "train", ShardErrorPolicy("raise"), {})
     np.testing.assert_array_equal(direct.table.windows, dm.records[Split.train].table.windows)
 
 
@@ -108,7 +130,9 @@ def test_records_past_a_short_shard_are_damaged(tmp_path: Path) -> None:
     manifest = read_manifest(tmp_path)
     ms.make_sparse_shards(tmp_path, manifest)
     shards = manifest["splits"]["train"]["shards"]
-    cut = shards[3]["records"]["offset"][2] + 10  # records 2, 3 and 4 of shard 3 end past it
+    index = shard_indexes(Store(tmp_path), manifest, "train")[3]  # type: ignore[index]
+    assert index is not None
+    cut = int(index.offset[2]) + 10  # records 2, 3 and 4 of shard 3 end past it
     (tmp_path / shards[3]["path"]).write_bytes(b"")
     (tmp_path / shards[3]["path"]).open("r+b").truncate(cut)
     dm = GenomicWebDataModule(str(tmp_path), micro_batch_size=8, handler="warn")
@@ -133,22 +157,22 @@ def test_open_dataset_expects_what_the_manifest_lists(tmp_path: Path) -> None:
 def test_split_records_of_an_empty_split() -> None:
     from bionemo_wds.storage.shards import LocalShards
 
-    records = SplitRecords(LocalShards([]), [])
-    assert len(records.table) == 0 and records.local.dtype == np.int64 and len(records.local) == 0
-    records = SplitRecords(LocalShards(["a", "b"]), [RecordIndex(), RecordIndex([512], [10], [3], [7])])
+    records = SplitRecords.of(LocalShards([]), [])
+    assert len(records.table) == 0 and records.table.shard.dtype == np.int64 and len(records.index.rows) == 0
+    records = SplitRecords.of(LocalShards(["a", "b"]), [RecordIndex(), RecordIndex([512], [10], [3], [7])])
     np.testing.assert_array_equal(records.table.shard, [1])
-    np.testing.assert_array_equal(records.local, [0])
+    assert records.local(0) == 0 and records.span(0) == (1, 512, 10) and records.key(0) == "000001-000000"
 
 
-def _old_from_dict(columns: Any) -> RecordIndex:
-    """`RecordIndex.from_dict` as it was: every number through `int`."""
+def _old_from_dict(columns: Any) -> list[list[int]]:
+    """`RecordIndex.from_dict` of format version 3 as it was: every number through `int`, into lists."""
     try:
         lists = [[int(v) for v in columns[name]] for name in COLUMNS]
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"the record index is malformed (needs columns {', '.join(COLUMNS)}): {exc!r}") from exc
     if len({len(column) for column in lists}) != 1:
         raise ValueError("the record index is malformed: its columns have different lengths")
-    return RecordIndex(*lists)
+    return lists
 
 
 class _Columns(dict):
@@ -173,7 +197,10 @@ _FROM_DICT_CASES = [
     {k: v for k, v in _GOOD.items() if k != "crc32"},
     {**_GOOD, "windows": [16]},
     {**_GOOD, "offset": [1, "x"], "crc32": None},  # the first error found is the same one
-    {**_GOOD, "offset": [2**70, 1]},  # beyond 64 bits: still an int
+    {**_GOOD, "offset": [2**70, 1]},  # beyond 64 bits: an int, but no offset (now an error)
+    {**_GOOD, "offset": [2**64 - 1, 1]},  # the largest offset
+    {**_GOOD, "crc32": [2**32, 1]},  # beyond 32 bits: no crc32 (now an error)
+    {**_GOOD, "size": [-1, 200]},  # negative: no size (now an error)
     _Columns(_GOOD),
     [1, 2, 3, 4],
     "offset",
@@ -183,8 +210,10 @@ _FROM_DICT_CASES = [
 
 @pytest.mark.parametrize("columns", _FROM_DICT_CASES, ids=range(len(_FROM_DICT_CASES)))
 def test_from_dict_gives_what_int_conversion_gave(columns: Any) -> None:
+    """The values `int` makes of each, as numpy columns of `INDEX_DTYPE`'s types; a number a column's
+    type cannot hold (which the lists of version 3 kept) is an error naming the column."""
     try:
-        want: RecordIndex | Exception = _old_from_dict(columns)
+        want: list[list[int]] | Exception = _old_from_dict(columns)
     except Exception as exc:
         want = exc
     if isinstance(want, Exception):
@@ -193,13 +222,16 @@ def test_from_dict_gives_what_int_conversion_gave(columns: Any) -> None:
         assert str(got.value) == str(want)
         assert type(got.value.__cause__) is type(want.__cause__)
         return
+    limits = [np.iinfo(INDEX_DTYPE[name]).max for name in COLUMNS]
+    outside = [name for name, column, limit in zip(COLUMNS, want, limits) if any(not 0 <= v <= limit for v in column)]
+    if outside:
+        with pytest.raises(ValueError, match=f"its {outside[0]} column holds a number outside 0..") as got:
+            RecordIndex.from_dict(columns)
+        return
     index = RecordIndex.from_dict(columns)
-    assert index == want
-    for name in COLUMNS:
-        column = getattr(index, name)
-        assert type(column) is list and all(type(v) is int for v in column)
-        if isinstance(columns, dict) and isinstance(columns[name], list):
-            assert column is not columns[name]  # a copy: appending to the index leaves the manifest alone
+    assert [getattr(index, name).tolist() for name in COLUMNS] == want
+    assert index.rows.dtype == INDEX_DTYPE and index == RecordIndex(*want)
+    assert index.as_dict() == dict(zip(COLUMNS, want)) and all(type(v) is int for v in index.as_dict()["offset"])
 
 
 def test_unlisted_shards_as_fnmatch_per_name() -> None:
@@ -270,6 +302,8 @@ def test_the_tool_reports_size_and_load_time(tmp_path: Path, capsys: pytest.Capt
     assert ms.main(["--shards", "30", "--records-per-shard", "3", "--out", str(out), "--skip", "records", "setup"]) == 0
     text = capsys.readouterr().out
     assert f"{(out / MANIFEST_NAME).stat().st_size:,} bytes" in text
+    index_bytes = (out / "train" / "record-index.npy").stat().st_size
+    assert f"record index (train/record-index.npy): {index_bytes:,} bytes" in text
     assert "load: read_manifest_s" in text and "peak_rss_mb" in text
     with pytest.raises(SystemExit):
         ms.parse_args(["--help"])

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import KLEBSIELLA, LAMBDA
+from conftest import KLEBSIELLA, LAMBDA, shard_index
 
 import bionemo_wds.compat.bionemo as bionemo10
 from bionemo_wds import GenomicWebDataModule, PickledDataWDS, Split, WebDataModule
@@ -165,9 +165,11 @@ def test_warn_reads_a_truncated_shard_as_filler_instead_of_failing_setup(data):
     listed = path.stat().st_size
     cut = listed // 2
     os.truncate(path, cut)  # the manifest still lists the full size
-    entry = shard_entry(load_manifest(data), VAL_SHARD)
-    records = entry["records"]
-    whole = sum(w for o, s, w in zip(records["offset"], records["size"], records["windows"]) if o + s <= cut)
+    manifest = load_manifest(data)
+    entry = shard_entry(manifest, VAL_SHARD)
+    records = shard_index(data, "val", manifest["splits"]["val"]["shards"].index(entry))
+    ends = (records.offset.astype(int) + records.size).tolist()
+    whole = sum(w for end, w in zip(ends, records.windows.tolist()) if end <= cut)
     n_val = load_manifest(data)["splits"]["val"]["n_samples"]
 
     with pytest.raises(CorruptShardError, match=re.escape(f"shard {path} has {cut} bytes but the manifest lists")):

@@ -17,10 +17,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, LAMBDA, shard_windows
+from conftest import (
+    KLEBSIELLA,
+    LAMBDA,
+    as_format_version_1,
+    as_format_version_3,
+    edit_record_index,
+    record_index_rows,
+    shard_index,
+    shard_windows,
+    write_record_index_rows,
+)
 
 from bionemo_wds.cli.main import main
-from bionemo_wds.format import file_sha256, index_of, index_shard, iter_records, read_manifest, write_manifest
+from bionemo_wds.format import file_sha256, index_shard, iter_records, read_manifest, write_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.report import verify
 from bionemo_wds.prepare.splits import SPLIT_NAMES, length_buckets
@@ -270,13 +280,13 @@ def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, 
         PrepareOptions(**{**SMALL, "samples_per_shard": 5000, "windows_per_record": 64}, workers=2, compress="zstd"),
     )
     manifest = read_manifest(out)
-    assert manifest["format_version"] == 3 and manifest["params"]["codec"] == "zstd"
+    assert manifest["format_version"] == 4 and manifest["params"]["codec"] == "zstd"
     assert shard_windows(out) == shard_windows(kleb_small)
     size = sum(p.stat().st_size for p in out.rglob("*.tar"))
     assert size / sum(len(s) for s in klebsiella_seqs.values()) < 0.35
     assert verify(out, progress=False).ok
     plain = read_manifest(kleb_small)
-    assert plain["format_version"] == 3 and plain["params"]["codec"] == "none"
+    assert plain["format_version"] == 4 and plain["params"]["codec"] == "none"
 
 
 # --- regressions found in review ---------------------------------------------------------------
@@ -315,7 +325,7 @@ def test_single_process_prepare_closes_its_files(tmp_path):
     assert not [p for p in open_paths if str(out) in p]
 
 
-# --- the record index (format version 3) ----------------------------------------------------------
+# --- the record index (format versions 3 and 4) ----------------------------------------------------------
 
 #: sha256 of every shard of `bionemo-wds prepare <Klebsiella> --samples-per-shard 100 --workers 2`.
 #: First pinned with the code before the record index existed (format version 1): the index changed
@@ -368,10 +378,10 @@ def test_default_records_are_cut_by_bases(tmp_path):
     assert per_record == 16 and manifest["params"]["records_by"] == "bases"
     budget = per_record * window
     counts = []
-    for shard in manifest["splits"]["train"]["shards"]:
+    for k, shard in enumerate(manifest["splits"]["train"]["shards"]):
         with open(out / shard["path"], "rb") as fh:
             lengths = [len(block.bases(i)) for _, block in iter_records(fh, shard["path"]) for i in range(len(block))]
-        bounds = [0, *itertools.accumulate(index_of(shard).windows)]
+        bounds = [0, *itertools.accumulate(shard_index(out, "train", k).windows.tolist())]
         for lo, hi in itertools.pairwise(bounds):
             first_bases = [sum(lengths[:i]) for i in range(lo, hi)]
             assert len({b // budget for b in first_bases}) == 1  # one block of bases per record
@@ -383,26 +393,34 @@ def test_default_records_are_cut_by_bases(tmp_path):
 
 def test_every_shard_has_its_record_index(kleb_small):
     manifest = read_manifest(kleb_small)
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            assert list(shard) == ["path", "n_samples", "n_tokens", "bytes", "sha256", "records"]
-            index = index_of(shard)
-            assert index is not None and sum(index.windows) == shard["n_samples"]
-            assert max(index.windows) == 7 and all(0 < w <= 7 for w in index.windows)
+    for split, info in manifest["splits"].items():
+        assert list(info)[-2:] == ["record_index", "shards"]
+        entry = info["record_index"]
+        assert entry["path"] == f"{split}/record-index.npy"
+        assert (entry["bytes"], entry["sha256"]) == file_sha256(kleb_small / entry["path"])
+        assert entry["records"] == sum(shard["n_records"] for shard in info["shards"])
+        for k, shard in enumerate(info["shards"]):
+            assert list(shard) == ["path", "n_samples", "n_tokens", "bytes", "sha256", "n_records"]
+            index = shard_index(kleb_small, split, k)
+            assert len(index) == shard["n_records"] and int(index.windows.sum()) == shard["n_samples"]
+            assert index.windows.max() == 7 and all(0 < w <= 7 for w in index.windows.tolist())
             assert index_shard(kleb_small / shard["path"]) == (shard["bytes"], shard["sha256"], index)
 
 
 def resume_from(done: Path, out: Path, keep: int | None) -> None:
     """Make `out` what a run killed after writing shards but before its manifest leaves: the plan
-    file, and `keep` of `done`'s shards (all when None)."""
+    file, and `keep` of `done`'s shards and no record index file (all shards and the index files
+    when None: killed between those and the manifest)."""
     from bionemo_wds.prepare.outdir import PLAN_NAME
 
     shutil.copytree(done, out)
     manifest = json.loads((out / "manifest.json").read_text())
     (out / "manifest.json").unlink()
     (out / PLAN_NAME).write_text(json.dumps({"request": manifest["request"]}))
-    if keep is not None:
+    if keep is not None:  # killed before the index files (written just before the manifest) too
         for p in sorted(out.rglob("*.tar"))[keep:]:
+            p.unlink()
+        for p in out.rglob("record-index.npy"):
             p.unlink()
 
 
@@ -420,12 +438,12 @@ def test_write_manifest_refuses_to_index_a_shard_that_is_not_the_listed_one(tmp_
     out = tmp_path / "out"
     shutil.copytree(kleb_small, out)
     manifest = read_manifest(out)
+    del manifest["splits"]["train"]["record_index"]  # a split whose index is still to be written
     shard = manifest["splits"]["train"]["shards"][0]
-    del shard["records"]
     shard["sha256"] = "0" * 64
     with pytest.raises(ValueError, match="sha256"):
         write_manifest(out / "manifest.json", manifest)
-    assert read_manifest(out) == read_manifest(kleb_small)
+    assert tree_bytes(out) == tree_bytes(kleb_small)  # neither the manifest nor an index file was written
 
 
 def tokens_start(record: bytes) -> int:
@@ -441,18 +459,17 @@ def test_verify_names_the_record_whose_bytes_changed(tmp_path, kleb_small, capsy
     shutil.copytree(kleb_small, ds)
     manifest = read_manifest(ds)
     shard = manifest["splits"]["train"]["shards"][2]
-    index = index_of(shard)
-    assert index is not None
+    index = shard_index(ds, "train", 2)
     path = ds / shard["path"]
     data = bytearray(path.read_bytes())
-    offset = index.offset[3]
-    at = offset + tokens_start(bytes(data[offset : offset + index.size[3]])) + 10
+    offset, size = int(index.offset[3]), int(index.size[3])
+    at = offset + tokens_start(bytes(data[offset : offset + size])) + 10
     assert data[at] in b"ACGTN"
     data[at] = 0
     path.write_bytes(bytes(data))
     shard["bytes"], shard["sha256"] = file_sha256(path)
     (ds / "manifest.json").write_text(json.dumps(manifest))
-    crc = zlib.crc32(data[offset : offset + index.size[3]])
+    crc = zlib.crc32(data[offset : offset + size])
     report = verify(ds, progress=False)
     assert report.problems == [
         f"{shard['path']}: record 000002-000003 fails its crc32 check ({crc:08x}, the record index says "
@@ -462,9 +479,28 @@ def test_verify_names_the_record_whose_bytes_changed(tmp_path, kleb_small, capsy
     assert "record 000002-000003 fails its crc32 check" in capsys.readouterr().err
 
 
-def test_verify_checks_offsets_sizes_and_windows_against_the_index(tmp_path, kleb_small):
+def test_verify_checks_offsets_sizes_and_windows_against_the_index_file(tmp_path, kleb_small):
     ds = tmp_path / "ds"
     shutil.copytree(kleb_small, ds)
+    shards = read_manifest(ds)["splits"]["train"]["shards"]
+    offset = edit_record_index(ds, "train", 0, 1, "offset", int(shard_index(ds, "train", 0).offset[1]) + 512)
+    size = edit_record_index(ds, "train", 1, 0, "size", int(shard_index(ds, "train", 1).size[0]) - 1)
+    edit_record_index(ds, "train", 2, 4, "windows", 6)
+    rows = record_index_rows(ds, "train")
+    n3 = len(rows[3]) - 1
+    write_record_index_rows(ds, "train", [*rows[:3], rows[3][:-1], *rows[4:]])  # one record fewer, listed so
+    assert verify(ds, progress=False).problems == [
+        f"{shards[0]['path']}: record 000000-000001 starts at byte {offset}, the record index says {offset + 512}",
+        f"{shards[1]['path']}: record 000001-000000 has {size} bytes, the record index says {size - 1}",
+        f"{shards[2]['path']}: record 000002-000004 holds 7 windows, the record index says 6",
+        f"{shards[3]['path']}: record 000003-{n3:06d} is record {n3 + 1} of the shard but the record index lists {n3}",
+    ]
+
+
+def test_verify_checks_a_version_3_manifests_index_columns(tmp_path, kleb_small):
+    ds = tmp_path / "ds"
+    shutil.copytree(kleb_small, ds)
+    as_format_version_3(ds)
     manifest = read_manifest(ds)
     shards = manifest["splits"]["train"]["shards"]
     shards[0]["records"]["offset"][1] += 512
@@ -489,12 +525,8 @@ def test_verify_checks_offsets_sizes_and_windows_against_the_index(tmp_path, kle
 def test_a_dataset_of_format_version_1_verifies_and_says_it_has_no_index(tmp_path, kleb_small):
     ds = tmp_path / "ds"
     shutil.copytree(kleb_small, ds)
+    as_format_version_1(ds)
     manifest = read_manifest(ds)
-    manifest["format_version"] = 1
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            del shard["records"]
-    (ds / "manifest.json").write_text(json.dumps(manifest, indent=1))
     report = verify(ds, progress=False)
     assert report.ok and report.samples == sum(s["n_samples"] for s in manifest["splits"].values())
     assert report.notes == [

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import numpy as np
 import pytest
 import servers
 import torch
@@ -27,13 +28,16 @@ from servers import HTTPServer, S3Server
 
 from bionemo_wds import Split, WebDataModule
 from bionemo_wds.cli.main import main as cli_main
-from bionemo_wds.format import MANIFEST_NAME, read_manifest
+from bionemo_wds.format import MANIFEST_NAME, read_manifest, read_split_index
 from bionemo_wds.format.atomic import atomic_write
+from bionemo_wds.format.manifest import ManifestError
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.shard_errors import CorruptShardError
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.outdir import PLAN_NAME
+from bionemo_wds.prepare.report import verify
 from bionemo_wds.storage.retry import RemoteReadError
+from bionemo_wds.storage.store import Store
 
 pytest.importorskip("s3fs")
 pytest.importorskip("aiohttp")
@@ -195,15 +199,18 @@ def test_prepare_into_a_bucket(s3_server, local_dataset):
     manifest = result.manifest
     objects = s3_objects(s3_server)
     shards = {f"kleb/{sh['path']}": sh for info in manifest["splits"].values() for sh in info["shards"]}
-    assert set(objects) == {"kleb/manifest.json", *shards}  # no plan, cache or temporary left behind
+    indexes = {f"kleb/{info['record_index']['path']}": info["record_index"] for info in manifest["splits"].values()}
+    assert len(indexes) == 3  # no plan, cache or temporary left behind:
+    assert set(objects) == {"kleb/manifest.json", *shards, *indexes}
     assert json.loads(objects["kleb/manifest.json"]) == read_manifest(S3_ROOT) == manifest
     local = read_manifest(local_dataset)
-    for key, shard in shards.items():
-        assert len(objects[key]) == shard["bytes"] and hashlib.sha256(objects[key]).hexdigest() == shard["sha256"]
-        assert (local_dataset / shard["path"]).read_bytes() == objects[key]  # the bytes of a local run
+    for key, entry in {**shards, **indexes}.items():
+        assert len(objects[key]) == entry["bytes"] and hashlib.sha256(objects[key]).hexdigest() == entry["sha256"]
+        assert (local_dataset / entry["path"]).read_bytes() == objects[key]  # the bytes of a local run
     assert manifest["splits"] == local["splits"]
     puts = [r[1].split("?")[0] for r in s3_server.requests if r[0] == "PUT"]
-    assert puts[-1] == "/bucket/kleb/manifest.json"  # last: it names only shards that exist
+    assert puts[-1] == "/bucket/kleb/manifest.json"  # last: it names only shards (and index files) that exist
+    assert {p.removeprefix("/bucket/") for p in puts[-4:-1]} == set(indexes)  # each index file one object
     assert len(shard_requests(s3_server.requests, "PUT")) == len(shards)
     # the same request again does nothing
     s3_server.requests.clear()
@@ -225,7 +232,8 @@ def test_prepare_resumes_in_a_bucket_writing_only_the_missing_shard(s3_server):
     s3_server.requests.clear()
     again = prepare([KLEBSIELLA], S3_ROOT, options())
     assert again.status == "resumed" and again.shards_written == 1
-    assert again.shards_reused == len(before) - 2  # every shard but the missing one (and the manifest)
+    n_shards = len([key for key in before if key.endswith(".tar")])
+    assert again.shards_reused == n_shards - 1  # every shard but the missing one
     shard_puts = {r[1].split("?")[0] for r in shard_requests(s3_server.requests, "PUT")}
     assert shard_puts == {f"/{BUCKET}/{missing}"}  # no other shard uploaded again
     assert not [r for r in s3_server.requests if r[0] == "POST" and ".tar" in r[1]]  # nor in parts
@@ -271,6 +279,33 @@ def test_batches_from_s3_equal_batches_from_local_disk(s3_server, s3_dataset, lo
     ranged = [r for r in shard_requests(s3_server.requests) if r[2] is not None]
     assert ranged and len(ranged) == len(shard_requests(s3_server.requests))  # records by range, never whole
     assert stats["requests"] >= len(ranged) and stats["bytes_fetched"] > 0 and stats["retries"] == 0
+
+
+def test_the_record_index_file_is_fetched_once_per_split_and_checked(s3_server, s3_dataset, local_dataset):
+    """Version 4 from a bucket: each split's record index file is one GET of the whole object (not a
+    memory map), its sha256 checked as it is read anyway; rows as on local disk."""
+    dm = make(s3_dataset)
+    gets = [r[1] for r in s3_server.requests if r[0] == "GET" and r[1].endswith("record-index.npy")]
+    assert sorted(gets) == [f"/{BUCKET}/kleb/train/record-index.npy", f"/{BUCKET}/kleb/val/record-index.npy"]
+    assert dm.storage_stats["requests"] == 0  # the counters count shard reads, not the dataset's metadata
+    remote = read_split_index(Store(s3_dataset), dm.manifest, "train")
+    local = read_split_index(Store(local_dataset), read_manifest(local_dataset), "train")
+    assert remote is not None and local is not None and not isinstance(remote.rows, np.memmap)
+    assert np.array_equal(remote.rows, local.rows) and np.array_equal(remote.first, local.first)
+    # one value changed in the object, same size: the remote read (whole, hashed) refuses it, verify names it
+    client = s3_server.client()
+    key = "kleb/train/record-index.npy"
+    data = bytearray(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    data[-1] ^= 0xFF
+    client.put_object(Bucket=BUCKET, Key=key, Body=bytes(data))
+    with pytest.raises(ManifestError, match=re.escape(f"{S3_ROOT}/train/record-index.npy: sha256 ")):
+        make(s3_dataset)
+    problems = verify(S3_ROOT, progress=False).problems
+    assert (
+        problems[0].startswith(f"{S3_ROOT}/train/record-index.npy: sha256 ")
+        and "changed after it was written" in (problems[0])
+    )
+    assert len(problems) == 2 and "fails its crc32 check" in problems[1]  # the last record's crc32, in the last shard
 
 
 def test_a_blend_reads_a_bucket_beside_local_disk(s3_server, s3_dataset, local_dataset, tmp_path):
@@ -328,7 +363,7 @@ def test_the_cache_serves_the_second_epoch_without_a_request(s3_server, s3_datas
     assert len(shard_requests(s3_server.requests)) == n_gets  # the server saw no read of shard bytes
     assert second["requests"] == first["requests"] and second["bytes_fetched"] == first["bytes_fetched"]
     assert second["cache_misses"] == first["cache_misses"]
-    n_train_records = sum(len(sh["records"]["offset"]) for sh in dm.manifest["splits"]["train"]["shards"])
+    n_train_records = dm.manifest["splits"]["train"]["record_index"]["records"]
     assert second["cache_hits"] - first["cache_hits"] >= n_train_records
 
 
@@ -337,7 +372,7 @@ def test_a_cache_smaller_than_the_dataset_evicts_and_yields_the_right_bytes(s3_s
     cache = tmp_path / "cache"
     dm = make(s3_dataset, cache_dir=str(cache), cache_limit=limit)
     total = sum(sh["bytes"] for sh in dm.manifest["splits"]["train"]["shards"])
-    largest = max(max(sh["records"]["size"]) for sh in dm.manifest["splits"]["train"]["shards"])
+    largest = int(dm.records[Split.train].index.rows["size"].max())
     assert total > 4 * limit
     for epoch in ("train", "train2"):
         batches, peak = [], 0

@@ -1,37 +1,56 @@
 #!/usr/bin/env python
-"""How a prepared dataset's manifest scales with its shard count: a synthetic version-3 manifest of
-`--shards` shards (no shard bytes), then the time and memory to read it and to set up the loader.
+"""How a prepared dataset's manifest and record index scale with the shard count: a synthetic
+dataset of `--shards` shards (no shard bytes), then the time and memory to read it and to set up the loader.
 
 The manifest is what `prepare` writes (`format.dumps_manifest` text, byte for byte: the tests check
 it) for shards of `--records-per-shard` records of `--windows-per-record` windows: realistic paths,
-counts, sizes, sha256 strings and record index columns (offsets as a tar lays members out, sizes of
-`--seq-length` windows, random crc32s). The shard files are not written; for the data module's full
-``setup("fit")``, which lists each split folder and compares every shard's size with the manifest,
-they are made as sparse files of their listed size (``os.truncate``: no disk blocks) unless
-``--no-sparse``. Each measurement runs `--repeat` times, each in a fresh child process (as a training
-job starts), and the best time is reported; its peak RSS is the child's own:
+counts, sizes, sha256 strings and record indexes (offsets as a tar lays members out, sizes of
+`--seq-length` windows, random crc32s). Format version 4 (the default, what `prepare` writes) puts
+the record index in ``<split>/record-index.npy`` (the bytes `write_manifest` writes) and each shard's
+``n_records`` in the manifest; ``--format-version 3`` writes the index as JSON columns in the manifest,
+as before version 4. The shard files are not written; for the data module's full ``setup("fit")``,
+which lists each split folder and compares every shard's size with the manifest, they are made as
+sparse files of their listed size (``os.truncate``: no disk blocks) unless ``--no-sparse``. Each
+measurement runs `--repeat` times, each in a fresh child process (as a training job starts), and
+the best time is reported; its peak RSS is the child's own (``rss_anon_mb`` / ``rss_file_mb``: the
+resident memory after it, the process's own and that of mapped files, the index file among them):
 
     load     `read_manifest`: its time and the memory the parsed manifest holds
-    records  the set-up pieces that need no shard file: `SplitRecords.from_manifest` of the train
-             split (every shard's `RecordIndex` and the `RecordTable`) and the train epoch plan
-             (`plan.train_plan`, rank 0 of 1, micro batch `--micro-batch-size`)
+    records  the set-up pieces that need no shard file: `format.read_split_index` of the train split
+             (version 4: the file opened and memory-mapped; version 3: the JSON columns converted),
+             `SplitRecords.from_manifest` (that, the per-shard checks and the `RecordTable`) and the
+             train epoch plan (`plan.train_plan`, rank 0 of 1, micro batch `--micro-batch-size`;
+             skipped above `--max-plan-windows`)
     setup    ``GenomicWebDataModule(root, seq_length=..., micro_batch_size=..., num_workers=0).setup("fit")``
              (manifest read, checks against the shard files, train and val records; needs the sparse files)
 
-Example (100,000 shards of 16 records: a 76 MB manifest; about a minute):
+Example (100,000 shards of 16 records: a 23 MB manifest and a 32 MB index file; about a minute):
 
     python tools/manifest_scale.py --shards 100000 --records-per-shard 16 --out /tmp/scale16
 
-Measured so (2-core AMD EPYC VM, best of 3 fresh processes; 2 at 256), 100,000 shards:
+Measured so (2-core AMD EPYC VM, best of 3 fresh processes, 2026-11-24), 100,000 train shards:
 
-    records/shard   manifest     read_manifest   SplitRecords   setup("fit")   RSS after setup
-    16              76 MB        0.94 s          0.89 s         2.6 s          0.76 GB
-    64              214 MB       2.8 s           2.4 s          5.7 s          1.6 GB
-    256             784 MB       10.3 s          7.3 s          18.3 s         5.0 GB
+    version, records/shard    4, 16       4, 2048     3, 16
+    manifest.json             23.1 MB     23.9 MB     75.6 MB
+    read_manifest             0.16 s      0.16 s      0.87-1.0 s
+    record index file         32.0 MB     4.10 GB     -
+    read_split_index          0.007 s     0.006 s     0.55 s
+    SplitRecords              0.12 s      3.2-3.4 s   0.67-0.92 s
+    setup("fit")              0.9-1.0 s   5.2-5.6 s   2.2-2.3 s
+    RSS after setup           0.51 GB     7.5 GB      0.72 GB
+      own (anonymous)         0.39 GB     3.5 GB      0.64 GB
+      mapped files            0.12 GB     4.0 GB      0.09 GB
 
-About 29-31 bytes and 0.4 us of `read_manifest` per record, plus ~300 bytes and ~3 us per shard; the
-parsed manifest holds ~130 bytes per record. 2048 records/shard (256 MB shards) would be a 6.3 GB
-manifest, ~80 s to read and ~26 GB of Python objects: not measurable on a 23 GB machine.
+(ranges: the runs of each, on a shared machine). Version 4: ~230 bytes of manifest per shard,
+whatever its records, and 20 bytes of index file per record, opened in milliseconds (read only where
+used); setting up 204.8 million records (2048 per shard: the default 256 MB shard) takes 5.2-5.6 s,
+mostly memory traffic: the record table's int64 shard and window columns (3.3 GB of the 3.5 GB own
+memory, new pages) and checking every shard against its rows, which reads the whole mapped file
+(4.0 GB of page cache, shared by all processes mapping it). Version 3 costs ~30 bytes and ~0.4 us of
+`read_manifest` per record, plus ~300 bytes and ~3 us per shard; 2048 records/shard would be a
+6.3 GB manifest, ~80 s to read and ~27 GB of Python objects: not measurable on a 23 GB machine. (The
+epoch plan of the 2048 case, 3.3 billion windows on one rank, is skipped by `--max-plan-windows`: a
+rank's plan holds 8 bytes per window it reads.)
 """
 
 from __future__ import annotations
@@ -53,7 +72,9 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
-from bionemo_wds.format.index import COLUMNS
+from bionemo_wds.format.atomic import HashingWriter
+from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE
+from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, RECORD_INDEX_NAME, record_index_path
 from bionemo_wds.format.manifest import dumps_manifest
 
 #: Measurements, in the order they run (`--measure`).
@@ -78,6 +99,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records-per-shard", type=int, default=16, help="records (tar members) per shard")
     p.add_argument("--windows-per-record", type=int, default=16, help="windows per record")
     p.add_argument("--seq-length", type=int, default=8192, help="tokens per sample; a window holds 3 fewer bases")
+    p.add_argument(
+        "--format-version",
+        type=int,
+        choices=(3, FORMAT_VERSION),
+        default=FORMAT_VERSION,
+        help="4: the record index in a file per split (what prepare writes); 3: as JSON columns in the manifest",
+    )
     p.add_argument(
         "--out", type=Path, default=None, help="dataset root to write (None: a temporary directory, removed after)"
     )
@@ -106,8 +134,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # -- the synthetic manifest -------------------------------------------------------------------------
 
 
-def skeleton(args: argparse.Namespace) -> dict[str, Any]:
-    """The manifest without shard entries (each split's ``shards`` holds a placeholder string)."""
+def skeleton(args: argparse.Namespace, index: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The manifest without shard entries (each split's ``shards`` holds a placeholder string);
+    `index`: each split's ``record_index`` entry (version 4)."""
     window = args.seq_length - 3
     params = {
         "seq_length": args.seq_length,
@@ -140,12 +169,13 @@ def skeleton(args: argparse.Namespace) -> dict[str, Any]:
             "n_tokens": samples * (window + 3),
             "length_mix": {">=100kb": {"sequences": sequences, "bases": samples * window}},
             "seq_ids": [f"{split}_contig_{i}" for i in range(min(sequences, 1000))],
+            **({"record_index": index[split]} if index is not None else {}),
             "shards": [_PLACEHOLDER.format(split)],
         }
     request = {"source": "fasta", "inputs": [], "seq_length": args.seq_length, "synthetic": SYNTHETIC}
     return {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": args.format_version,
         "package_version": "synthetic",
         "request": request,
         "params": params,
@@ -168,8 +198,9 @@ def shard_windows(i: int, args: argparse.Namespace) -> np.ndarray:
     return windows
 
 
-def shard_entries(split: str, n: int, args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    """The `n` shard entries of `split`, as `prepare` writes them."""
+def shard_entries(split: str, n: int, args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], np.ndarray]]:
+    """The `n` shard entries of `split` as `prepare` writes them (version 3: the index columns in
+    ``records``; version 4: ``n_records``), each with its record index rows (`INDEX_DTYPE`)."""
     rng = np.random.default_rng([args.seed, len(split), n])
     window, rps = args.seq_length - 3, args.records_per_shard
     for i in range(n):
@@ -179,19 +210,21 @@ def shard_entries(split: str, n: int, args: argparse.Namespace) -> Iterator[dict
         offset = BLOCK + np.concatenate([[0], np.cumsum(span)[:-1]]) if rps else np.empty(0, np.int64)
         end = int(span.sum()) + 2 * BLOCK  # two zero blocks end the archive
         n_samples = int(windows.sum())
-        yield {
+        rows = np.empty(rps, dtype=INDEX_DTYPE)
+        rows["offset"], rows["size"], rows["windows"] = offset, size, windows
+        rows["crc32"] = rng.integers(0, 1 << 32, rps, dtype=np.uint64)
+        entry: dict[str, Any] = {
             "path": f"{split}/{shard_name(i)}",
             "n_samples": n_samples,
             "n_tokens": max(0, n_samples * (window + 3) - int(rng.integers(0, 64))),
             "bytes": -(-end // TAR_RECORD) * TAR_RECORD,
             "sha256": hashlib.sha256(f"{split}/{i}/{args.seed}".encode()).hexdigest(),
-            "records": {
-                "offset": offset.tolist(),
-                "size": size.tolist(),
-                "windows": windows.tolist(),
-                "crc32": rng.integers(0, 1 << 32, rps, dtype=np.uint64).tolist(),
-            },
         }
+        if args.format_version >= INDEX_FILE_FORMAT_VERSION:
+            entry["n_records"] = rps
+        else:
+            entry["records"] = {name: rows[name].tolist() for name in COLUMNS}
+        yield entry, rows
 
 
 def shard_text(entry: dict[str, Any], pad: str) -> str:
@@ -199,26 +232,73 @@ def shard_text(entry: dict[str, Any], pad: str) -> str:
     written directly, since ``json.dumps(indent=1)`` of the whole manifest would take minutes."""
     p1, p2 = pad + " ", pad + "  "
     head = [f'{p1}"{key}": {json.dumps(entry[key])},' for key in ("path", "n_samples", "n_tokens", "bytes", "sha256")]
+    if "records" not in entry:  # version 4
+        return "\n".join([pad + "{", *head, f'{p1}"n_records": {entry["n_records"]}', pad + "}"])
     cols = [f'{p2}"{name}": [{",".join(map(str, entry["records"][name]))}]' for name in COLUMNS]
     return "\n".join([pad + "{", *head, p1 + '"records": {', ",\n".join(cols), p1 + "}", pad + "}"])
 
 
+def write_index_file(root: Path, split: str, n: int, args: argparse.Namespace, texts: list[str], pad: str) -> dict:
+    """Write ``<root>/<split>/record-index.npy`` (the bytes `write_manifest` writes: `numpy.save`'s of
+    the rows, streamed shard by shard) and collect the shard entries' text; its ``record_index`` entry."""
+    rel = record_index_path(split)
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    header = {
+        "descr": np.lib.format.dtype_to_descr(INDEX_DTYPE),
+        "fortran_order": False,
+        "shape": (n * args.records_per_shard,),
+    }
+    with open(tmp, "wb") as raw:
+        out = HashingWriter(raw)
+        np.lib.format.write_array_header_1_0(out, header)
+        pending: list[bytes] = []
+        for entry, rows in shard_entries(split, n, args):
+            texts.append(shard_text(entry, pad))
+            pending.append(rows.tobytes())
+            if len(pending) >= 1024:
+                out.write(b"".join(pending))
+                pending = []
+        out.write(b"".join(pending))
+    os.replace(tmp, path)
+    return {"path": rel, "records": n * args.records_per_shard, "bytes": out.size, "sha256": out.sha.hexdigest()}
+
+
+def _shards_pad(text: str, split: str) -> tuple[str, str, str]:
+    """(the text before `split`'s ``shards`` placeholder, the indent of its entries, the text after)."""
+    before, after = text.split(f'"shards": ["{_PLACEHOLDER.format(split)}"]', 1)
+    return before, " " * (len(before) - before.rindex("\n") - 1 + 1), after  # one deeper than the "shards" key
+
+
 def write_synthetic(root: Path, args: argparse.Namespace) -> dict[str, int]:
-    """Write ``<root>/manifest.json`` (streamed, one shard entry at a time: little memory); split -> shards."""
+    """Write ``<root>/manifest.json`` (streamed, one shard entry at a time: little memory) and, for
+    version 4, each split's record index file first; split -> shards."""
     counts = split_counts(args)
-    text = dumps_manifest(skeleton(args))
     root.mkdir(parents=True, exist_ok=True)
+    texts: dict[str, list[str]] = {}
+    index: dict[str, dict[str, Any]] | None = None
+    if args.format_version >= INDEX_FILE_FORMAT_VERSION:
+        draft = dumps_manifest(skeleton(args, {split: {"path": ""} for split in counts}))
+        index = {}
+        for split, n in counts.items():
+            texts[split] = []
+            index[split] = write_index_file(root, split, n, args, texts[split], _shards_pad(draft, split)[1])
+    text = dumps_manifest(skeleton(args, index))
     tmp = root / (MANIFEST_NAME + ".tmp")
     with open(tmp, "w") as fh:
         for split, n in counts.items():
-            mark = f'"shards": ["{_PLACEHOLDER.format(split)}"]'
-            before, text = text.split(mark, 1)
-            pad = " " * (len(before) - before.rindex("\n") - 1 + 1)  # one deeper than the "shards" key
+            before, pad, text = _shards_pad(text, split)
             fh.write(before + '"shards": [')
             if n:
                 fh.write("\n")
-                for i, entry in enumerate(shard_entries(split, n, args)):
-                    fh.write(("" if i == 0 else ",\n") + shard_text(entry, pad))
+                entries = (
+                    texts[split]
+                    if index is not None
+                    else (shard_text(e, pad) for e, _ in shard_entries(split, n, args))
+                )
+                for i, entry_text in enumerate(entries):
+                    fh.write(("" if i == 0 else ",\n") + entry_text)
                 fh.write("\n" + pad[:-1] + "]")
             else:
                 fh.write("]")
@@ -263,6 +343,17 @@ def rss_mb() -> float:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def rss_parts_mb() -> dict[str, float]:
+    """The resident memory now, split: anonymous (the process's own) and file-backed (mapped files, the
+    record index file among them: page cache, shared by every process mapping it, reclaimable)."""
+    parts = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("RssAnon:", "RssFile:")):
+                parts[f"rss_{line[3:7].lower()}_mb"] = int(line.split()[1]) / 1024
+    return parts
+
+
 def timed(call: Callable[[], Any]) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = call()
@@ -281,9 +372,10 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
         held = rss_mb() - base
         return {"read_manifest_s": seconds, "manifest_rss_mb": held, "base_rss_mb": base, "peak_rss_mb": peak_rss_mb()}
     if phase == "records":
+        from bionemo_wds.format import read_split_index
         from bionemo_wds.load.plan import train_plan
-        from bionemo_wds.load.planned import SplitRecords
         from bionemo_wds.load.shard_errors import ShardErrorPolicy
+        from bionemo_wds.load.split_records import SplitRecords
         from bionemo_wds.storage.store import Store
 
         out: dict[str, Any] = {"base_rss_mb": rss_mb()}
@@ -291,11 +383,16 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
         manifest = read_manifest(store)
         info = manifest["splits"]["train"]
         policy = ShardErrorPolicy("raise", {store.url(s["path"]): s["n_samples"] for s in info["shards"]})
+        # the index alone (version 4: the file opened, memory-mapped; version 3: the JSON columns converted)
+        out["read_split_index_s"], _ = timed(lambda: read_split_index(store, manifest, "train"))
         # sizes {}: every shard taken to have its listed size, so no file is looked at
-        out["split_records_s"], records = timed(lambda: SplitRecords.from_manifest(store, info, policy, {}, None))
+        out["split_records_s"], records = timed(
+            lambda: SplitRecords.from_manifest(store, manifest, "train", policy, {}, None)
+        )
         out["records"] = len(records.table)
         out["windows"] = n_windows = records.table.n_windows
         out["rss_after_records_mb"] = rss_mb()
+        out |= rss_parts_mb()
         if n_windows <= args.max_plan_windows:
             out["train_plan_s"], plan = timed(lambda: train_plan(records.table, 42, 0, 0, 1, args.micro_batch_size))
             out["train_batches"] = len(plan)
@@ -306,7 +403,8 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     dm = GenomicWebDataModule(str(root), seq_length=args.seq_length, micro_batch_size=args.micro_batch_size)
     base = rss_mb()
     seconds, _ = timed(lambda: dm.setup("fit"))
-    return {"setup_fit_s": seconds, "base_rss_mb": base, "rss_after_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+    after = {"rss_after_mb": rss_mb(), **rss_parts_mb()}
+    return {"setup_fit_s": seconds, "base_rss_mb": base, **after, "peak_rss_mb": peak_rss_mb()}
 
 
 def best_of(phase: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -357,6 +455,12 @@ def run(args: argparse.Namespace) -> int:
     n_records = (args.shards + args.val_shards) * args.records_per_shard
     results |= {"manifest_bytes": size, "bytes_per_record": size / max(n_records, 1)}
     print(f"{root / MANIFEST_NAME}: {size:,} bytes ({size / 2**20:.1f} MiB), {size / max(n_records, 1):.1f} per record")
+    index_files = sorted(root.glob(f"*/{RECORD_INDEX_NAME}"))
+    if index_files:  # version 4
+        index_bytes = sum(path.stat().st_size for path in index_files)
+        results |= {"index_bytes": index_bytes, "index_bytes_per_record": index_bytes / max(n_records, 1)}
+        names = ", ".join(str(path.relative_to(root)) for path in index_files)
+        print(f"record index ({names}): {index_bytes:,} bytes ({index_bytes / 2**20:.1f} MiB) beside manifest.json")
     for phase in PHASES:
         if phase in args.skip:
             continue

@@ -2,7 +2,10 @@
 
 - `records`: a block of windows as one msgpack tar member (format versions 1, 2 and 3);
 - `tar`: the shard reader (`iter_members`, `iter_records`) and writer (`write_shard`);
-- `index`: the per-shard record index of version 3 (offset, size, windows, crc32 per record);
+- `index`: the per-shard record index (offset, size, windows, crc32 per record; version 3 kept it
+  in the manifest as JSON columns);
+- `index_file`: a split's record index, read for versions 3 and 4 (`shard_indexes`), and its file
+  ``<split>/record-index.npy`` (version 4: written by `write_manifest`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
 - `atomic`: `atomic_write` / `atomic_path` (every file this package writes goes through them) and hashing.
 """
@@ -15,7 +18,15 @@ from bionemo_wds.format.atomic import (
     file_sha256,
     remove_stale_temporaries,
 )
-from bionemo_wds.format.index import RecordIndex, index_of, record_crc32
+from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, index_of, record_crc32
+from bionemo_wds.format.index_file import (
+    INDEX_FILE_FORMAT_VERSION,
+    RECORD_INDEX_NAME,
+    SplitIndex,
+    read_split_index,
+    record_index_path,
+    shard_indexes,
+)
 from bionemo_wds.format.manifest import (
     CASE_MODES,
     COMPRESSED_FORMAT_VERSION,
@@ -54,14 +65,19 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "INDEXED_FORMAT_VERSION",
+    "INDEX_DTYPE",
+    "INDEX_FILE_FORMAT_VERSION",
     "MANIFEST_NAME",
     "READABLE_VERSIONS",
+    "RECORD_INDEX_NAME",
     "RECORD_SUFFIX",
     "TAR_MTIME",
     "HashingReader",
     "HashingWriter",
     "RecordIndex",
+    "RecordIndexBuilder",
     "ShardInfo",
+    "SplitIndex",
     "TarStreamError",
     "WindowBlock",
     "WrittenShard",
@@ -78,8 +94,11 @@ __all__ = [
     "iter_record_members",
     "iter_records",
     "read_manifest",
+    "read_split_index",
     "record_crc32",
+    "record_index_path",
     "remove_stale_temporaries",
+    "shard_indexes",
     "shard_name",
     "stored_case",
     "unlisted_shards",

@@ -6,15 +6,22 @@ Format versions (``format_version``; the shard bytes are the same in all of them
    and token counts, size and sha256;
 2. version 1 with zstd-compressed ``tokens`` (``params.codec`` is ``"zstd"``; each record says so
    too): what ``--compress zstd`` wrote before version 3;
-3. (written now, for either codec: ``params.codec`` says which, as in 1 and 2) version 1 or 2
-   plus each shard's record index ``records``: per record its data offset in the tar, size,
-   window count and crc32 (`format.index`). The loader checks every record against it as it
-   decodes, `verify` checks all of it.
+3. version 1 or 2 (for either codec: ``params.codec`` says which) plus each shard's record index
+   ``records`` in its manifest entry, as JSON columns: per record its data offset in the tar, size,
+   window count and crc32 (`format.index`);
+4. (written now) version 3 with the record index moved out of the manifest into one binary file
+   per split, ``<split>/record-index.npy`` (`format.index_file`): each split entry lists it as
+   ``"record_index": {"path", "records", "bytes", "sha256"}``, each shard entry says how many of
+   its rows are the shard's (``"n_records"``, in place of ``records``). At 100,000 shards of
+   2048 records that is a manifest of tens of MB instead of 6.3 GB, and 20 bytes per record that
+   the loader memory-maps instead of ~27 GB of parsed JSON.
 
-One new version for both codecs rather than one per codec: the codec has been in ``params`` (and
-in each record) since version 1, so a second number per feature would say nothing new. Readers
-take every version in `READABLE_VERSIONS`; a dataset of version 1 or 2 has no record index, so its
-records are decoded without per-record checks and `verify` says so.
+Since version 3 the loader checks every record against its index as it decodes, `verify` checks
+all of it (and, in version 4, the index file against its listed size and sha256). One new version
+for both codecs rather than one per codec: the codec has been in ``params`` (and in each record)
+since version 1, so a second number per feature would say nothing new. Readers take every version
+in `READABLE_VERSIONS`; a dataset of version 1 or 2 has no record index, so its records are decoded
+without per-record checks and `verify` says so.
 
 Each split entry also names its sequences, ``seq_ids`` (in input order), since version 3: a key
 added without a new version, as no reader needs it (datasets written before it lack it).
@@ -32,20 +39,21 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from bionemo_wds.errors import BadInputError
-from bionemo_wds.format.index import index_of, paused_gc
+from bionemo_wds.errors import ManifestError
+from bionemo_wds.format.index import RecordIndex, paused_gc
+from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, write_record_index
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.storage.store import Store
 
 FORMAT_NAME = "bionemo-wds"
 #: The version `prepare` writes (both codecs).
-FORMAT_VERSION = 3
-#: The first version whose shard entries carry a record index.
+FORMAT_VERSION = 4
+#: The first version with a record index (in the shard entries; since version 4 in a file per split).
 INDEXED_FORMAT_VERSION = 3
 #: Version 2 = version 1 with a compressed ``tokens`` field (``codec`` says how); what
 #: ``--compress zstd`` wrote before version 3 (kept for readers of such datasets).
 COMPRESSED_FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 MANIFEST_NAME = "manifest.json"
 DEFAULT_PREFIX = "wdshards"
 #: The ``params`` every reader relies on (all versions have them).
@@ -67,11 +75,10 @@ CASE_MODES = ("keep", "upper")
 REQUIRED_SPLIT_KEYS = ("n_samples", "shards")
 REQUIRED_SHARD_KEYS = ("path", "n_samples", "n_tokens", "bytes", "sha256")
 _SHARD_KEYS = frozenset(REQUIRED_SHARD_KEYS)
-
-
-class ManifestError(BadInputError, ValueError):
-    """A ``manifest.json`` that cannot be used (not JSON, foreign, another version, keys missing); the
-    message names the file. A `BadInputError` (one line, exit 2 in the CLI) and, as before, a `ValueError`."""
+#: What version 4 adds to every split entry and every shard entry (its record index file, its rows).
+INDEX_FILE_SPLIT_KEY, INDEX_FILE_SHARD_KEY = "record_index", "n_records"
+_INDEX_FILE_SHARD_KEYS = frozenset((*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY))
+# `ManifestError` is defined in `errors` (`format.index_file` raises it too) and imported from here as before
 
 
 def shard_name(index: int, prefix: str = DEFAULT_PREFIX) -> str:
@@ -94,9 +101,9 @@ class ShardInfo:
     n_tokens: int
     bytes: int
     sha256: str
-    # the record index's columns (`RecordIndex.as_dict`), filled in when the shard is written;
-    # absent in versions 1 and 2
-    records: dict[str, list[int]] | None = None
+    # the shard's record index, filled in when the shard is written; `write_manifest` turns it into
+    # the entry's ``n_records`` and rows of the split's index file (version 4: never in the JSON)
+    records: RecordIndex | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None or k != "records"}
@@ -123,16 +130,26 @@ def dumps_manifest(obj: dict[str, Any]) -> str:
 
 
 def complete_record_index(root: str | os.PathLike[str] | Store, manifest: dict[str, Any]) -> int:
-    """Give every shard entry of a version-3 manifest its record index: entries without one (a
-    shard `prepare` did not write in this run but reused, finished by a killed run) are indexed
-    from the shard file, which must match the entry's size and sha256. Returns how many."""
+    """Give every shard entry of a manifest being written (version 3 or 4) its record index
+    (``records``): entries without one (a shard `prepare` did not write in this run but reused,
+    finished by a killed run) are indexed from the shard file, which must match the entry's size and
+    sha256. A version-4 split already written (its ``record_index`` listed, no entry carrying
+    ``records``: a manifest as read) is left as it is. Returns how many entries were indexed."""
     if not has_record_index(manifest):
         return 0
     store = root if isinstance(root, Store) else Store(root)
+    as_file = int(manifest["format_version"]) >= INDEX_FILE_FORMAT_VERSION
     filled = 0
     for info in manifest.get("splits", {}).values():
+        if as_file and not _to_write(info):
+            continue
         for shard in info["shards"]:
-            if index_of(shard) is not None:
+            records = shard.get("records")
+            if records is not None:
+                if as_file and not isinstance(records, RecordIndex):
+                    shard["records"] = RecordIndex.from_dict(records)
+                elif not as_file and isinstance(records, RecordIndex):
+                    shard["records"] = records.as_dict()
                 continue
             with store.open(shard["path"]) as stream:
                 size, sha, index = index_shard(store.url(shard["path"]), stream)
@@ -141,9 +158,32 @@ def complete_record_index(root: str | os.PathLike[str] | Store, manifest: dict[s
                     f"{store.url(shard['path'])}: {size} bytes, sha256 {sha[:12]}..., but the manifest "
                     f"entry being written says {shard['bytes']} bytes, sha256 {str(shard['sha256'])[:12]}..."
                 )
-            shard["records"] = index.as_dict()
+            shard["records"] = index if as_file else index.as_dict()
             filled += 1
     return filled
+
+
+def _to_write(info: dict[str, Any]) -> bool:
+    """Is this version-4 split's index file still to be written (no ``record_index`` yet, or shard
+    entries carrying their ``records``)?"""
+    return INDEX_FILE_SPLIT_KEY not in info or any("records" in shard for shard in info["shards"])
+
+
+def write_index_files(store: Store, manifest: dict[str, Any]) -> None:
+    """Write the index file of every split of a version-4 manifest that needs one (`_to_write`)
+    from its shard entries' ``records`` (`complete_record_index` gave every entry one), then put
+    ``n_records`` in their place and the file's ``record_index`` entry before the split's shards."""
+    for split, info in manifest["splits"].items():
+        if not _to_write(info):
+            continue
+        indexes = [shard["records"] for shard in info["shards"]]
+        entry = write_record_index(store, split, indexes)
+        for shard, index in zip(info["shards"], indexes):
+            del shard["records"]
+            shard[INDEX_FILE_SHARD_KEY] = len(index)
+        shards = info.pop("shards")
+        info[INDEX_FILE_SPLIT_KEY] = entry
+        info["shards"] = shards
 
 
 def write_manifest(path: str | os.PathLike[str], obj: dict[str, Any], storage_options: dict | None = None) -> None:
@@ -152,13 +192,17 @@ def write_manifest(path: str | os.PathLike[str], obj: dict[str, Any], storage_op
 
     A dataset manifest of a version with a record index is first completed by
     `complete_record_index` (a no-op when the writers filled in every shard), so no such manifest
-    is ever written with a shard that lacks its index.
+    is ever written with a shard that lacks its index; for version 4 each split's record index file
+    is then written (`write_index_files`), before the manifest that lists it. `obj` becomes what
+    the file holds.
     """
     where = str(path)
     root, _, name = where.rpartition("/")
     store = Store(root or ".", storage_options, write=True)
     if obj.get("format") == FORMAT_NAME and "splits" in obj:
         complete_record_index(store, obj)
+        if int(obj.get("format_version", 0)) >= INDEX_FILE_FORMAT_VERSION:
+            write_index_files(store, obj)
     store.write_text(name, dumps_manifest(obj))
 
 
@@ -208,18 +252,22 @@ def _missing_key(manifest: dict[str, Any]) -> str | None:
             return f"params.{key}"
     if not isinstance(splits, dict):
         return "splits"
+    as_file = manifest.get("format_version") == INDEX_FILE_FORMAT_VERSION
+    split_keys = (*REQUIRED_SPLIT_KEYS, INDEX_FILE_SPLIT_KEY) if as_file else REQUIRED_SPLIT_KEYS
+    shard_keys = (*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY) if as_file else REQUIRED_SHARD_KEYS
+    all_keys = _INDEX_FILE_SHARD_KEYS if as_file else _SHARD_KEYS
     for name, info in splits.items():
         if not isinstance(info, dict):
             return f"splits.{name}"
-        for key in REQUIRED_SPLIT_KEYS:
+        for key in split_keys:
             if key not in info:
                 return f"splits.{name}.{key}"
         if not isinstance(info["shards"], list):
             return f"splits.{name}.shards list"
         for i, shard in enumerate(info["shards"]):
-            if isinstance(shard, dict) and _SHARD_KEYS <= shard.keys():
+            if isinstance(shard, dict) and all_keys <= shard.keys():
                 continue  # all there (what nearly every entry is): no need to look for the first missing
-            for key in REQUIRED_SHARD_KEYS:
+            for key in shard_keys:
                 if not isinstance(shard, dict) or key not in shard:
                     return f"splits.{name}.shards[{i}].{key}"
     return None

@@ -17,7 +17,7 @@ from typing import IO, NamedTuple, Protocol
 import numpy as np
 
 from bionemo_wds.format.atomic import HashingReader, HashingWriter, atomic_write
-from bionemo_wds.format.index import RecordIndex
+from bionemo_wds.format.index import RecordIndex, RecordIndexBuilder
 from bionemo_wds.format.records import RECORD_SUFFIX, WindowBlock, decode_record
 
 TAR_MTIME = 0  # fixed member time: the same windows always give the same bytes
@@ -57,7 +57,7 @@ def write_shard(
     """
     from webdataset import TarWriter  # here, not at the top: webdataset imports torch (2 s per CLI start)
 
-    index = RecordIndex()
+    index = RecordIndexBuilder()
     with atomic_write(final, storage_options=storage_options) as fh:
         hashing = HashingWriter(fh)
         end = 0  # end of the last member (header + padded data) in the tar
@@ -74,7 +74,7 @@ def write_shard(
                 f"{final}: TarWriter wrote {hashing.size} bytes, the record index layout expects "
                 f"{padded(end + 2 * BLOCK, tarfile.RECORDSIZE)}"
             )
-    return WrittenShard(hashing.size, hashing.sha.hexdigest(), index)
+    return WrittenShard(hashing.size, hashing.sha.hexdigest(), index.build())
 
 
 class ByteStream(Protocol):
@@ -184,9 +184,9 @@ def index_shard(path: str | os.PathLike[str], stream: IO[bytes] | None = None) -
     if stream is None:
         with open(path, "rb") as fh:
             return index_shard(path, fh)
-    index = RecordIndex()
+    index = RecordIndexBuilder()
     reader = HashingReader(stream)
     for key, offset, data in iter_record_members(reader, str(path)):
         index.append(offset, data, len(decode_named(data, key, str(path))))
     size, sha = reader.finish()
-    return size, sha, index
+    return size, sha, index.build()

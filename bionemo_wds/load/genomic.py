@@ -34,10 +34,11 @@ from bionemo_wds.load.mixed import Mixture
 from bionemo_wds.load.model_inputs import keep_numpy
 from bionemo_wds.load.passes import PassLoaders
 from bionemo_wds.load.plan import Consumed, RankPlan, split_batches, split_plan
-from bionemo_wds.load.planned import PlannedBatches, SplitRecords
+from bionemo_wds.load.planned import PlannedBatches
 from bionemo_wds.load.resume import TrainProgress
 from bionemo_wds.load.samples import SampleOptions
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.split_records import SplitRecords
 from bionemo_wds.load.transfer import BatchTransfer
 from bionemo_wds.load.world import World
 from bionemo_wds.storage.cache import RangeCache
@@ -247,8 +248,9 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         assert self.manifest is not None
         if self.mixture is not None:
             return self.mixture.train_records()  # type: ignore[return-value]
-        info = self.manifest["splits"][split.name]
-        return SplitRecords.from_manifest(self.store, info, self.policy, self.shard_sizes, self.cache)
+        return SplitRecords.from_manifest(
+            self.store, self.manifest, split.name, self.policy, self.shard_sizes, self.cache
+        )
 
     def build_dataset(self, split: Split) -> wds.DataPipeline:
         """The split's dataset: the batches the epoch plan deals this rank's loader workers, assembled

@@ -23,8 +23,8 @@ from bionemo_wds.load.blend import BlendEntry, entries_for, parse_datasets, read
 from bionemo_wds.load.loaders import Split
 from bionemo_wds.load.mixing import mixed_plan, mixed_sequence, quotas, source_seed, split_virtual, stream_positions
 from bionemo_wds.load.plan import Consumed, RankPlan, RecordTable, remaining_sequence, train_batches
-from bionemo_wds.load.planned import SplitRecords
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.split_records import SplitRecords
 from bionemo_wds.storage.stats import FIELDS as STORAGE_FIELDS
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from bionemo_wds.format import index_of
+from bionemo_wds.format import shard_indexes
+from bionemo_wds.storage.store import Store
 
 
 class CorruptShardError(RuntimeError):
@@ -70,16 +71,16 @@ class ShardErrorPolicy:
         self._skipped = (context or mp.get_context()).Value("q", 0)
 
     @staticmethod
-    def record_checks(root: str | Path, manifest: dict[str, Any]) -> dict[str, RecordChecks]:
-        """Shard URL (``str(root / path)``, as the loader names shards) -> the checks of its records,
-        for every shard whose manifest entry has a record index (none before format version 3)."""
+    def record_checks(root: str | Path | Store, manifest: dict[str, Any]) -> dict[str, RecordChecks]:
+        """Shard URL (as the loader names shards) -> the checks of its records, for every shard with
+        a record index (`format.shard_indexes`: none before format version 3)."""
+        store = root if isinstance(root, Store) else Store(root)
         checks = {}
-        for info in manifest["splits"].values():
-            for shard in info["shards"]:
-                index = index_of(shard)
+        for split, info in manifest["splits"].items():
+            for shard, index in zip(info["shards"], shard_indexes(store, manifest, split) or []):
                 if index is not None:
-                    checks[str(Path(root) / shard["path"])] = RecordChecks(
-                        np.asarray(index.crc32, dtype=np.uint32), np.asarray(index.windows, dtype=np.int32)
+                    checks[store.url(shard["path"])] = RecordChecks(
+                        index.crc32.astype(np.uint32), index.windows.astype(np.int32)
                     )
         return checks
 

@@ -8,18 +8,20 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bionemo_wds.errors import ManifestError
 from bionemo_wds.format import (
     INDEXED_FORMAT_VERSION,
     HashingReader,
     WindowBlock,
     decode_record,
     has_record_index,
-    index_of,
     iter_record_members,
     read_manifest,
+    shard_indexes,
     stored_case,
     unlisted_shards,
 )
+from bionemo_wds.format.index import RecordIndex
 from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.storage.store import Store
 
@@ -67,9 +69,9 @@ def _source_line(params: dict) -> list[str]:
 
 
 def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None) -> str:
-    """Splits, shards, samples, tokens, bytes per token and the length mix, as text tables
-    (`root` a directory or a URL; only the manifest is read)."""
-    from bionemo_wds.format.manifest import MANIFEST_NAME, ManifestError
+    """Splits, shards, samples, tokens, bytes per token, the record index files (format version 4)
+    and the length mix, as text tables (`root` a directory or a URL; only the manifest is read)."""
+    from bionemo_wds.format.manifest import MANIFEST_NAME
 
     manifest = read_manifest(str(root), storage_options)  # checks what every reader needs
     params = manifest["params"]
@@ -118,6 +120,7 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         _table(
             ["split", "shards", "sequences", "samples", "tokens", "bases", "bytes", "bytes/token", "bytes/base"], rows
         ),
+        *_index_files(splits),
         "",
         "length mix (share of the split's bases per length bucket; sequences in brackets)",
     ]
@@ -136,6 +139,17 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
     return "\n".join(out)
 
 
+def _index_files(splits: dict[str, Any]) -> list[str]:
+    """One line on the splits' record index files (format version 4), when there are any."""
+    files = [s["record_index"] for s in splits.values() if isinstance(s.get("record_index"), dict)]
+    if not files:
+        return []
+    described = [
+        f"{f.get('path')} {_fmt_bytes(int(f.get('bytes', 0)))} ({int(f.get('records', 0)):,} records)" for f in files
+    ]
+    return [f"record index: {', '.join(described)}"]
+
+
 @dataclass
 class VerifyReport:
     checked: int = 0
@@ -151,8 +165,9 @@ class VerifyReport:
 
 def verify(root: str | Path, progress: bool = True, storage_options: dict[str, Any] | None = None) -> VerifyReport:
     """Re-read every shard: size, sha256, readable records, sample and token counts, and each
-    record's offset, size, window count and crc32 against the record index (format version 3).
-    `root` is a directory or a URL (each shard is then streamed once)."""
+    record's offset, size, window count and crc32 against the record index (format versions 3 and
+    4; in version 4 the index file itself against its listed size, sha256 and row counts too).
+    `root` is a directory or a URL (each shard, and each index file, is then streamed once)."""
     store = Store(root, storage_options)
     manifest = read_manifest(store)
     report = VerifyReport()
@@ -162,7 +177,7 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             f"{store.root} has no record index (format version {manifest['format_version']}; written since version "
             f"{INDEXED_FORMAT_VERSION}): records are checked by their shard's sha256 only"
         )
-    shards = []
+    shards: list[tuple[dict[str, Any], RecordIndex | None]] = []
     listed: dict[str, str] = {}  # shard path -> the split that lists it first
     for split, info in manifest["splits"].items():
         held = [sum(sh[key] for sh in info["shards"]) for key in ("n_samples", "n_tokens")]
@@ -171,7 +186,8 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
                 report.problems.append(
                     f"manifest.json: the {split} split lists {key} {info[key]} but its shards hold {total}"
                 )
-        for sh in info["shards"]:
+        indexes = _split_indexes(store, manifest, split, report.problems)
+        for n, sh in enumerate(info["shards"]):
             path = sh["path"]
             if path in listed:  # read once; a loader would read its windows twice
                 report.problems.append(f"{path}: listed more than once in the manifest ({listed[path]}, {split})")
@@ -179,26 +195,20 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             if path.rpartition("/")[0] != split:
                 report.problems.append(f"{path}: listed in the {split} split but not in its folder {split}/")
             listed[path] = split
-            shards.append(sh)
+            shards.append((sh, indexes[n] if indexes is not None else None))
     found: dict[str, dict[str, int] | None] = {}
     for split in dict.fromkeys([*manifest["splits"], *SPLIT_NAMES]):  # a split's folder without its split too
         found[split] = store.sizes(split)  # None: the protocol cannot list (each shard is then fetched)
         for rel in unlisted_shards(split, found[split] or {}, manifest["params"]["prefix"], listed):
             report.problems.append(f"{rel}: shard on disk but not in the manifest")
-    for sh in tqdm(shards, desc="verify", unit="shard", disable=not progress):
+    for sh, index in tqdm(shards, desc="verify", unit="shard", disable=not progress):
         split, _, name = sh["path"].rpartition("/")
         report.checked += 1
         if found.get(split) is not None and name not in found[split]:  # type: ignore[operator]
             report.problems.append(f"{sh['path']}: missing")
             continue
-        try:
-            index = index_of(sh)
-        except ValueError as exc:
-            index = None
-            report.problems.append(f"{sh['path']}: {exc}")
-        else:
-            if indexed and index is None:
-                report.problems.append(f"{sh['path']}: no record index in the manifest")
+        if indexed and index is None and manifest["format_version"] == INDEXED_FORMAT_VERSION and "records" not in sh:
+            report.problems.append(f"{sh['path']}: no record index in the manifest")
         try:
             with store.open(sh["path"]) as fh:
                 read = _read_shard(fh, sh["path"], index)
@@ -231,6 +241,20 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
                 f"{sh['n_samples']} / {sh['n_tokens']}"
             )
     return report
+
+
+def _split_indexes(
+    store: Store, manifest: dict[str, Any], split: str, problems: list[str]
+) -> list[RecordIndex | None] | None:
+    """Each shard's record index of `split` (`format.shard_indexes`, its index file's sha256
+    checked); what is wrong with the index goes to `problems`, and an index that cannot be used at
+    all (a version-4 file missing, truncated, not the listed one) leaves the shards to be checked
+    without it."""
+    try:
+        return shard_indexes(store, manifest, split, problems)
+    except ManifestError as exc:
+        problems.append(f"{exc}; the {split} split's records are checked without it")
+        return None
 
 
 def _read_shard(fh: Any, name: str, index: Any) -> tuple[int, str, int, int, int, str | None, list[str]]:

@@ -187,7 +187,8 @@ def _prepare_locked(
         manifest["splits"][split]["shards"][k]["n_tokens"] = int(windows.length.sum())
     if not store.remote:  # what writers that died (a killed pool or cluster worker) left, now that all are done
         remove_stale_temporaries(store.root)
-    write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)  # last: it names only shards that exist
+    # last: it names only shards that exist (and writes each split's record index file just before)
+    write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)
     store.remove(PLAN_NAME)
     shutil.rmtree(cache, ignore_errors=True)
     status = "resumed" if state is OutState.RESUME else "written"
@@ -195,9 +196,10 @@ def _prepare_locked(
 
 
 def _fill_entry(manifest: dict[str, Any], result: ShardResult) -> None:
-    """Put what writing a shard gave into its manifest entry."""
+    """Put what writing a shard gave into its manifest entry (its record index in memory, until
+    `write_manifest` writes it into the split's record index file)."""
     entry = manifest["splits"][result.split]["shards"][result.shard]
-    entry.update(n_tokens=result.n_tokens, bytes=result.bytes, sha256=result.sha256, records=result.records.as_dict())
+    entry.update(n_tokens=result.n_tokens, bytes=result.bytes, sha256=result.sha256, records=result.records)
 
 
 def _first_missing_ancestor(path: Path) -> Path | None:
@@ -220,6 +222,6 @@ def _finished_shards(out: Store, manifest: dict) -> set[tuple[str, int]]:
             if shard["path"].rsplit("/", 1)[-1] in present:
                 with out.open(shard["path"]) as stream:
                     size, sha, index = index_shard(out.url(shard["path"]), stream)
-                shard.update(bytes=size, sha256=sha, records=index.as_dict())
+                shard.update(bytes=size, sha256=sha, records=index)
                 done.add((split, i))
     return done

@@ -11,6 +11,7 @@ handed to loader workers.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -59,6 +60,13 @@ class Store:
     def url(self, rel: str = "") -> str:
         """The full path or URL of `rel`."""
         return join(self.root, rel) if rel else self.root
+
+    def uncounted(self) -> Store:
+        """This store without its storage counters, for reads of the dataset's own metadata (the
+        record index file), which the counters of shard reads leave out as they leave out the manifest."""
+        other = copy.copy(self)
+        other.stats = None
+        return other
 
     def count(self, **counts: int) -> None:
         """Add to the storage counters (when the store has them)."""
