@@ -20,6 +20,7 @@ from bionemo_wds.cli import main
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.prepare import PrepareOptions, dask_executor, prepare
+from bionemo_wds.prepare.dask_executor import local_cluster
 from bionemo_wds.prepare.report import verify
 
 distributed = pytest.importorskip("distributed")
@@ -40,9 +41,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def cluster():
     """A LocalCluster of 2 worker processes with one thread each, as the issue names it."""
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as local:
+    with local_cluster(2) as local:
         yield local
 
 
@@ -73,9 +72,7 @@ def test_the_cli_starts_a_local_cluster_when_no_scheduler_is_given(tmp_path, loc
 
 
 def test_one_worker_and_two_workers_give_the_same_bytes(tmp_path, local_kleb):
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as one:
+    with local_cluster(1) as one:
         out = tmp_path / "one"
         prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, executor="dask", scheduler=one.scheduler_address))
     assert tree_bytes(out) == tree_bytes(local_kleb)
@@ -84,21 +81,17 @@ def test_one_worker_and_two_workers_give_the_same_bytes(tmp_path, local_kleb):
 def test_a_worker_with_two_threads_writes_the_same_bytes(tmp_path, local_kleb):
     """`dask worker` runs a task per core in threads by default: each thread reads through its own
     source reader, so concurrent tasks in one process write what the pool writes."""
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as threads:
+    with local_cluster(1, threads=2) as threads:
         out = tmp_path / "threads"
         prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, executor="dask", scheduler=threads.scheduler_address))
     assert tree_bytes(out) == tree_bytes(local_kleb)
 
 
-def test_into_a_bucket_from_the_cluster(tmp_path, cluster, local_kleb, s3_server: S3Server):
+def test_into_a_bucket_from_the_cluster(tmp_path, local_kleb, s3_server: S3Server):
     """The workers write the shards straight into the bucket (the S3 settings reach them through the
     environment, as on a real cluster); the objects are the local files, byte for byte."""
     s3_server.make_bucket("bucket")
-    with distributed.LocalCluster(  # started after the fixture set the endpoint's environment
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as local:
+    with local_cluster(2) as local:  # started after the fixture set the endpoint's environment
         result = prepare(
             [KLEBSIELLA],
             "s3://bucket/kleb",
@@ -133,9 +126,7 @@ def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_
     prepare([ECOLI], local, PrepareOptions(**SLOW, workers=2))
     out = tmp_path / "dask"
     with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-        ) as cluster,
+        local_cluster(2) as cluster,
         distributed.Client(cluster) as client,
     ):
         victim = next(iter(_worker_pids(client).values()))
@@ -167,9 +158,7 @@ def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path):
     local = tmp_path / "local"
     prepare([ECOLI], local, PrepareOptions(**SLOW, workers=2))
     out = tmp_path / "dask"
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    )
+    cluster = local_cluster(2)
     outcome: dict = {}
 
     def run() -> None:

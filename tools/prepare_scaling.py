@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bionemo_wds.prepare import PrepareOptions, prepare
+from bionemo_wds.prepare.dask_executor import local_cluster
 
 
 def shard_digest(root: Path) -> str:
@@ -34,17 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples-per-shard", type=int, default=2048, help="windows per shard (default 2048)")
     parser.add_argument("--workdir", default=None, help="where outputs go (default: a temporary directory)")
     args = parser.parse_args(argv)
-    import distributed
-
     work = Path(args.workdir or tempfile.mkdtemp(prefix="prepare-scaling-"))
     work.mkdir(parents=True, exist_ok=True)
     opts = dict(samples_per_shard=args.samples_per_shard, split=(0.9, 0.05, 0.05), progress=False)
     rows, digests = [], set()
     for n in [int(x) for x in args.workers.split(",")]:
         t = time.perf_counter()
-        with distributed.LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-        ) as cluster:
+        with local_cluster(n) as cluster:
             startup = time.perf_counter() - t
             for executor in ("local", "dask"):
                 for r in range(args.repeat):

@@ -46,6 +46,14 @@ def _distributed() -> Any:
     return distributed
 
 
+def local_cluster(workers: int, threads: int = 1) -> Any:
+    """A `distributed.LocalCluster` of `workers` worker processes with `threads` threads each, on
+    127.0.0.1 only, without the dashboard (what ``--executor dask`` without ``--scheduler`` starts)."""
+    return _distributed().LocalCluster(
+        n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1", dashboard_address=None
+    )
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
     """A client of the scheduler at `scheduler` (``tcp://host:8786``, or a scheduler file written by
@@ -55,15 +63,7 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
     distributed = _distributed()
     with contextlib.ExitStack() as stack:
         if scheduler is None:
-            cluster = stack.enter_context(
-                distributed.LocalCluster(
-                    n_workers=workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",
-                    dashboard_address=None,
-                )
-            )
+            cluster = stack.enter_context(local_cluster(workers))
             client = stack.enter_context(distributed.Client(cluster))
         else:
             kind = "scheduler_file" if scheduler.endswith(".json") else "address"
