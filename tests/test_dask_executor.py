@@ -26,11 +26,10 @@ from bionemo_wds.prepare.report import verify
 distributed = pytest.importorskip("distributed")
 s3_server = servers.s3_server
 
-ECOLI = Path(__file__).resolve().parents[2] / "shared" / "data" / "ecoli_K12_MG1655.fa.gz"
 #: 1 kb windows of the Klebsiella assembly in many small shards: ~45 tasks
 SMALL = dict(seq_length=1024, stride=1000, samples_per_shard=128, windows_per_record=16, progress=False)
 #: slow enough per shard (zstd at a high level) that a kill lands while tasks are running
-SLOW = dict(seq_length=1024, stride=1000, split=(1, 0, 0), samples_per_shard=64, progress=False)
+SLOW = dict(seq_length=1024, stride=1000, samples_per_shard=64, progress=False)
 SLOW.update(compress="zstd", compress_level=19)
 
 
@@ -123,7 +122,7 @@ def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_
     """SIGKILL one of the two workers once a few shards exist: the nanny starts a new one, the
     scheduler runs the dead worker's tasks again, and the output equals the local executor's."""
     local = tmp_path / "local"
-    prepare([ECOLI], local, PrepareOptions(**SLOW, workers=2))
+    prepare([KLEBSIELLA], local, PrepareOptions(**SLOW, workers=2))
     out = tmp_path / "dask"
     with (
         local_cluster(2) as cluster,
@@ -135,7 +134,7 @@ def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_
         def run() -> None:
             try:
                 outcome["result"] = prepare(
-                    [ECOLI], out, PrepareOptions(**SLOW, executor="dask", scheduler=cluster.scheduler_address)
+                    [KLEBSIELLA], out, PrepareOptions(**SLOW, executor="dask", scheduler=cluster.scheduler_address)
                 )
             except BaseException as exc:  # reported below
                 outcome["error"] = exc
@@ -156,14 +155,14 @@ def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_
 @pytest.mark.slow
 def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path):
     local = tmp_path / "local"
-    prepare([ECOLI], local, PrepareOptions(**SLOW, workers=2))
+    prepare([KLEBSIELLA], local, PrepareOptions(**SLOW, workers=2))
     out = tmp_path / "dask"
     cluster = local_cluster(2)
     outcome: dict = {}
 
     def run() -> None:
         try:
-            prepare([ECOLI], out, PrepareOptions(**SLOW, executor="dask", scheduler=cluster.scheduler_address))
+            prepare([KLEBSIELLA], out, PrepareOptions(**SLOW, executor="dask", scheduler=cluster.scheduler_address))
         except BaseException as exc:
             outcome["error"] = exc
 
@@ -177,7 +176,7 @@ def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path):
     assert "lost the Dask cluster" in str(outcome["error"]) and "run prepare again" in str(outcome["error"])
     assert not (out / "manifest.json").exists()
     done = len(list(out.rglob("*.tar")))
-    again = prepare([ECOLI], out, PrepareOptions(**SLOW, executor="dask", workers=2))
+    again = prepare([KLEBSIELLA], out, PrepareOptions(**SLOW, executor="dask", workers=2))
     assert again.status == "resumed" and again.shards_reused == done
     assert again.shards_written + again.shards_reused == len(
         [sh for s in read_manifest(local)["splits"].values() for sh in s["shards"]]
