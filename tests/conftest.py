@@ -72,6 +72,11 @@ def kleb_1024(tmp_path_factory) -> Path:
     return out
 
 
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (relative path -> bytes): two outputs compared byte for byte."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def shard_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]]]:
     """split -> [(seq_id, start, window, bases, tag)] read back from a prepared dataset's shards via its manifest."""
     out = {}

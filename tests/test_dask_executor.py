@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import servers
-from conftest import KLEBSIELLA
+from conftest import KLEBSIELLA, tree_bytes
 from servers import S3Server
 
 from bionemo_wds.cli import main
@@ -31,10 +31,6 @@ SMALL = dict(seq_length=1024, stride=1000, samples_per_shard=128, windows_per_re
 #: slow enough per shard (zstd at a high level) that a kill lands while tasks are running
 SLOW = dict(seq_length=1024, stride=1000, samples_per_shard=64, progress=False)
 SLOW.update(compress="zstd", compress_level=19)
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

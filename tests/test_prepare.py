@@ -26,6 +26,7 @@ from conftest import (
     record_index_rows,
     shard_index,
     shard_windows,
+    tree_bytes,
     write_record_index_rows,
 )
 
@@ -36,10 +37,6 @@ from bionemo_wds.prepare.report import verify
 from bionemo_wds.prepare.splits import SPLIT_NAMES, length_buckets
 
 SMALL = dict(seq_length=2048, stride=1900, samples_per_shard=150, windows_per_record=7, progress=False)
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

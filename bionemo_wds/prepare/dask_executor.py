@@ -36,7 +36,8 @@ from bionemo_wds.prepare.writers import ShardResult, WriterSetup, write_shard_ta
 CONNECT_TIMEOUT = 30
 
 
-def _distributed() -> Any:
+def distributed_module() -> Any:
+    """The `distributed` package, or a `BadInputError` saying how to install it."""
     try:
         import distributed
     except ImportError as exc:
@@ -49,7 +50,7 @@ def _distributed() -> Any:
 def local_cluster(workers: int, threads: int = 1) -> Any:
     """A `distributed.LocalCluster` of `workers` worker processes with `threads` threads each, on
     127.0.0.1 only, without the dashboard (what ``--executor dask`` without ``--scheduler`` starts)."""
-    return _distributed().LocalCluster(
+    return distributed_module().LocalCluster(
         n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1", dashboard_address=None
     )
 
@@ -60,7 +61,7 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
     ``dask scheduler --scheduler-file``), or of a `LocalCluster` of `workers` single-threaded
     worker processes on 127.0.0.1 when `scheduler` is None; closed (and the local cluster shut
     down) on exit."""
-    distributed = _distributed()
+    distributed = distributed_module()
     with contextlib.ExitStack() as stack:
         if scheduler is None:
             cluster = stack.enter_context(local_cluster(workers))
@@ -84,7 +85,7 @@ def run_on_dask(
 ) -> Iterator[ShardResult]:
     """Write every task's shard on a Dask cluster (`dask_client`); yields each result as its shard
     is complete (in completion order). A shard that fails for good raises, naming it."""
-    distributed = _distributed()
+    distributed = distributed_module()
     run_id = hashlib.sha256(setup.root.encode()).hexdigest()[:12]
     with dask_client(scheduler, workers) as client:
         shared = client.scatter(setup, broadcast=True, hash=False)

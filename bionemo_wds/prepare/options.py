@@ -330,13 +330,10 @@ class PrepareOptions:
         the Dask executor when Dask is not installed."""
         if self.executor != "dask" and self.scheduler is not None:
             raise BadInputError(f"--scheduler {self.scheduler} needs --executor dask (the executor is {self.executor})")
-        if self.executor == "dask":
-            try:  # before anything is written
-                import distributed  # noqa: F401
-            except ImportError as exc:
-                raise BadInputError(
-                    "--executor dask needs dask.distributed, which is not installed: pip install 'bionemo-wds[dask]'"
-                ) from exc
+        if self.executor == "dask":  # installed? (checked here: before anything is written)
+            from bionemo_wds.prepare.dask_executor import distributed_module  # dask_executor imports this module
+
+            distributed_module()
 
     def check_source(self) -> None:
         """Refuse an option of one source given with another, which that source would silently ignore."""
