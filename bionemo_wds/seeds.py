@@ -13,6 +13,7 @@ is a computed permutation (`permutation_keys`, request key ``window_order``).
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import struct
 import zlib
@@ -74,6 +75,36 @@ def salted_flip(key: str, p: float, salt: int) -> bool:
     keyed blake2b, which matters once per window; the mixing keeps epochs independent.
     """
     return splitmix64(zlib.crc32(key.encode()) ^ salt) < p * 2.0**64
+
+
+def key_crcs(keys: list[str]) -> np.ndarray:
+    """crc32 of each window key, as uint64: the per-window half of `salted_flip`, which a record
+    computes once for all its windows (`salted_flips` adds the pass's salt)."""
+    return np.fromiter((zlib.crc32(k.encode()) for k in keys), dtype=np.uint64, count=len(keys))
+
+
+def splitmix64_array(x: np.ndarray) -> np.ndarray:
+    """`splitmix64` of every element of a uint64 array (numpy's uint64 arithmetic wraps modulo 2**64,
+    as the scalar form's masks do)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def salted_flips(crcs: np.ndarray, p: float, salt: int) -> np.ndarray:
+    """`salted_flip` of many windows at once, given their `key_crcs`: the same coins, as a bool array.
+
+    The scalar form compares a Python int with the float ``p * 2**64`` exactly; here the bound is the
+    smallest integer not below it (an integer is below a number exactly when it is below that
+    number's ceiling), compared in uint64 so no hash is rounded to a float.
+    """
+    bound = math.ceil(p * 2.0**64)
+    if bound <= 0:
+        return np.zeros(len(crcs), dtype=bool)
+    if bound > _M64:
+        return np.ones(len(crcs), dtype=bool)
+    return splitmix64_array(crcs ^ np.uint64(salt & _M64)) < np.uint64(bound)
 
 
 def flips(key: str, p: float, seed: int, epoch: int) -> bool:

@@ -252,3 +252,203 @@ def test_many_contigs_tool_measures_planning_and_both_prepares(tmp_path, capsys)
     long = json.loads((tmp_path / "b" / "out_long" / "manifest.json").read_text())
     assert many["splits"]["train"]["n_bases"] == long["splits"]["train"]["n_bases"]
     assert many["splits"]["train"]["n_sequences"] == 500 and long["splits"]["train"]["n_sequences"] == 1
+
+
+# --- the targets of issue 15, checked by `targets()` on hand-made results (no benchmark run) ---
+
+
+def load_row(sps: float, *, with_setup: float | None = None, ttfb: float | None = None, pss: float = 300e6) -> dict:
+    """One load entry as `run` records it, with only what the targets read."""
+    row = {"samples_per_s": sps, "peak_pss_bytes": pss}
+    if with_setup is not None:
+        row["samples_per_s_with_setup"] = with_setup
+    if ttfb is not None:
+        row["ttfb_s"] = ttfb
+    return row
+
+
+def peer_row(loads: dict, prepare_s: float = 1.0) -> dict:
+    return {"prepare_s": prepare_s, "prepare_mbp_s": 32 / prepare_s, "bytes_per_base": 1.1, "load": loads}
+
+
+def results_of(peers: dict, **extra) -> dict:
+    return {"fasta": "g.fa", "bases": 32_000_000, "seq_length": 512, "stride": 480, "batch_size": 8} | {
+        "peers": peers,
+        "skipped": {},
+        **extra,
+    }
+
+
+def found(results: dict) -> dict[str, tuple[bool, str]]:
+    """The targets by name; each name at most once."""
+    out = bench.targets(results)
+    assert len({name for name, _, _ in out}) == len(out)
+    return {name: (met, value) for name, met, value in out}
+
+
+WITH_SETUP = "load: ours >= 1.0x litdata with 0 workers, set-up included"
+
+
+@pytest.mark.parametrize(("ours", "met"), [(1001.0, True), (1000.0, True), (999.0, False)])
+def test_target_ours_against_litdata_at_0_workers_counts_the_set_up(ours, met):
+    # the pass alone says the opposite of the pass with set-up: only "w/ setup" may decide
+    peers = {
+        "ours": peer_row({"0": load_row(500.0 if met else 5000.0, with_setup=ours)}),
+        "litdata": peer_row({"0": load_row(1000.0, with_setup=1000.0)}),
+    }
+    got = found(results_of(peers))
+    assert got[WITH_SETUP][0] is met
+    assert f"{ours:,.0f} vs 1,000 samples/s" in got[WITH_SETUP][1]
+
+
+def test_target_ours_against_litdata_with_set_up_needs_both_measured():
+    peers = {"ours": peer_row({"0": load_row(10.0)}), "litdata": peer_row({"0": load_row(1.0, with_setup=1.0)})}
+    assert WITH_SETUP not in found(results_of(peers))
+
+
+def test_target_ours_3x_every_peer_loader_with_2_workers():
+    fast = load_row(1e9)  # 0 workers must not count: every peer is far faster there
+    peers = {
+        "eden_fly": peer_row({"0": fast, "2": load_row(999.0)}),  # 3.003x: met
+        "pickled_int64": peer_row({"0": fast, "2": load_row(1001.0)}),  # 2.997x: not met
+        "raw_limit": peer_row({"0": fast, "2": load_row(10.0)}),  # the ceiling, not a peer
+        "ours": peer_row({"0": load_row(1.0), "2": load_row(3000.0)}),
+        "litdata": peer_row({"0": fast, "2": load_row(1000.0)}),  # exactly 3x: met
+        "mosaic": peer_row({"0": fast}),  # not run with 2 workers: no target
+        "ours+zstd": peer_row({"0": fast, "2": load_row(10.0)}),
+        "ours_s3_cold": peer_row({"0": fast, "2": load_row(10.0)}),
+    }
+    got = {name: met for name, (met, _) in found(results_of(peers)).items() if name.endswith("with 2 workers")}
+    assert got == {
+        "load: ours >= 3x eden_fly with 2 workers": True,
+        "load: ours >= 3x pickled_int64 with 2 workers": False,
+        "load: ours >= 3x litdata with 2 workers": True,
+    }
+
+
+def test_target_3x_eden_fly_best_of_workers_is_kept():
+    peers = {
+        "eden_fly": peer_row({"0": load_row(1000.0), "2": load_row(100.0)}),
+        "ours": peer_row({"0": load_row(2900.0), "2": load_row(2000.0)}),
+    }
+    got = found(results_of(peers))
+    assert got["load: ours >= 3x eden_fly (best of workers)"] == (False, "2.90x")  # 2900 / 1000, not 2000 / 100
+    assert got["load: ours >= 3x eden_fly with 2 workers"] == (True, "20.00x")
+
+
+def test_target_time_to_first_batch_against_litdata_per_worker_count():
+    peers = {
+        "ours": peer_row({"0": load_row(1.0, ttfb=0.1), "2": load_row(1.0, ttfb=0.2001), "4": load_row(1.0, ttfb=9.0)}),
+        "litdata": peer_row({"0": load_row(1.0, ttfb=0.1001), "2": load_row(1.0, ttfb=0.2), "4": load_row(1.0)}),
+    }
+    got = {name: met for name, (met, _) in found(results_of(peers)).items() if "first batch" in name}
+    assert got == {
+        "load: ours time to first batch <= litdata's with 0 workers": True,
+        "load: ours time to first batch <= litdata's with 2 workers": False,
+    }  # 4 workers: litdata's TTFB not measured, no target
+    peers["ours"]["load"]["0"]["ttfb_s"] = 0.1001  # a tie is no worse
+    assert found(results_of(peers))["load: ours time to first batch <= litdata's with 0 workers"][0] is True
+
+
+@pytest.mark.parametrize(("litdata_s", "met"), [(2.001, True), (2.0, True), (1.999, False)])
+def test_target_prepare_twice_as_fast_as_litdata_optimize(litdata_s, met):
+    peers = {"ours": peer_row({}, prepare_s=1.0), "litdata": peer_row({}, prepare_s=litdata_s)}
+    met_, value = found(results_of(peers))["prepare: ours >= 2x litdata.optimize"]
+    assert met_ is met and value.startswith(f"{litdata_s:.2f}x")
+
+
+def test_targets_whose_peer_is_missing_are_left_out():
+    peers = {
+        "eden_fly": peer_row({"0": load_row(100.0), "2": load_row(100.0)}),
+        "ours": peer_row({"0": load_row(1.0, with_setup=1.0, ttfb=0.1), "2": load_row(1.0, ttfb=0.1)}),
+    }
+    names = set(found(results_of(peers)))
+    assert "load: ours >= 3x eden_fly with 2 workers" in names
+    assert not [n for n in names if "litdata" in n or n.startswith("memory")], names
+    assert bench.targets(results_of({"litdata": peers["eden_fly"]})) == []  # no ours: nothing to check
+
+
+def memory_results(pss: dict[str, float], baseline: dict[str, float]) -> dict:
+    baseline_entry = {"path": "r32.json", "bases": 32_000_000, "ours_peak_pss_bytes": baseline}
+    peers = {"ours": peer_row({w: load_row(1.0, pss=v) for w, v in pss.items()})}
+    return results_of(peers, bases=128_000_000, memory_baseline=baseline_entry)
+
+
+def test_target_memory_flat_against_a_baseline_run_per_worker_count():
+    results = memory_results({"0": 109.9e6, "2": 220.2e6, "4": 1.0}, {"0": 100e6, "2": 200e6, "8": 1.0})
+    got = {name: v for name, v in found(results).items() if name.startswith("memory")}
+    assert got == {
+        "memory: ours peak PSS at 128 Mbp within 10% of at 32 Mbp (0 workers)": (True, "110 vs 100 MB (1.099x)"),
+        "memory: ours peak PSS at 128 Mbp within 10% of at 32 Mbp (2 workers)": (False, "220 vs 200 MB (1.101x)"),
+    }  # 4 and 8 workers: in one run only
+    smaller = found(memory_results({"0": 90e6}, {"0": 100e6}))
+    assert smaller["memory: ours peak PSS at 128 Mbp within 10% of at 32 Mbp (0 workers)"][0] is True
+    without = results_of({"ours": peer_row({"0": load_row(1.0)})})
+    assert not [n for n in found(without) if n.startswith("memory")]
+
+
+def test_memory_baseline_is_read_from_an_earlier_runs_json(tmp_path):
+    earlier = results_of(
+        {
+            "eden_fly": peer_row({"0": load_row(1.0, pss=50e6)}),
+            "ours": peer_row({"0": load_row(1.0, pss=100e6), "2": load_row(1.0, pss=200e6)}),
+        }
+    )
+    path = tmp_path / "r32.json"
+    path.write_text(json.dumps(earlier))
+    baseline = bench.memory_baseline(path)
+    assert baseline == {
+        "path": str(path),
+        "bases": 32_000_000,
+        "ours_peak_pss_bytes": {"0": 100_000_000, "2": 200_000_000},
+    }
+    now = results_of({"ours": peer_row({"0": load_row(1.0, pss=111e6), "2": load_row(1.0, pss=210e6)})})
+    now |= {"bases": 128_000_000, "memory_baseline": baseline}
+    got = {name: met for name, (met, _) in found(now).items() if name.startswith("memory")}
+    assert got == {
+        "memory: ours peak PSS at 128 Mbp within 10% of at 32 Mbp (0 workers)": False,
+        "memory: ours peak PSS at 128 Mbp within 10% of at 32 Mbp (2 workers)": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "No such file"),
+        ("{not json", "cannot read it as JSON"),
+        (json.dumps(results_of({"eden_fly": peer_row({})})), "no `ours` peer"),
+        (json.dumps(results_of({"ours": peer_row({})})), "no `ours` peak PSS"),
+    ],
+)
+def test_a_bad_memory_baseline_is_refused_naming_the_file(tmp_path, capsys, content, says):
+    path = tmp_path / "earlier.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(bench.BaselineUnreadable, match=says) as caught:
+        bench.memory_baseline(path)
+    assert str(path) in str(caught.value)
+    assert bench.main(["--memory-baseline", str(path), "--workdir", str(tmp_path / "w"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--memory-baseline {path}" in err and says in err
+    assert not (tmp_path / "w").exists()  # refused before any peer ran
+
+
+def test_the_command_line_adds_the_memory_target_and_keeps_the_baseline_in_the_json(tmp_path, monkeypatch, capsys):
+    """`--memory-baseline` through `main`, with the child runs replaced by fixed numbers (no timing)."""
+    earlier = tmp_path / "r32.json"
+    earlier.write_text(json.dumps(results_of({"ours": peer_row({"0": load_row(1.0, pss=100e6)})})))
+
+    def measure(action, peer, args, fasta, workers, **kwargs):
+        if action == "prepare":
+            return {"seconds": 1.0, "disk_bytes": 1000}
+        return {"samples": 10, "tokens": 5120, "seconds": 0.1, "peak_pss_bytes": 120e6}
+
+    monkeypatch.setattr(bench, "_measure", measure)
+    out = tmp_path / "r.json"
+    args = ["--only", "ours", "--workers", "0", "--size-mbp", "0.05", "--workdir", str(tmp_path / "w")]
+    assert bench.main([*args, "--memory-baseline", str(earlier), "--json", str(out), "--quiet"]) == 0
+    name = "memory: ours peak PSS at 0.1 Mbp within 10% of at 32 Mbp (0 workers)"
+    assert f"[NOT met] {name}: 120 vs 100 MB (1.200x)" in capsys.readouterr().out
+    results = json.loads(out.read_text())
+    assert results["memory_baseline"]["ours_peak_pss_bytes"] == {"0": 100_000_000}
+    assert {"target": name, "met": False, "value": "120 vs 100 MB (1.200x)"} in results["targets"]

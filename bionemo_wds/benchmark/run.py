@@ -1,7 +1,9 @@
 """`tools/benchmark.py` / `bionemo-wds benchmark`: bionemo-wds beside the loaders it replaces.
 
 Each peer prepares the same FASTA once and then loads one full training pass over the same windows
-(every window of every sequence) with 0 and 2 loader workers, each run in its own process.
+(every window of every sequence) with 0 and 2 loader workers, each run in its own process; then the
+benchmark issues' targets are checked against the results (`table.targets`), memory against an
+earlier run's results (``--memory-baseline``).
 """
 
 from __future__ import annotations
@@ -78,6 +80,18 @@ the storage layer (range GETs with read-ahead threads, the node-local range cach
 Two more columns give the MB fetched and the GETs of the pass (the storage_stats counters; the
 manifest and listing read at set-up are not counted). The endpoint is on loopback, so the rows show
 the storage layer's own cost, not a real network's latency or bandwidth.
+
+After the table, the targets of the benchmark issues, each [met] or [NOT met] with its numbers (a
+target whose peers were not run is left out):
+  load     ours >= 3x eden_fly (best of workers); >= 10x pickled_int64; >= 0.8x raw_limit; with 2
+           workers at least as fast as with 0; >= 1.0x litdata with 0 workers, set-up included
+           ("w/ setup"); >= 3x every peer loader with 2 workers (eden_fly, pickled_int64, litdata,
+           mosaic; not raw_limit, the ceiling of any loader of these windows); time to first batch no
+           worse than litdata's at each worker count; ours+zstd at most 15% slower than ours.
+  disk     ours <= 1.15 bytes/base; ours+zstd <= 0.35.
+  prepare  ours >= 20 Mbp/s; at least 2x as fast as litdata.optimize on the same genome.
+  memory   with --memory-baseline (the --json of a run on a smaller genome, e.g. 32 Mbp when this
+           one is 128 Mbp): ours' peak PSS at each worker count within 10% of that run's.
 """
 
 
@@ -180,8 +194,38 @@ class PeerUnavailable(RuntimeError):
     """Every peer asked for needs a library that is not installed."""
 
 
+class BaselineUnreadable(RuntimeError):
+    """The ``--memory-baseline`` file is missing, is not this benchmark's JSON, or has no `ours`."""
+
+
+def memory_baseline(path: str | Path) -> dict[str, Any]:
+    """What the memory target needs of an earlier run's ``--json`` (`path`): its genome size and
+    ours' peak PSS per worker count; read before any peer runs, so that a wrong path costs nothing."""
+
+    def unreadable(why: str) -> BaselineUnreadable:
+        return BaselineUnreadable(f"--memory-baseline {path}: {why}")
+
+    try:
+        earlier = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise unreadable(f"cannot read it as JSON ({exc})") from exc
+    try:
+        ours = earlier["peers"]["ours"]
+    except (KeyError, TypeError) as exc:
+        raise unreadable("no `ours` peer in it (not this benchmark's --json?)") from exc
+    try:
+        pss = {w: int(load["peak_pss_bytes"]) for w, load in ours["load"].items()}
+        bases = int(earlier["bases"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise unreadable(f"no `bases` or `ours` peak PSS in it ({exc!r})") from exc
+    if not pss or min(pss.values()) <= 0:
+        raise unreadable("no `ours` peak PSS in it")
+    return {"path": str(path), "bases": bases, "ours_peak_pss_bytes": pss}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare and load every peer asked for (skipping, with a note, those whose library is missing)."""
+    baseline = memory_baseline(args.memory_baseline) if args.memory_baseline else None
     if args.remote:
         check_available(args.remote)  # before the local peers' runs, not after them
     asked = [p for p in PEERS if not args.only or p in args.only]
@@ -224,6 +268,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "peers": {},
         "skipped": skipped,
     }
+    if baseline:
+        results["memory_baseline"] = baseline
     for peer in peers:
         bar.set_postfix_str(f"{peer} prepare")
         results["peers"][peer] = _prepared(_measure("prepare", peer, args, fasta, max(workers)), bases)
@@ -279,6 +325,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workdir", default="bench_out", help="where inputs and each peer's prepared data go")
     p.add_argument("--json", help="write the results here as JSON")
+    p.add_argument(
+        "--memory-baseline",
+        metavar="JSON",
+        help="the --json of an earlier run of this benchmark on a smaller genome (e.g. 32 Mbp): adds a target "
+        "that ours' peak PSS at each worker count is within 10%% of that run's",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -287,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         results = run(args)
-    except (RemoteUnavailable, PeerUnavailable) as exc:
+    except (RemoteUnavailable, PeerUnavailable, BaselineUnreadable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     results["targets"] = [{"target": t, "met": met, "value": v} for t, met, v in targets(results)]

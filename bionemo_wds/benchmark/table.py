@@ -1,4 +1,4 @@
-"""The benchmark's results as a table, and the benchmark issue's targets checked against them.
+"""The benchmark's results as a table, and the benchmark issues' targets checked against them.
 
 A load's columns (`child` measures them, `run` keeps the best of ``--repeat`` runs of each):
 
@@ -104,8 +104,59 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _times(a: float, b: float, digits: int = 2) -> str:
+    """`a` as a multiple of `b` ("2.31x"), or "-" when `b` is zero."""
+    return f"{a / b:.{digits}f}x" if b else "-"
+
+
+def _mbp(bases: float) -> str:
+    """A genome size in Mbp for a target's name: "32", "128", "0.2"."""
+    return f"{bases / 1e6:,.1f}".removesuffix(".0")
+
+
+def _load_targets(p: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """Issue 15's load targets: against litdata with set-up counted (0 workers), against every
+    peer loader with 2 workers, and time to first batch against litdata's."""
+    out = []
+    ours = p["ours"]["load"]
+    if "litdata" in p:
+        a, b = (peer["load"].get("0", {}).get("samples_per_s_with_setup") for peer in (p["ours"], p["litdata"]))
+        if a is not None and b is not None:
+            value = f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"
+            out.append(("load: ours >= 1.0x litdata with 0 workers, set-up included", a >= b, value))
+    # the loaders ours replaces; not raw_limit (the ceiling of any loader of these windows) nor ours' own rows
+    for name in (n for n in p if n != "raw_limit" and not n.startswith("ours")):
+        if "2" in ours and "2" in p[name]["load"]:
+            a, b = ours["2"]["samples_per_s"], p[name]["load"]["2"]["samples_per_s"]
+            out.append((f"load: ours >= 3x {name} with 2 workers", a >= 3 * b, _times(a, b)))
+    if "litdata" in p:
+        for w in sorted(set(ours) & set(p["litdata"]["load"]), key=int):
+            a, b = ours[w].get("ttfb_s"), p["litdata"]["load"][w].get("ttfb_s")
+            if a is not None and b is not None:
+                name = f"load: ours time to first batch <= litdata's with {w} workers"
+                out.append((name, a <= b, f"{a * 1e3:,.1f} vs {b * 1e3:,.1f} ms"))
+    return out
+
+
+def _memory_targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """Ours' peak PSS at each worker count within 10% of an earlier run's on a smaller genome
+    (``results["memory_baseline"]``, from ``--memory-baseline``): memory flat in the genome size."""
+    base = results.get("memory_baseline")
+    if not base or "ours" not in results["peers"]:
+        return []
+    out = []
+    ours = results["peers"]["ours"]["load"]
+    sizes = f"at {_mbp(results['bases'])} Mbp within 10% of at {_mbp(base['bases'])} Mbp"
+    for w in sorted(set(ours) & set(base["ours_peak_pss_bytes"]), key=int):
+        new, old = ours[w]["peak_pss_bytes"], base["ours_peak_pss_bytes"][w]
+        value = f"{new / 1e6:,.0f} vs {old / 1e6:,.0f} MB ({_times(new, old, 3)})"
+        out.append((f"memory: ours peak PSS {sizes} ({w} workers)", new <= 1.10 * old, value))
+    return out
+
+
 def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
-    """The benchmark issue's targets, each with whether this run met it and the numbers."""
+    """The benchmark issues' targets, each with whether this run met it and the numbers; a target
+    whose peers (or memory baseline) this run lacks is left out."""
     p = results["peers"]
     out = []
     if {"ours", "eden_fly"} <= set(p):
@@ -121,12 +172,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
         a, b = p["ours"]["load"]["2"]["samples_per_s"], p["ours"]["load"]["0"]["samples_per_s"]
         out.append(("load: ours with 2 workers >= with 0", a >= b, f"{a:,.0f} vs {b:,.0f} samples/s"))
     if "ours" in p:
+        out += _load_targets(p)
         out.append(
             ("disk: ours <= 1.15 bytes/base", p["ours"]["bytes_per_base"] <= 1.15, f"{p['ours']['bytes_per_base']:.3f}")
         )
         out.append(
             ("prepare: ours >= 20 Mbp/s", p["ours"]["prepare_mbp_s"] >= 20, f"{p['ours']['prepare_mbp_s']:.1f} Mbp/s")
         )
+    if {"ours", "litdata"} <= set(p):
+        a, b = p["ours"]["prepare_s"], p["litdata"]["prepare_s"]
+        value = f"{_times(b, a)} ({a:.2f} vs {b:.2f} s)"
+        out.append(("prepare: ours >= 2x litdata.optimize", 2 * a <= b, value))
     zname = next((n for n in p if n.startswith("ours+")), None)
     if zname and "ours" in p:
         slow = 1 - _best(p[zname]) / _best(p["ours"])
@@ -138,4 +194,4 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
             )
         )
         out.append((f"load: {zname} slowdown <= 15%", slow <= 0.15, f"{slow:.1%}"))
-    return out
+    return out + _memory_targets(results)

@@ -19,14 +19,14 @@ a `RecordIndex`, numpy columns (views of the file's rows where they come from on
 The loader checks each record's crc32 and window count as it decodes it, so one changed base is an
 error naming shard and record instead of a wrong token; `verify` checks all four columns.
 
-Why crc32 and not crc32c or xxh3: `zlib.crc32` is in the standard library (no extra dependency for
-every reader; crc32c and xxh3 would each need a compiled package), and it is fast enough: measured
-2.2-3.1 GB/s on the 2-core AMD EPYC development machine (zlib 1.2.13), 42 us for a 128 kB record
-of 16 windows of 8 kb, i.e. 2.6-3.4 us per window, against ~35-40 us per window of a whole
-0-worker training pass (read, decode, shuffle, reverse complement, batch). crc32c or xxh3 would be
-5-10x faster where available, saving at most ~3 us per window. crc32 detects every burst error of
-up to 32 bits (a changed base is 8) and any other change with probability 1 - 2^-32; it is a
-check against damage, not against an adversary (the whole-shard sha256 in the manifest is that).
+Why crc32 and not crc32c or xxh3: crc32 is what `zlib` (the standard library) computes, so any
+reader can check a record with nothing installed, and a SIMD implementation of the same checksum
+exists: ISA-L's, through the `isal` package (a dependency; `record_crc32` falls back to `zlib` where
+it cannot be imported, with equal results). zlib's runs at a few GB/s, a few microseconds per 8 kb
+window, which is a tenth of a 0-worker training pass; ISA-L's is over ten times faster (README,
+Benchmark). crc32 detects every burst error of up to 32 bits (a changed base is 8) and any other
+change with probability 1 - 2^-32; it is a check against damage, not against an adversary (the
+whole-shard sha256 in the manifest is that).
 """
 
 from __future__ import annotations
@@ -46,9 +46,15 @@ COLUMNS = ("offset", "size", "windows", "crc32")
 INDEX_DTYPE = np.dtype([("offset", "<u8"), ("size", "<u4"), ("windows", "<u4"), ("crc32", "<u4")])
 
 
-def record_crc32(data: bytes) -> int:
-    """The checksum the index stores for a record's bytes."""
-    return zlib.crc32(data)
+try:  # the same CRC-32 as zlib's, computed with SIMD instructions (ISA-L)
+    from isal.isal_zlib import crc32 as _fast_crc32
+except ImportError:  # a platform isal has no wheel for: the standard library's, same values
+    _fast_crc32 = zlib.crc32
+
+
+def record_crc32(data: bytes | memoryview) -> int:
+    """The checksum the index stores for a record's bytes (``zlib.crc32``'s value)."""
+    return _fast_crc32(data)
 
 
 @contextmanager

@@ -148,8 +148,11 @@ def model_inputs_cpu(
         tokens[:, p:end] = bases[:, : end - p]  # rows shorter than the window carry PAD already
         tokens[:, end:] = PAD_ID
         tokens[np.arange(n), p + lengths] = EOS_ID
-        for i, m in enumerate(lengths.tolist()):
-            loss_mask[i, p - 1 : p - 1 + m] = 1.0
+        if (lengths == lengths[0]).all():  # the usual batch: full windows only
+            loss_mask[:, p - 1 : p - 1 + int(lengths[0])] = 1.0
+        else:
+            for i, m in enumerate(lengths.tolist()):
+                loss_mask[i, p - 1 : p - 1 + m] = 1.0
         if lower is not None and soft_mask_weight is not None:
             # the label of column c is base c + 1 - p: the base columns shifted left by one
             region = loss_mask[:, p - 1 : end - 1]
@@ -173,8 +176,19 @@ def model_inputs_cpu(
         "tokens": torch.from_numpy(tokens),
         "labels": torch.from_numpy(labels),
         "loss_mask": torch.from_numpy(loss_mask),
-        "position_ids": torch.arange(seq_length).expand(n, seq_length),
+        "position_ids": position_ids(seq_length).expand(n, seq_length),
     }
+
+
+#: ``torch.arange(seq_length)`` by length: every batch's position ids are an expanded view of one.
+_POSITIONS: dict[int, torch.Tensor] = {}
+
+
+def position_ids(seq_length: int) -> torch.Tensor:
+    """0 .. seq_length - 1 (int64), made once per length (batches expand it: no memory per row)."""
+    if seq_length not in _POSITIONS:
+        _POSITIONS[seq_length] = torch.arange(seq_length)
+    return _POSITIONS[seq_length]
 
 
 def model_inputs_gather(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -69,9 +70,10 @@ class RecordTable:
     def __len__(self) -> int:
         return len(self.windows)
 
-    @property
+    @cached_property
     def first(self) -> np.ndarray:
-        """First window id of each record, plus the total at the end (length ``len + 1``)."""
+        """First window id of each record, plus the total at the end (length ``len + 1``; computed
+        once: every batch locates its windows by it)."""
         return np.concatenate([[0], np.cumsum(self.windows)]).astype(np.int64)
 
     @property

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from torch.utils.data import IterableDataset
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.format import WindowBlock
+from bionemo_wds.load.compact import compact_batch
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.plan import FILLER, UNIT_BATCHES, RankPlan, worker_units
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.split_records import SplitRecords
-from bionemo_wds.load.stages import BlockRows, Window, collate_compact, reverse_complement
-from bionemo_wds.load.stages import tag_dropout as tag_dropout_stage
+from bionemo_wds.load.stages import BlockRows, dropped_tag
 from bionemo_wds.load.world import Worker
+from bionemo_wds.seeds import flip_salt, tag_salt
 
 #: Records a loader worker keeps decoded (about two mixing blocks of 8 kb windows: ~16 MB).
 CACHE_RECORDS = 128
@@ -36,11 +38,31 @@ class FillerRows(BlockRows):
     """The one row of every filler window: no bases, no tag."""
 
     def __init__(self) -> None:  # no record behind it
-        self.tokens = np.empty(0, dtype=np.uint8)
-        self.offsets, self.seq_id, self.start, self.window, self.tag = [0, 0], [""], [0], [0], [b""]
+        super().__init__(FILLER_BLOCK)
 
 
+FILLER_BLOCK = WindowBlock(
+    tokens=np.empty(0, dtype=np.uint8),
+    lengths=np.zeros(1, dtype=np.int64),
+    seq_id=[""],
+    start=np.zeros(1, dtype=np.int64),
+    window=np.zeros(1, dtype=np.int64),
+    tag=[""],
+)
 FILLER_ROWS = FillerRows()
+#: Not in the cache (a cached record may be None: damaged and skipped).
+MISSING: Any = object()
+
+
+class PlannedRows(NamedTuple):
+    """The windows of one planned batch: each one's record (`FILLER_ROWS` for filler) and row, the
+    dataset it comes from (0 for one dataset), and the (seed, pass) of its random draws when not
+    the pass's own (a mix's datasets draw by their own streams: `mixed.MixedRecords.resolve`)."""
+
+    blocks: list[BlockRows]
+    rows: list[int]
+    sources: list[int]
+    draws: list[tuple[int, int] | None]
 
 
 class PlannedBatches(IterableDataset):
@@ -64,7 +86,7 @@ class PlannedBatches(IterableDataset):
         smallest = int(records.table.windows.min()) if len(records.table) else 1
         self.cache_records = max(CACHE_RECORDS, 2 * -(-mix // max(smallest, 1)) + 2)
 
-    def __iter__(self) -> Iterator[tuple[int, list[Window]]]:
+    def __iter__(self) -> Iterator[tuple[int, PlannedRows]]:
         plan, worker = self.current(), Worker.detect()
         cache: OrderedDict[int, BlockRows | None] = OrderedDict()
         units: OrderedDict[int, list[int]] = OrderedDict()
@@ -86,34 +108,32 @@ class PlannedBatches(IterableDataset):
         records, _ = self.records.table.locate(self.records.resolve(ids[ids != FILLER])[0])
         self.records.prefetch([r for r in dict.fromkeys(records.tolist()) if r not in cache])
 
-    def windows(
-        self, plan: RankPlan, b: int, cache: OrderedDict[int, BlockRows | None], worker: Worker
-    ) -> list[Window]:
+    def windows(self, plan: RankPlan, b: int, cache: OrderedDict[int, BlockRows | None], worker: Worker) -> PlannedRows:
         """The windows of batch `b` of the plan (filler where the plan or a damaged record says so)."""
         ids = plan.batches[b]
         real = ids != FILLER
         found, sources, draws = self.records.resolve(ids[real])
         records, rows = self.records.table.locate(found)
-        windows, it = [], iter(enumerate(zip(records.tolist(), rows.tolist())))
-        source_of = sources.tolist() if sources is not None else None
-        for is_real in real.tolist():
-            if not is_real:
-                windows.append(Window(FILLER_ROWS, 0))
-                continue
-            n, (record, row) = next(it)
-            if record in cache:
-                cache.move_to_end(record)
-            else:
+        blocks: list[BlockRows] = []
+        for record in records.tolist():
+            block = cache.get(record, MISSING)
+            if block is MISSING:
                 report = self.policy.mode == "raise" or self.reporter(plan, record, worker.count) == worker.id
-                cache[record] = self.records.read(record, self.policy, report)
+                block = cache[record] = self.records.read(record, self.policy, report)
                 if len(cache) > self.cache_records:
                     cache.popitem(last=False)
-            block = cache[record]
-            window = Window(block, row) if block is not None else Window(FILLER_ROWS, 0)
-            if source_of is not None and draws is not None and block is not None:
-                window.source, window.draw = source_of[n], draws[n]
-            windows.append(window)
-        return windows
+            else:
+                cache.move_to_end(record)
+            blocks.append(block if block is not None else FILLER_ROWS)
+        row_list = [row if block is not FILLER_ROWS else 0 for row, block in zip(rows.tolist(), blocks)]
+        source_list = sources.tolist() if sources is not None else [0] * len(blocks)
+        draw_list: list[tuple[int, int] | None] = list(draws) if draws is not None else [None] * len(blocks)
+        if not real.all():  # filler rows where the plan has no window
+            it = iter(zip(blocks, row_list, source_list, draw_list))
+            blocks, row_list, source_list, draw_list = (
+                list(column) for column in zip(*(next(it) if r else (FILLER_ROWS, 0, 0, None) for r in real.tolist()))
+            )
+        return PlannedRows(blocks, row_list, source_list, draw_list)
 
     def reporter(self, plan: RankPlan, record: int, workers: int) -> int:
         """The worker that reports a damaged record: the one producing its first window's batch
@@ -125,7 +145,7 @@ class PlannedBatches(IterableDataset):
 
 
 def _assemble(
-    src: Iterable[tuple[int, list[Window]]],
+    src: Iterable[tuple[int, PlannedRows]],
     window: int,
     max_tag: int,
     rc_prob: float,
@@ -133,36 +153,70 @@ def _assemble(
     epoch: EpochState,
     tag_dropout: float = 0.0,
 ) -> Iterator[dict[str, Any]]:
-    """(index, windows) -> compact batch with its index, reverse-complemented and with tags dropped
-    as every loader does (both seeded by seed, epoch and the window's key)."""
-    marks = [
-        *([reverse_complement(rc_prob, seed, epoch)] if rc_prob > 0 else []),
-        *([tag_dropout_stage(tag_dropout, seed, epoch)] if tag_dropout > 0 else []),
-    ]
-    for index, windows in src:
-        real = [w for w in windows if w.block is not FILLER_ROWS]
-        for mark in marks:
-            for _ in mark(iter(real)):  # marks each Window in place
-                pass
+    """(index, planned rows) -> compact batch with its index, reverse-complemented and with tags
+    dropped as every loader does (`stages.reverse_complement`, `stages.tag_dropout`: seeded by seed,
+    epoch and the window's key), without a Python object per window: each record's coins come as
+    one array (`BlockRows.flips`) and the batch is written by `compact.compact_batch`."""
+    pass_draw = (seed, epoch.epoch)
+    rc_salts, drop_salts = Salts(flip_salt), Salts(tag_salt)
+    for index, planned in src:
+        blocks, rows = planned.blocks, planned.rows
+        filler = [block is FILLER_ROWS for block in blocks]
+        draws = [pass_draw if d is None else d for d in planned.draws]
+        keys = [block.keys[row] if not f else "" for block, row, f in zip(blocks, rows, filler)]
+        tags = [block.tag[row] for block, row in zip(blocks, rows)]
+        if rc_prob > 0:
+            salts = [rc_salts[d] for d in draws]
+            rc = [
+                not f and (rc_prob >= 1 or block.flips(rc_prob, salt)[row])
+                for block, row, f, salt in zip(blocks, rows, filler, salts)
+            ]
+        else:
+            rc = [False] * len(blocks)
         if tag_dropout > 0:
-            check_tag_room(real, max_tag)
-        batch = collate_compact(windows, window, max_tag)
-        batch["filler"] = np.fromiter((w.block is FILLER_ROWS for w in windows), dtype=bool, count=len(windows))
-        batch["keys"] = [k if w.block is not FILLER_ROWS else "" for k, w in zip(batch["keys"], windows)]
-        batch["dataset"] = np.fromiter(
-            (w.source if w.block is not FILLER_ROWS else -1 for w in windows), dtype=np.int16, count=len(windows)
+            salts = [drop_salts[d] for d in draws]
+            tags = [
+                tag if f else dropped_tag(tag, key, tag_dropout, salt)
+                for tag, key, f, salt in zip(tags, keys, filler, salts)
+            ]
+            check_tag_room(tags, keys, max_tag)
+        batch = compact_batch(
+            [block.bases(row) for block, row in zip(blocks, rows)],
+            rc,
+            tags,
+            rc,
+            [block.start[row] for block, row in zip(blocks, rows)],
+            [block.seq_id[row] for block, row in zip(blocks, rows)],
+            keys,
+            window,
+            max_tag,
         )
+        batch["filler"] = np.array(filler, dtype=bool)
+        batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
         batch["index"] = index
         yield batch
 
 
-def check_tag_room(windows: list[Window], max_tag: int) -> None:
+class Salts(dict):
+    """The salt of each (seed, pass) a batch's windows draw by, derived once (`seeds.flip_salt`,
+    `seeds.tag_salt`)."""
+
+    def __init__(self, derive: Callable[[int, int], int]):
+        super().__init__()
+        self.derive = derive
+
+    def __missing__(self, draw: tuple[int, int]) -> int:
+        salt = self[draw] = self.derive(*draw)
+        return salt
+
+
+def check_tag_room(tags: list[bytes], keys: list[str], max_tag: int) -> None:
     """A dropped lineage tag can grow (``p__Ab`` -> ``p__None``); prepare leaves room for that since
     lineage dropout exists, a dataset prepared before did not: say so instead of a layout error."""
-    for w in windows:
-        if len(w.tag) > max_tag:
+    for tag, key in zip(tags, keys):
+        if len(tag) > max_tag:
             raise ValueError(
-                f"window {w.key}: its control tag after tag dropout ({w.tag.decode('ascii')!r}, {len(w.tag)} bytes) "
+                f"window {key}: its control tag after tag dropout ({tag.decode('ascii')!r}, {len(tag)} bytes) "
                 f"is longer than the {max_tag} bytes the dataset leaves for tags; prepare the dataset again "
                 "with this version (it leaves room for lineage dropout) or set tag_dropout=0"
             )

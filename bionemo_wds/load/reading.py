@@ -4,20 +4,19 @@
 expander: see there why) and hands ``(record, key, url)`` on, so later errors can name shard and
 key; `iter_blocks` decodes them, checks each record's crc32 and window count against the
 manifest's record index (format version 3; by the record's position in its shard, so the check
-costs one `zlib.crc32` of the record's bytes and a list lookup) and holds each finished shard's
+costs one `record_crc32` of the record's bytes and a list lookup) and holds each finished shard's
 window count against the manifest. Damage of any kind is judged by one `ShardErrorPolicy`.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from webdataset.filters import pipelinefilter
 from webdataset.gopen import gopen
 
-from bionemo_wds.format import RECORD_SUFFIX, TarStreamError, WindowBlock, decode_record, iter_members
+from bionemo_wds.format import RECORD_SUFFIX, TarStreamError, WindowBlock, decode_record, iter_members, record_crc32
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 
 #: What `read_records` yields: record bytes, its key and its shard; ``(None, None, url)`` marks a
@@ -83,7 +82,7 @@ def iter_blocks(src: Iterable[Any], policy: ShardErrorPolicy | None = None) -> I
                 policy.unindexed_record(url, key, n, len(crcs))
                 cut.add(url)
                 continue
-            crc = zlib.crc32(record)
+            crc = record_crc32(record)
             if crc != crcs[n]:
                 policy.bad_checksum(url, key, crc, crcs[n])
                 cut.add(url)

@@ -26,12 +26,13 @@ from webdataset.filters import pipelinefilter
 
 from bionemo_wds.format import WindowBlock, window_key
 from bionemo_wds.lineage import drop_ranks, parse_lineage
+from bionemo_wds.load.compact import compact_batch
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.reading import iter_blocks
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.world import Worker
-from bionemo_wds.seeds import flip_salt, python_rng, salted_flip, salted_uniforms, tag_salt
-from bionemo_wds.tokenizer import PAD_ID, reverse_complement_bases
+from bionemo_wds.seeds import flip_salt, key_crcs, python_rng, salted_flip, salted_flips, salted_uniforms, tag_salt
+from bionemo_wds.tokenizer import reverse_complement_bases
 
 T = TypeVar("T")
 
@@ -40,9 +41,11 @@ WINDOW_FIELDS = ("key", "seq_id", "start", "bases", "tag", "rc")
 
 
 class BlockRows:
-    """A decoded record with the per-window columns as Python lists (read once per record, not per window)."""
+    """A decoded record with the per-window columns as Python lists (read once per record, not per
+    window), and what every window's random draws need, computed once for the whole record: the
+    window keys, and the reverse-complement coins of a pass (`flips`)."""
 
-    __slots__ = ("offsets", "seq_id", "start", "tag", "tokens", "window")
+    __slots__ = ("_coins", "_crcs", "_keys", "offsets", "seq_id", "start", "tag", "tokens", "window")
 
     def __init__(self, block: WindowBlock):
         self.tokens = block.tokens
@@ -51,9 +54,36 @@ class BlockRows:
         self.start: list[int] = block.start.tolist()
         self.window: list[int] = block.window.tolist()
         self.tag = [t.encode("ascii") for t in block.tag]
+        self._keys: list[str] | None = None
+        self._crcs: np.ndarray | None = None
+        self._coins: dict[tuple[float, int], list[bool]] = {}
 
     def __len__(self) -> int:
         return len(self.seq_id)
+
+    @property
+    def keys(self) -> list[str]:
+        """Each window's key (``<seq_id>/<window>``), formatted once per record."""
+        if self._keys is None:
+            self._keys = [window_key(s, w) for s, w in zip(self.seq_id, self.window)]
+        return self._keys
+
+    def bases(self, row: int) -> np.ndarray:
+        """The bases of window `row` as stored (forward strand), a view into the record."""
+        return self.tokens[self.offsets[row] : self.offsets[row + 1]]
+
+    def flips(self, p: float, salt: int) -> list[bool]:
+        """Each window's reverse-complement coin with probability `p` in the pass of `salt`
+        (`seeds.flip_salt`): `seeds.salted_flip` of its key, for all windows at once."""
+        coins = self._coins.get((p, salt))
+        if coins is None:
+            if self._crcs is None:
+                self._crcs = key_crcs(self.keys)
+            coins = salted_flips(self._crcs, p, salt).tolist()
+            if len(self._coins) > 2:  # a record lives within a pass or two (and a mix's streams)
+                self._coins.clear()
+            self._coins[(p, salt)] = coins
+        return coins
 
 
 class Window(Mapping):
@@ -74,7 +104,7 @@ class Window(Mapping):
     def key(self) -> str:
         """``<seq_id>/<window>``: the window's identity across the dataset."""
         if self._key is None:
-            self._key = window_key(self.block.seq_id[self.row], self.block.window[self.row])
+            self._key = self.block.keys[self.row]
         return self._key
 
     @property
@@ -97,8 +127,7 @@ class Window(Mapping):
     @property
     def stored_bases(self) -> np.ndarray:
         """The bases as stored (forward strand), a view into the record."""
-        off = self.block.offsets
-        return self.block.tokens[off[self.row] : off[self.row + 1]]
+        return self.block.bases(self.row)
 
     @property
     def bases(self) -> np.ndarray:
@@ -176,7 +205,8 @@ def _reverse_complement(
     salt, always = flip_salt(seed, epoch.epoch if epoch else 0), p >= 1
     for sample in src:
         if isinstance(sample, Window):
-            if always or salted_flip(sample.key, p, salt if sample.draw is None else flip_salt(*sample.draw)):
+            coins = sample.block.flips(p, salt if sample.draw is None else flip_salt(*sample.draw))
+            if always or coins[sample.row]:
                 sample.rc = not sample.rc
         elif always or salted_flip(sample["key"], p, salt):
             sample = {**sample, "bases": reverse_complement_bases(sample["bases"]), "rc": not sample["rc"]}
@@ -225,42 +255,22 @@ def chunks(src: Iterable[T], n: int) -> Iterator[list[T]]:
 
 
 def collate_compact(samples: list[Any], window: int | None = None, max_tag: int | None = None) -> dict[str, Any]:
-    """Windows -> a compact batch of numpy arrays: uint8 bases and tags padded with PAD, lengths,
-    reverse-complement flags, starts, seq ids and keys. About 8x smaller than int64 model inputs;
-    this is what crosses the worker boundary, and `model_inputs.to_model_inputs` expands it."""
-    n = len(samples)
-    rows = [_row(s) for s in samples]
-    lengths = np.fromiter((len(r[0]) for r in rows), dtype=np.int32, count=n)
-    tag_lengths = np.fromiter((len(r[1]) for r in rows), dtype=np.int32, count=n)
-    width = window or int(lengths.max(initial=0))
-    tag_width = max(max_tag or 0, int(tag_lengths.max(initial=0)))
-    bases = np.full((n, width), PAD_ID, dtype=np.uint8)
-    tags = np.full((n, tag_width), PAD_ID, dtype=np.uint8)
-    rc = np.zeros(n, dtype=bool)
-    starts = np.empty(n, dtype=np.int64)
-    for i, (row_bases, tag, _, _, start, flipped) in enumerate(rows):
-        bases[i, : len(row_bases)] = row_bases
-        if tag:
-            tags[i, : len(tag)] = np.frombuffer(tag, dtype=np.uint8)
-        starts[i] = start
-        rc[i] = flipped
-    return {
-        "bases": bases,
-        "lengths": lengths,
-        "tags": tags,
-        "tag_lengths": tag_lengths,
-        "rc": rc,
-        "start": starts,
-        "seq_id": [r[3] for r in rows],
-        "keys": [r[2] for r in rows],
-    }
-
-
-def _row(sample: Any) -> tuple[np.ndarray, bytes, str, str, int, bool]:
-    """(bases, tag, key, seq_id, start, rc) of a `Window` (by attribute: the hot path) or a dict."""
-    if isinstance(sample, Window):
-        return sample.bases, sample.tag, sample.key, sample.seq_id, sample.start, sample.rc
-    return (sample["bases"], sample["tag"], sample["key"], sample["seq_id"], sample["start"], sample["rc"])
+    """Windows (`Window` views or dicts) -> a compact batch of numpy arrays (`compact.compact_batch`):
+    uint8 bases and tags padded with PAD, lengths, reverse-complement flags, starts, seq ids and
+    keys. This is what crosses the worker boundary, and `model_inputs.to_model_inputs` expands it.
+    A `Window` marked for reverse complement is flipped as its bases are copied in."""
+    views = [s for s in samples if isinstance(s, Window)]
+    if len(views) == len(samples):  # the hot path: by attribute, the stored bases and the strand
+        rc = [w.rc for w in views]
+        parts, flip = [w.stored_bases for w in views], rc
+        fields = [(w.tag, w.key, w.seq_id, w.start) for w in views]
+    else:
+        rc = [bool(s["rc"]) if not isinstance(s, Window) else s.rc for s in samples]
+        parts = [s.stored_bases if isinstance(s, Window) else s["bases"] for s in samples]
+        flip = [isinstance(s, Window) and s.rc for s in samples]  # a dict's bases are on their strand
+        fields = [(s["tag"], s["key"], s["seq_id"], s["start"]) for s in samples]
+    tags, keys, seq_ids, starts = (list(column) for column in zip(*fields)) if fields else ([], [], [], [])
+    return compact_batch(parts, flip, tags, rc, starts, seq_ids, keys, window, max_tag)
 
 
 def _batch(

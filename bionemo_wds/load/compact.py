@@ -1,0 +1,106 @@
+"""Compact batches: the one place a batch's arrays are built from its windows' bases.
+
+A compact batch is what loaders yield and what crosses the loader-worker boundary: uint8 bases and
+tags padded with PAD, their lengths, reverse-complement flags, starts, seq ids and keys; about 8x
+smaller than the int64 model inputs `model_inputs.to_model_inputs` expands it into. Both ways of
+making one end here: `stages.collate_compact` (any loader's `Window` views or dicts) and
+`planned.assemble` (the planned loader's records, without a Python object per window).
+
+Reverse complement is applied here, to the whole batch: flipped rows are copied reversed, then
+complemented in one `bytes.translate` over all of them (PAD complements to itself, so padding
+needs no care). The strand is decided by the caller (`seeds.salted_flips`); this module only
+writes bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from bionemo_wds.tokenizer import COMPLEMENT_TABLE, PAD_ID
+
+assert COMPLEMENT_TABLE[PAD_ID] == PAD_ID, "padding must complement to itself (whole rows are complemented)"
+
+
+def compact_bases(parts: Sequence[np.ndarray], flip: Sequence[bool], window: int | None = None) -> np.ndarray:
+    """Rows of `parts` (uint8 bases as stored) padded with PAD to `window` (default: the longest),
+    each row reverse-complemented where `flip` says so.
+
+    One slice copy per row (reversed for flipped rows), then one complement over the flipped rows
+    together: a per-row `reverse_complement_bases` costs three copies and a translate call per row.
+    """
+    n = len(parts)
+    width = window or max(map(len, parts), default=0)
+    bases = np.empty((n, width), dtype=np.uint8)
+    flipped: list[int] = []
+    for i, part in enumerate(parts):
+        m = len(part)
+        if m > width:
+            raise ValueError(f"row {i} has {m} bases, more than the batch width {width}")
+        if flip[i]:
+            bases[i, :m] = part[::-1]
+            flipped.append(i)
+        else:
+            bases[i, :m] = part
+        if m < width:
+            bases[i, m:] = PAD_ID
+    if flipped:
+        complement_rows(bases, flipped)
+    return bases
+
+
+def complement_rows(bases: np.ndarray, rows: list[int]) -> None:
+    """Complement rows `rows` of the uint8 matrix `bases` in place, with one translate call.
+
+    `bytes.translate` is about 1.5x numpy's fancy-index lookup (`table[bases]`) on uint8 data;
+    the rows are gathered into one bytes object so the call is made once per batch."""
+    if len(rows) == len(bases):
+        bases[:] = np.frombuffer(bases.tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8).reshape(bases.shape)
+        return
+    picked = np.asarray(rows, dtype=np.intp)
+    done = np.frombuffer(bases[picked].tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8)
+    bases[picked] = done.reshape(len(rows), bases.shape[1])
+
+
+def compact_tags(tags: Sequence[bytes], max_tag: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Control tags as a PAD-padded uint8 matrix at least `max_tag` wide, and their lengths."""
+    n = len(tags)
+    lengths = np.fromiter(map(len, tags), dtype=np.int32, count=n)
+    width = max(max_tag or 0, int(lengths.max(initial=0)))
+    out = np.full((n, width), PAD_ID, dtype=np.uint8)
+    for i, tag in enumerate(tags):
+        if tag:
+            out[i, : len(tag)] = np.frombuffer(tag, dtype=np.uint8)
+    return out, lengths
+
+
+def compact_batch(
+    parts: Sequence[np.ndarray],
+    flip: Sequence[bool],
+    tags: Sequence[bytes],
+    rc: Sequence[bool],
+    starts: Sequence[int],
+    seq_ids: list[str],
+    keys: list[str],
+    window: int | None = None,
+    max_tag: int | None = None,
+) -> dict[str, object]:
+    """The compact batch of n windows.
+
+    `parts` are their bases as stored, `flip` which of them to reverse-complement on the way in,
+    `rc` the strand flag each row reports (the same as `flip` for stored bases; a caller whose bases
+    are already on their strand passes no flips and its own flags).
+    """
+    n = len(parts)
+    tag_matrix, tag_lengths = compact_tags(tags, max_tag)
+    return {
+        "bases": compact_bases(parts, flip, window),
+        "lengths": np.fromiter(map(len, parts), dtype=np.int32, count=n),
+        "tags": tag_matrix,
+        "tag_lengths": tag_lengths,
+        "rc": np.fromiter(rc, dtype=bool, count=n),
+        "start": np.fromiter(starts, dtype=np.int64, count=n),
+        "seq_id": seq_ids,
+        "keys": keys,
+    }
