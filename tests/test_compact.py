@@ -22,7 +22,7 @@ from bionemo_wds.format import decode_record, encode_record, record_crc32
 from bionemo_wds.load.compact import compact_bases, compact_batch
 from bionemo_wds.load.epochs import EpochState, in_process, in_process_ok
 from bionemo_wds.load.model_inputs import model_inputs_gather, tensors, to_model_inputs
-from bionemo_wds.load.planned import FILLER_ROWS, PlannedRows, assemble
+from bionemo_wds.load.planned import FILLER_ROWS, MISSING, PlannedRows, RecordCache, assemble
 from bionemo_wds.load.stages import BlockRows, Window, collate_compact, reverse_complement, tag_dropout
 from bionemo_wds.seeds import flip_salt, key_crcs, salted_flip, salted_flips
 from bionemo_wds.tokenizer import PAD_ID, reverse_complement_bases
@@ -208,3 +208,24 @@ def test_a_loader_without_workers_yields_what_its_dataloader_would():
     assert not in_process_ok(DataLoader(Numbers(), batch_size=None, num_workers=0, pin_memory=True))
     assert not in_process_ok(DataLoader(list(range(4)), batch_size=None, num_workers=0))
     assert not in_process_ok(Numbers())
+
+
+def test_the_record_cache_holds_a_budget_of_windows_least_recently_used_out():
+    """Decoded records are kept by windows, not by count: records of one window (short contigs)
+    cannot make a worker hold the whole split (the loader's memory stays flat as data grows)."""
+    blocks = lambda_blocks(6)  # 7 windows each
+    cache = RecordCache(budget=21)
+    for r in range(3):
+        assert cache.get(r) is MISSING
+        assert cache.put(r, blocks[r]) is blocks[r]
+    assert cache.held == 21 and all(r in cache for r in range(3))
+    assert cache.get(0) is blocks[0]  # 0 is now the most recently used
+    cache.put(3, blocks[3])  # 28 windows > 21: the least recently used (1) goes
+    assert [r for r in range(4) if r in cache] == [0, 2, 3] and cache.held == 21
+    cache.put(4, None)  # a damaged record counts as one window: 2 goes
+    assert cache.get(4) is None and [r for r in range(5) if r in cache] == [0, 3, 4] and cache.held == 15
+    big = RecordCache(budget=3)
+    big.put(9, blocks[0])  # a record larger than the budget is still held, alone
+    assert 9 in big and big.held == 7
+    big.put(10, blocks[1])
+    assert 9 not in big and 10 in big

@@ -30,8 +30,8 @@ from bionemo_wds.load.stages import BlockRows, dropped_tag
 from bionemo_wds.load.world import Worker
 from bionemo_wds.seeds import flip_salt, tag_salt
 
-#: Records a loader worker keeps decoded (about two mixing blocks of 8 kb windows: ~16 MB).
-CACHE_RECORDS = 128
+#: The fewest windows a loader worker keeps decoded (records of 16 windows: 128 records).
+CACHE_WINDOWS = 2048
 
 
 class FillerRows(BlockRows):
@@ -65,8 +65,36 @@ class PlannedRows(NamedTuple):
     draws: list[tuple[int, int] | None]
 
 
+class RecordCache:
+    """A loader worker's decoded records (None for a damaged one), the least recently used dropped
+    first once they hold more than `budget` windows (the last one put is always kept)."""
+
+    def __init__(self, budget: int):
+        self.budget, self.held = budget, 0
+        self.records: OrderedDict[int, BlockRows | None] = OrderedDict()
+
+    def __contains__(self, record: int) -> bool:
+        return record in self.records
+
+    def get(self, record: int) -> Any:
+        """The record's block (or None), marked as just used; `MISSING` when it is not held."""
+        block = self.records.get(record, MISSING)
+        if block is not MISSING:
+            self.records.move_to_end(record)
+        return block
+
+    def put(self, record: int, block: BlockRows | None) -> BlockRows | None:
+        """Hold `block` as the record's, dropping the least recently used beyond the budget."""
+        self.records[record] = block
+        self.held += len(block) if block is not None else 1
+        while self.held > self.budget and len(self.records) > 1:
+            _, old = self.records.popitem(last=False)
+            self.held -= len(old) if old is not None else 1
+        return block
+
+
 class PlannedBatches(IterableDataset):
-    """The dataset of a planned loader: this worker's batches of the current pass, as `Window` lists."""
+    """The dataset of a planned loader: this worker's batches of the current pass, as `PlannedRows`."""
 
     def __init__(
         self,
@@ -82,13 +110,15 @@ class PlannedBatches(IterableDataset):
         # a worker's unit of batches spans a mixing block, so workers mostly read different records;
         # `unit=1` deals batches round-robin, the order a plain DataLoader takes them from its workers
         self.unit = unit or max(UNIT_BATCHES, -(-mix // max(micro, 1)))
-        # two mixing blocks of records decoded at once: a unit's records are read once, not per batch
-        smallest = int(records.table.windows.min()) if len(records.table) else 1
-        self.cache_records = max(CACHE_RECORDS, 2 * -(-mix // max(smallest, 1)) + 2)
+        # two mixing blocks of records decoded at once (with the records cut at their edges), so a
+        # block's records are read once, not per batch; counted in windows, so the memory is the same
+        # whatever the records' sizes and however many there are
+        largest = int(records.table.windows.max()) if len(records.table) else 1
+        self.cache_windows = max(CACHE_WINDOWS, 2 * (mix + 2 * largest))
 
     def __iter__(self) -> Iterator[tuple[int, PlannedRows]]:
         plan, worker = self.current(), Worker.detect()
-        cache: OrderedDict[int, BlockRows | None] = OrderedDict()
+        cache = RecordCache(self.cache_windows)
         units: OrderedDict[int, list[int]] = OrderedDict()
         for b in worker_units(len(plan), worker.id, worker.count, self.unit):
             units.setdefault(b // self.unit, []).append(b)
@@ -100,7 +130,7 @@ class PlannedBatches(IterableDataset):
             for b in unit:
                 yield plan.first_batch + b, self.windows(plan, b, cache, worker)
 
-    def prefetch(self, plan: RankPlan, batches: list[int], cache: OrderedDict[int, BlockRows | None]) -> None:
+    def prefetch(self, plan: RankPlan, batches: list[int], cache: RecordCache) -> None:
         """Ask for the records of `batches` not decoded already, in the order they are read."""
         if not self.records.shards.reads_ahead:
             return  # local files: the page cache reads ahead, so no need to work out which records
@@ -108,7 +138,7 @@ class PlannedBatches(IterableDataset):
         records, _ = self.records.table.locate(self.records.resolve(ids[ids != FILLER])[0])
         self.records.prefetch([r for r in dict.fromkeys(records.tolist()) if r not in cache])
 
-    def windows(self, plan: RankPlan, b: int, cache: OrderedDict[int, BlockRows | None], worker: Worker) -> PlannedRows:
+    def windows(self, plan: RankPlan, b: int, cache: RecordCache, worker: Worker) -> PlannedRows:
         """The windows of batch `b` of the plan (filler where the plan or a damaged record says so)."""
         ids = plan.batches[b]
         real = ids != FILLER
@@ -116,14 +146,10 @@ class PlannedBatches(IterableDataset):
         records, rows = self.records.table.locate(found)
         blocks: list[BlockRows] = []
         for record in records.tolist():
-            block = cache.get(record, MISSING)
+            block = cache.get(record)
             if block is MISSING:
                 report = self.policy.mode == "raise" or self.reporter(plan, record, worker.count) == worker.id
-                block = cache[record] = self.records.read(record, self.policy, report)
-                if len(cache) > self.cache_records:
-                    cache.popitem(last=False)
-            else:
-                cache.move_to_end(record)
+                block = cache.put(record, self.records.read(record, self.policy, report))
             blocks.append(block if block is not None else FILLER_ROWS)
         row_list = [row if block is not FILLER_ROWS else 0 for row, block in zip(rows.tolist(), blocks)]
         source_list = sources.tolist() if sources is not None else [0] * len(blocks)
