@@ -121,10 +121,10 @@ def model_inputs_cpu(
     """numpy slices over the whole batch, the fastest form on a CPU.
 
     When every row has the same tag length (always so without tags) the rows differ only in where
-    EOS goes: the PAD-padded bases are copied as one block, EOS is placed with one fancy index and
-    the loss mask is one comparison. Measured on 8 kb windows: the vectorised gather/where form
-    below runs ~4x slower on a CPU (a dozen full-size torch kernels), a per-row loop ~3x slower on
-    batches mixing full and short windows.
+    EOS goes: tokens and labels are each written from the uint8 bases by a few whole-batch slice
+    copies (`write_layout`; labels are not copied from the int64 tokens, which costs more memory
+    traffic), EOS placed with one fancy index. Otherwise a loop per row. On a CPU the gather/where
+    form below is several times slower (a dozen full-size torch kernels).
     """
     bases, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
     tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
@@ -136,18 +136,15 @@ def model_inputs_cpu(
     n = len(lengths)
     prefix = _layout(lengths, tlen, seq_length, control_tags)
     tokens = np.empty((n, seq_length), dtype=np.int64)
-    tokens[:, 0] = BOS_ID
     # the mask by row slices on zeroed memory: half the cost of a (columns < stop) comparison
     loss_mask = np.zeros((n, seq_length), dtype=np.float32)
     if n and (tlen == tlen[0]).all():
-        p, t = int(prefix[0]), int(tlen[0])
-        if control_tags:
-            tokens[:, 1 : 1 + t] = tags[:, :t]
-            tokens[:, 1 + t] = SEP_ID
-        end = min(p + bases.shape[1], seq_length)
-        tokens[:, p:end] = bases[:, : end - p]  # rows shorter than the window carry PAD already
-        tokens[:, end:] = PAD_ID
-        tokens[np.arange(n), p + lengths] = EOS_ID
+        p = int(prefix[0])
+        # tokens, then labels (the tokens shifted left by one, PAD last) written from the uint8 bases
+        # the same way: half the cost of copying the int64 tokens over
+        labels = np.empty_like(tokens)
+        for out, shift in ((tokens, 0), (labels, 1)):
+            write_layout(out, shift, bases, tags[:, : int(tlen[0])], p, lengths, control_tags)
         if (lengths == lengths[0]).all():  # the usual batch: full windows only
             loss_mask[:, p - 1 : p - 1 + int(lengths[0])] = 1.0
         else:
@@ -155,9 +152,10 @@ def model_inputs_cpu(
                 loss_mask[i, p - 1 : p - 1 + m] = 1.0
         if lower is not None and soft_mask_weight is not None:
             # the label of column c is base c + 1 - p: the base columns shifted left by one
-            region = loss_mask[:, p - 1 : end - 1]
+            region = loss_mask[:, p - 1 : min(p - 1 + bases.shape[1], seq_length)]
             region[lower[:, : region.shape[1]]] = soft_mask_weight  # padding is never lower-case
     else:
+        tokens[:, 0] = BOS_ID
         for i in range(n):
             p, m, t = int(prefix[i]), int(lengths[i]), int(tlen[i])
             if control_tags:
@@ -169,15 +167,40 @@ def model_inputs_cpu(
             loss_mask[i, p - 1 : p - 1 + m] = 1.0
             if lower is not None and soft_mask_weight is not None:
                 loss_mask[i, p - 1 : p - 1 + m][lower[i, :m]] = soft_mask_weight
-    labels = np.empty_like(tokens)
-    labels[:, :-1] = tokens[:, 1:]
-    labels[:, -1] = PAD_ID
+        labels = np.empty_like(tokens)
+        labels[:, :-1] = tokens[:, 1:]
+        labels[:, -1] = PAD_ID
     return {
         "tokens": torch.from_numpy(tokens),
         "labels": torch.from_numpy(labels),
         "loss_mask": torch.from_numpy(loss_mask),
         "position_ids": position_ids(seq_length).expand(n, seq_length),
     }
+
+
+def write_layout(
+    out: np.ndarray, shift: int, bases: np.ndarray, tags: np.ndarray, p: int, lengths: np.ndarray, control_tags: bool
+) -> None:
+    """Write every row's tokens from token column `shift` on into `out` (0: the tokens; 1: the labels,
+    the tokens shifted left by one with PAD last), for rows whose bases all start at column `p`
+    after tags of the width of `tags`: BOS, tag, SEP, the PAD-padded bases, PAD to the end, and EOS
+    after each row's `lengths` bases. Whole-batch slice copies; only EOS is placed per row."""
+    width = out.shape[1]
+
+    def put(first: int, stop: int, value: Any) -> None:  # token columns [first, stop)
+        lo, hi = max(first - shift, 0), min(stop - shift, width)
+        if lo < hi:
+            out[:, lo:hi] = value if np.isscalar(value) else value[:, lo + shift - first : hi + shift - first]
+
+    t = tags.shape[1]
+    put(0, 1, BOS_ID)
+    if control_tags:
+        put(1, 1 + t, tags)
+        put(1 + t, 2 + t, SEP_ID)
+    end = min(p + bases.shape[1], width + shift)  # rows shorter than the batch carry PAD already
+    put(p, end, bases[:, : end - p])
+    put(end, width + shift, PAD_ID)  # the column after the last token is PAD (the last label)
+    out[np.arange(len(lengths)), p + lengths - shift] = EOS_ID
 
 
 #: ``torch.arange(seq_length)`` by length: every batch's position ids are an expanded view of one.
