@@ -13,13 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bionemo_wds.format import iter_records, read_manifest
 from bionemo_wds.load import genomic
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.loaders import Split
 from bionemo_wds.load.stages import collate_compact
-from bionemo_wds.load.transfer import ARRAYS, BatchTransfer
+from bionemo_wds.load.transfer import ARRAYS, BatchTransfer, growing_chunks
 
 MICRO = 16
 
@@ -326,3 +328,18 @@ def test_spawned_workers_read_every_val_sample_once(dataset, tmp_path):
     n = read_manifest(dataset)["splits"]["val"]["n_samples"]
     assert done.stdout.split() == ["ok", str(n)]
     assert "leaked shared_memory" not in done.stderr, done.stderr[-3000:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=300), st.integers(min_value=1, max_value=40))
+def test_a_pass_sends_its_first_batches_in_growing_groups(n, most):
+    """1, 2, 4, ... batches per message up to `most` (the first batch is not held back while a whole
+    group is made), every batch once and in order."""
+    groups = list(growing_chunks(iter(range(n)), most))
+    assert [x for g in groups for x in g] == list(range(n))
+    sizes = [len(g) for g in groups]
+    expected, size = [], 1
+    while sum(expected) < n:
+        expected.append(min(size, n - sum(expected)))
+        size = min(2 * size, most)
+    assert sizes == expected
