@@ -3,9 +3,11 @@
 `split_records.SplitRecords` knows where every record of a split lies (the dataset's record index,
 or one built by scanning the shards of a dataset written before there was one) and reads a record
 with one positioned read, checking its crc32 and window count. `PlannedBatches` is the loader's dataset:
-each loader worker produces the batches `plan.worker_units` deals it, as lists of `Window` views,
-then the same `reverse_complement` and `collate_compact` as every other loader; each batch carries
-its index so the main process can put them back in order (`in_order`). A record that fails its
+each loader worker produces the batches `plan.worker_units` deals it, as `PlannedRows` (each
+window's decoded record and row, kept in a `RecordCache`), and `assemble` writes them into compact
+batches with the same coins and bytes as the per-window `reverse_complement` and `collate_compact`
+stages, without a Python object per window; each batch carries its index so the main process can
+put them back in order (`in_order`). A record that fails its
 checks raises (naming shard and record) or, under ``handler="warn"``, is counted and its windows are
 replaced by filler, so every rank still yields its planned number of batches.
 """
