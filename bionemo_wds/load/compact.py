@@ -66,6 +66,8 @@ def complement_rows(bases: np.ndarray, rows: list[int]) -> None:
 def compact_tags(tags: Sequence[bytes], max_tag: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Control tags as a PAD-padded uint8 matrix at least `max_tag` wide, and their lengths."""
     n = len(tags)
+    if not any(tags):  # the usual batch: no control tags
+        return np.full((n, max_tag or 0), PAD_ID, dtype=np.uint8), np.zeros(n, dtype=np.int32)
     lengths = np.fromiter(map(len, tags), dtype=np.int32, count=n)
     width = max(max_tag or 0, int(lengths.max(initial=0)))
     out = np.full((n, width), PAD_ID, dtype=np.uint8)

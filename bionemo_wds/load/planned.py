@@ -144,7 +144,8 @@ class PlannedBatches(IterableDataset):
         """The windows of batch `b` of the plan (filler where the plan or a damaged record says so)."""
         ids = plan.batches[b]
         real = ids != FILLER
-        found, sources, draws = self.records.resolve(ids[real])
+        all_real = bool(real.all())
+        found, sources, draws = self.records.resolve(ids if all_real else ids[real])
         records, rows = self.records.table.locate(found)
         blocks: list[BlockRows] = []
         for record in records.tolist():
@@ -156,7 +157,7 @@ class PlannedBatches(IterableDataset):
         row_list = [row if block is not FILLER_ROWS else 0 for row, block in zip(rows.tolist(), blocks)]
         source_list = sources.tolist() if sources is not None else [0] * len(blocks)
         draw_list: list[tuple[int, int] | None] = list(draws) if draws is not None else [None] * len(blocks)
-        if not real.all():  # filler rows where the plan has no window
+        if not all_real:  # filler rows where the plan has no window
             it = iter(zip(blocks, row_list, source_list, draw_list))
             blocks, row_list, source_list, draw_list = (
                 list(column) for column in zip(*(next(it) if r else (FILLER_ROWS, 0, 0, None) for r in real.tolist()))

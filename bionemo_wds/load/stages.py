@@ -19,6 +19,7 @@ with those keys. Every random choice comes from `bionemo_wds.seeds`: the shuffle
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import accumulate
 from typing import Any, TypeVar
 
 import numpy as np
@@ -49,7 +50,7 @@ class BlockRows:
 
     def __init__(self, block: WindowBlock):
         self.tokens = block.tokens
-        self.offsets: list[int] = block.offsets.tolist()
+        self.offsets: list[int] = list(accumulate(block.lengths.tolist(), initial=0))  # block.offsets, in Python
         self.seq_id: list[str] = block.seq_id
         self.start: list[int] = block.start.tolist()
         self.window: list[int] = block.window.tolist()
