@@ -22,11 +22,10 @@ error naming shard and record instead of a wrong token; `verify` checks all four
 Why crc32 and not crc32c or xxh3: crc32 is what `zlib` (the standard library) computes, so any
 reader can check a record with nothing installed, and a SIMD implementation of the same checksum
 exists: ISA-L's, through the `isal` package (a dependency; `record_crc32` falls back to `zlib` where
-it cannot be imported, with equal results). zlib's runs at a few GB/s, a few microseconds per 8 kb
-window, which is a tenth of a 0-worker training pass; ISA-L's is over ten times faster (README,
-Benchmark). crc32 detects every burst error of up to 32 bits (a changed base is 8) and any other
-change with probability 1 - 2^-32; it is a check against damage, not against an adversary (the
-whole-shard sha256 in the manifest is that).
+it cannot be imported, with equal results), which costs a small part of a 0-worker training pass
+where zlib's cost a tenth of it (README, Record index and Benchmark). crc32 detects every burst
+error of up to 32 bits (a changed base is 8) and any other change with probability 1 - 2^-32; it is
+a check against damage, not against an adversary (the whole-shard sha256 in the manifest is that).
 """
 
 from __future__ import annotations

@@ -80,8 +80,8 @@ def in_process_ok(loader: Any) -> bool:
 def in_process(loader: DataLoader) -> Iterator[Any]:
     """What iterating `loader` yields (`in_process_ok`): its collate function over its dataset.
 
-    For such a loader that is all the DataLoader's single-process iterator does, plus a profiler
-    range and a fetcher call per batch, which cost as much as a tenth of a small batch's assembly."""
+    For such a loader that is all the DataLoader's single-process iterator does, besides a profiler
+    range and a fetcher call per batch, which are left out (README, Benchmark: their cost)."""
     collate = loader.collate_fn
     for item in cast(Iterable[Any], loader.dataset):  # `in_process_ok`: an IterableDataset
         yield collate(item)
