@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.seeds import permutation_keys
+from bionemo_wds.seeds import mix64, permutation_keys, splitmix64_array
 
 #: Feistel rounds (even, so the shape returns): 4 make a strong pseudo-random permutation
 #: (Luby-Rackoff) given a good round function; the round function here is a strong mixer.
@@ -34,24 +34,13 @@ ROUNDS = 4
 #: Elements computed at once (`chunks`): temporaries stay in the CPU cache.
 CHUNK = 1 << 16
 
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _S32 = np.uint64(32)
-_C3 = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser, elementwise over uint64 (wrapping)."""
-    x = (x ^ (x >> _S30)) * _C1
-    x = (x ^ (x >> _S27)) * _C2
-    return x ^ (x >> _S31)
 
 
 def _round_value(half: np.ndarray, key: np.uint64, size: np.uint64) -> np.ndarray:
     """F(half) in ``[0, size)``: the mixed value's top 32 bits scaled to `size` (Lemire's
     multiply-shift instead of a division; `size` < 2**32 since it is about sqrt(n))."""
-    return ((_mix(half ^ key) >> _S32) * size) >> _S32
+    return ((mix64(half ^ key) >> _S32) * size) >> _S32
 
 
 def _add_mod(x: np.ndarray, y: np.ndarray, size: np.uint64) -> np.ndarray:
@@ -105,7 +94,7 @@ class SeededPermutation:
         """Cycle walking: `step` again wherever the value is outside ``[0, n)``. A `tweak` (one
         integer per value) selects one of a family of permutations per value: the same n, keys
         and rounds, with the mixed tweak xored into every round's input."""
-        salts = None if tweak is None else _mix(np.asarray(tweak).astype(np.uint64) + _C3)
+        salts = None if tweak is None else splitmix64_array(np.asarray(tweak).astype(np.uint64))
         y = step(x, np.uint64(0) if salts is None else salts)
         outside = np.flatnonzero(y >= self.n)
         while len(outside):

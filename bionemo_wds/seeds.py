@@ -83,13 +83,24 @@ def key_crcs(keys: list[str]) -> np.ndarray:
     return np.fromiter((zlib.crc32(k.encode()) for k in keys), dtype=np.uint64, count=len(keys))
 
 
+#: SplitMix64's constants as numpy scalars (its increment, the finaliser's shifts and multipliers).
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (`splitmix64` without its increment) of every element of a uint64
+    array (numpy's uint64 arithmetic wraps modulo 2**64, as the scalar form's masks do): the round
+    function of `permutation.SeededPermutation` and the hash of `splitmix64_array`."""
+    x = (x ^ (x >> _S30)) * _M1
+    x = (x ^ (x >> _S27)) * _M2
+    return x ^ (x >> _S31)
+
+
 def splitmix64_array(x: np.ndarray) -> np.ndarray:
-    """`splitmix64` of every element of a uint64 array (numpy's uint64 arithmetic wraps modulo 2**64,
-    as the scalar form's masks do)."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    """`splitmix64` of every element of a uint64 array."""
+    return mix64(x + GOLDEN)
 
 
 def salted_flips(crcs: np.ndarray, p: float, salt: int) -> np.ndarray:

@@ -20,8 +20,8 @@ from bionemo_wds.format import iter_records, read_manifest
 from bionemo_wds.load import genomic
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.loaders import Split
-from bionemo_wds.load.stages import collate_compact
-from bionemo_wds.load.transfer import ARRAYS, BatchTransfer, growing_chunks
+from bionemo_wds.load.stages import chunks, collate_compact
+from bionemo_wds.load.transfer import ARRAYS, BatchTransfer
 
 MICRO = 16
 
@@ -335,7 +335,7 @@ def test_spawned_workers_read_every_val_sample_once(dataset, tmp_path):
 def test_a_pass_sends_its_first_batches_in_growing_groups(n, most):
     """1, 2, 4, ... batches per message up to `most` (the first batch is not held back while a whole
     group is made), every batch once and in order."""
-    groups = list(growing_chunks(iter(range(n)), most))
+    groups = list(chunks(iter(range(n)), most, first=1))
     assert [x for g in groups for x in g] == list(range(n))
     sizes = [len(g) for g in groups]
     expected, size = [], 1

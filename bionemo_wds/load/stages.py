@@ -19,7 +19,6 @@ with those keys. Every random choice comes from `bionemo_wds.seeds`: the shuffle
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import accumulate
 from typing import Any, TypeVar
 
 import numpy as np
@@ -50,7 +49,7 @@ class BlockRows:
 
     def __init__(self, block: WindowBlock):
         self.tokens = block.tokens
-        self.offsets: list[int] = list(accumulate(block.lengths.tolist(), initial=0))  # block.offsets, in Python
+        self.offsets: list[int] = block.offsets.tolist()
         self.seq_id: list[str] = block.seq_id
         self.start: list[int] = block.start.tolist()
         self.window: list[int] = block.window.tolist()
@@ -243,14 +242,15 @@ def _tag_dropout(src: Iterable[Any], p: float = 0.0, seed: int = 0, epoch: Epoch
         yield sample
 
 
-def chunks(src: Iterable[T], n: int) -> Iterator[list[T]]:
-    """Lists of `n` consecutive items (the last may be shorter)."""
-    buf: list[T] = []
+def chunks(src: Iterable[T], n: int, first: int | None = None) -> Iterator[list[T]]:
+    """Lists of `n` consecutive items (the last may be shorter); with `first`, the lists before
+    reach `n` by doubling from `first` items (a stream's first items go out without waiting for `n`)."""
+    size, buf = min(first or n, n), []
     for item in src:
         buf.append(item)
-        if len(buf) == n:
+        if len(buf) >= size:
             yield buf
-            buf = []
+            buf, size = [], min(2 * size, n)
     if buf:
         yield buf
 

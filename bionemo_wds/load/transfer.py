@@ -24,14 +24,13 @@ import weakref
 from collections.abc import Iterable, Iterator
 from multiprocessing import shared_memory
 from multiprocessing.context import BaseContext
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.load.stages import chunks
 from bionemo_wds.load.world import Worker, in_loader_worker
-
-T = TypeVar("T")
 
 #: The numpy columns of a compact batch that go through shared memory; the rest is pickled.
 ARRAYS = ("bases", "lengths", "tags", "tag_lengths", "rc", "start")
@@ -116,13 +115,13 @@ class BatchTransfer:
 
 def _to_main(src: Iterable[dict[str, Any]], transfer: BatchTransfer, per_message: int) -> Iterator[tuple]:
     """(worker side) Groups of up to `per_message` compact batches -> slots; yields the small messages.
-    A pass's first groups are smaller (1, 2, 4, ... batches: `growing_chunks`), so its first batch
+    A pass's first groups are smaller (1, 2, 4, ... batches: `stages.chunks` from 1), so its first batch
     goes out as soon as it is made instead of after a whole group."""
     if not in_loader_worker():
         raise RuntimeError("the batch transfer's sending stage runs in DataLoader worker processes only")
     worker, generation = Worker.detect().id, transfer.generation
     free = transfer.free[worker]
-    for produced, group in enumerate(growing_chunks(src, per_message)):
+    for produced, group in enumerate(chunks(src, per_message, first=1)):
         if not free.acquire(timeout=transfer.timeout):
             raise RuntimeError(
                 f"loader worker {worker} waited {transfer.timeout:g} s for the main process to take one of its "
@@ -148,18 +147,6 @@ def _to_main(src: Iterable[dict[str, Any]], transfer: BatchTransfer, per_message
         del slot
         view.release()
         yield ("batches", generation, worker, index, metas)
-
-
-def growing_chunks(src: Iterable[T], most: int) -> Iterator[list[T]]:
-    """Lists of consecutive items of 1, 2, 4, ... items, then `most` each (the last may be shorter)."""
-    size, buf = 1, []
-    for item in src:
-        buf.append(item)
-        if len(buf) >= size:
-            yield buf
-            buf, size = [], min(2 * size, most)
-    if buf:
-        yield buf
 
 
 def _from_workers(src: Iterable[tuple], transfer: BatchTransfer) -> Iterator[dict[str, Any]]:
