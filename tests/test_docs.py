@@ -121,7 +121,7 @@ def shown_commands() -> list[tuple[str, list[str]]]:
     for path in USER_TEXT:
         for body in fenced(path.read_text(), "bash"):
             for line in body.replace("\\\n", " ").splitlines():
-                line = line.strip()
+                line = re.sub(r"^(\w+=\S*\s+)+", "", line.strip())  # VAR=value before the command
                 if line.startswith("bionemo-wds "):
                     out.append((f"{path.relative_to(ROOT)}: {line}", shlex.split(line, comments=True)[1:]))
     return out
@@ -212,17 +212,26 @@ def test_unknown_option_is_caught() -> None:
     assert "--strid" not in listed and "--stride" in listed
 
 
-def tiny_lm_arguments() -> set[str]:
+def model_arguments(class_path: str) -> set[str] | None:
+    """The `__init__` arguments of TinyDNALM or of an example's model; None for a model we cannot see."""
     import inspect
 
-    from bionemo_wds.models.tiny_lm import TinyDNALM
-
-    return set(inspect.signature(TinyDNALM.__init__).parameters) - {"self"}
+    if class_path.endswith("TinyDNALM"):
+        from bionemo_wds.models.tiny_lm import TinyDNALM as cls
+    elif class_path.startswith("own_model."):
+        spec = importlib.util.spec_from_file_location("own_model", ROOT / "examples" / "own_model.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        cls = getattr(module, class_path.split(".", 1)[1])
+    else:
+        return None  # my_pkg.MyLM: a stand-in for the reader's own model
+    return set(inspect.signature(cls.__init__).parameters) - {"self"}
 
 
 def test_shown_fit_commands_use_real_options() -> None:
     """Every `--trainer.*`, `--data.*` and top-level option of a shown `fit` is one `fit --help` lists;
-    `--model.*` options are the tiny model's unless the command names another model."""
+    `--model.*` options are arguments of the model the command names (TinyDNALM by default)."""
     assert FIT_COMMANDS, "the docs show no `bionemo-wds fit` command"
     saved = sys.argv
     sys.argv = ["bionemo-wds", "fit", "--help"]  # LightningCLI reads the program name from here
@@ -230,13 +239,14 @@ def test_shown_fit_commands_use_real_options() -> None:
         listed = set(re.findall(r"--[A-Za-z][\w.-]*", help_of("fit")))
     finally:
         sys.argv = saved
-    tiny = tiny_lm_arguments()
     for where, argv in FIT_COMMANDS:
-        own_model = "--model" in argv and "TinyDNALM" not in argv[argv.index("--model") + 1]
+        model = argv[argv.index("--model") + 1] if "--model" in argv else "TinyDNALM"
+        arguments = model_arguments(model)
         for option in options_in(argv):
             if option.startswith("--model."):
                 name = option.removeprefix("--model.")
-                assert name == "help" or own_model or name in tiny, f"{where}\n  TinyDNALM has no {name}"
+                known = name == "help" or arguments is None or name in arguments
+                assert known, f"{where}\n  {model} has no argument {name}"
             else:
                 assert option in listed, f"{where}\n  shows {option}, which `bionemo-wds fit --help` does not list"
 
