@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import doctest
+import html
 import importlib.util
 import io
 import os
@@ -66,6 +67,12 @@ def prose(text: str) -> str:
 
 HASH = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 ISSUE = re.compile(r"\bissues?\s*#?\d+|#\d{1,4}\b", re.I)
+
+
+def page_text(page: str) -> str:
+    """The text of a built page's article (not the theme's asset names), tags dropped, entities decoded."""
+    article = page[page.index("<article") : page.index("</article>")]
+    return html.unescape(re.sub(r"<[^>]+>", " ", article))
 
 
 def leaks(text: str) -> list[str]:
@@ -301,10 +308,10 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     for command in ("prepare", "inspect", "verify", "precompute-windows", "fit"):
         assert f'id="bionemo-wds-{command}"' in cli
     assert "--seq-length" in cli and "--data.micro_batch_size" in cli
-    article = cli[cli.index("<article") : cli.index("</article>")]  # the page's text, not the theme's assets
-    assert not leaks(re.sub(r"<[^>]+>", " ", article)), "the generated CLI reference shows a hash or an issue number"
+    assert not leaks(page_text(cli)), "the generated CLI reference shows a hash or an issue number"
     api = (site / "reference" / "api" / "index.html").read_text()
     assert "micro_batch_size" in api and "GenomicIterableDataset" in api
+    assert not leaks(page_text(api)), "a docstring in the API reference shows a hash or an issue number"
     assert not (site / "hooks").exists()
 
 
