@@ -1,0 +1,365 @@
+"""The docs: the site builds strictly, its examples run, its commands are real, the README stays a guide.
+
+- `mkdocs build --strict` (broken links and anchors, a missing snippet file, a CLI reference that
+  cannot be generated all fail it);
+- the examples the getting-started and user-guide pages include (`examples/`) run on the bundled
+  genomes, and the README's model is `examples/own_model.py`;
+- every `bionemo-wds ...` command in a fenced ``bash`` block of the README or a page parses with
+  today's parsers, and every ``--option`` in it is one the command's ``--help`` lists (so a renamed
+  or removed option, or an abbreviation, fails here);
+- ``>>>`` examples in the pages are doctests;
+- no commit hashes or issue numbers in user-facing text; the README under 300 lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import doctest
+import html
+import importlib.util
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+PAGES = sorted(DOCS.rglob("*.md"))
+USER_TEXT = [README, *PAGES]
+LIGHTNING = ("fit", "validate", "test", "predict")
+LAMBDA = ROOT / "bionemo_wds" / "data" / "lambda_phage_NC_001416.fa.gz"
+
+
+def env() -> dict[str, str]:
+    """The subprocess environment: this checkout first on the path, its interpreter's scripts on PATH."""
+    out = dict(os.environ)
+    out["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [out.get("PYTHONPATH")])])
+    out["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), out.get("PATH", "")])
+    out["NO_MKDOCS_2_WARNING"] = "1"
+    return out
+
+
+def run(argv: list[str], cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
+
+
+def fenced(text: str, lang: str) -> Iterator[str]:
+    """The bodies of the fenced blocks of one language."""
+    for m in re.finditer(rf"^```{lang}[^\n]*\n(.*?)^```", text, re.S | re.M):
+        yield m.group(1)
+
+
+def prose(text: str) -> str:
+    """Text a reader sees as prose: fenced blocks, inline code and link targets removed."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return re.sub(r"\]\([^)]*\)", "]", text)
+
+
+HASH = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+ISSUE = re.compile(r"\bissues?\s*#?\d+|#\d{1,4}\b", re.I)
+
+
+def page_text(page: str) -> str:
+    """The text of a built page's article (not the theme's asset names), tags dropped, entities decoded."""
+    article = page[page.index("<article") : page.index("</article>")]
+    return html.unescape(re.sub(r"<[^>]+>", " ", article))
+
+
+def leaks(text: str) -> list[str]:
+    return HASH.findall(text) + ISSUE.findall(text)
+
+
+# --- cheap checks -------------------------------------------------------------------------------
+
+
+def test_readme_is_a_short_guide() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) < 300, f"README.md has {len(lines)} lines; the details belong in docs/"
+    text = README.read_text()
+    for needed in ("bash tools/demo.sh", "bash tools/test.sh", "pip install -e .", "256", "loss_mask", "labels"):
+        assert needed in text, f"README.md does not mention {needed}"
+
+
+@pytest.mark.parametrize("path", USER_TEXT, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_commit_hashes_or_issue_numbers(path: Path) -> None:
+    found = leaks(prose(path.read_text()))
+    assert not found, f"{path.relative_to(ROOT)} shows {found}: no hashes or issue numbers in user-facing text"
+
+
+def test_leak_patterns_catch_what_they_should() -> None:
+    """The patterns above are not vacuous: they see a short hash and an issue number in prose."""
+    assert leaks(prose("measured before 5f8b9fb and after; see issue 15")) == ["5f8b9fb", "issue 15"]
+    assert leaks(prose("a sha256 `5784a215b42c133b` in code, 1,252,201,308 windows, 2026-11-24")) == []
+
+
+def snippet_paths() -> list[tuple[Path, str]]:
+    return [(page, m) for page in PAGES for m in re.findall(r'--8<-- "([^"]+)"', page.read_text())]
+
+
+def test_snippet_files_exist() -> None:
+    snippets = snippet_paths()
+    assert {s for _, s in snippets} >= {"examples/getting_started.sh", "examples/own_model.py"}
+    for page, snippet in snippets:
+        assert (ROOT / snippet).is_file(), f"{page.relative_to(ROOT)} includes {snippet}, which does not exist"
+
+
+def test_readme_model_is_the_example() -> None:
+    """The README shows examples/own_model.py itself, so the tests below run what it shows."""
+    blocks = list(fenced(README.read_text(), "python"))
+    assert (ROOT / "examples" / "own_model.py").read_text() in blocks
+
+
+# --- commands shown in the docs ------------------------------------------------------------------
+
+
+def shown_commands() -> list[tuple[str, list[str]]]:
+    """(where, argv) of every `bionemo-wds ...` line in a fenced bash block, continuations joined."""
+    out = []
+    for path in USER_TEXT:
+        for body in fenced(path.read_text(), "bash"):
+            for line in body.replace("\\\n", " ").splitlines():
+                line = re.sub(r"^(\w+=\S*\s+)+", "", line.strip())  # VAR=value before the command
+                if line.startswith("bionemo-wds "):
+                    out.append((f"{path.relative_to(ROOT)}: {line}", shlex.split(line, comments=True)[1:]))
+    return out
+
+
+class Parsed(Exception):
+    """Raised by the patched parse_args once the command line parsed: nothing runs."""
+
+
+@contextlib.contextmanager
+def parse_only() -> Iterator[None]:
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
+        original(self, args, namespace)
+        raise Parsed
+
+    argparse.ArgumentParser.parse_args = parse_then_stop  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
+
+
+def in_process(argv: list[str]) -> tuple[int | str | None, str]:
+    """Run `bionemo-wds ARGV` in this process at 100 columns; (exit code or "parsed", stdout + stderr)."""
+    from bionemo_wds.cli.main import main
+
+    out = io.StringIO()
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                code: int | str | None = main(argv)
+            except Parsed:
+                code = "parsed"
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
+    return code, out.getvalue()
+
+
+HELP: dict[str, str] = {}
+
+
+def help_of(command: str) -> str:
+    if command not in HELP:
+        code, text = in_process([command, "--help"])
+        assert code in (0, None), f"bionemo-wds {command} --help exited {code}: {text}"
+        HELP[command] = text
+    return HELP[command]
+
+
+def options_in(argv: list[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+
+
+ARGPARSE_COMMANDS = [(where, argv) for where, argv in shown_commands() if argv and argv[0] not in LIGHTNING]
+FIT_COMMANDS = [(where, argv) for where, argv in shown_commands() if argv and argv[0] in LIGHTNING]
+
+
+def test_docs_show_commands() -> None:
+    commands = {argv[0] for _, argv in shown_commands()}
+    assert {"prepare", "inspect", "verify", "precompute-windows", "fit"} <= commands
+
+
+@pytest.mark.parametrize("where,argv", ARGPARSE_COMMANDS, ids=[w for w, _ in ARGPARSE_COMMANDS])
+def test_shown_command_parses(where: str, argv: list[str]) -> None:
+    with parse_only():
+        code, text = in_process(argv)
+    assert code == "parsed", f"{where}\n  does not parse today (exit {code}): {text.strip()}"
+    listed = set(re.findall(r"--[A-Za-z][\w-]*", help_of(argv[0])))
+    unknown = [o for o in options_in(argv) if o not in listed]
+    assert not unknown, f"{where}\n  shows {unknown}, which `bionemo-wds {argv[0]} --help` does not list"
+
+
+def test_unknown_option_is_caught() -> None:
+    """The check above fails for an option the CLI does not have, and for an abbreviation."""
+    with parse_only():
+        code, _ = in_process(["prepare", "x.fa", "--out", "o", "--no-such-option", "1"])
+    assert code == 2
+    listed = set(re.findall(r"--[A-Za-z][\w-]*", help_of("prepare")))
+    assert "--strid" not in listed and "--stride" in listed
+
+
+def model_arguments(class_path: str) -> set[str] | None:
+    """The `__init__` arguments of TinyDNALM or of an example's model; None for a model we cannot see."""
+    import inspect
+
+    if class_path.endswith("TinyDNALM"):
+        from bionemo_wds.models.tiny_lm import TinyDNALM as cls
+    elif class_path.startswith("own_model."):
+        spec = importlib.util.spec_from_file_location("own_model", ROOT / "examples" / "own_model.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        cls = getattr(module, class_path.split(".", 1)[1])
+    else:
+        return None  # my_pkg.MyLM: a stand-in for the reader's own model
+    return set(inspect.signature(cls.__init__).parameters) - {"self"}
+
+
+def test_shown_fit_commands_use_real_options() -> None:
+    """Every `--trainer.*`, `--data.*` and top-level option of a shown `fit` is one `fit --help` lists;
+    `--model.*` options are arguments of the model the command names (TinyDNALM by default)."""
+    assert FIT_COMMANDS, "the docs show no `bionemo-wds fit` command"
+    saved = sys.argv
+    sys.argv = ["bionemo-wds", "fit", "--help"]  # LightningCLI reads the program name from here
+    try:
+        listed = set(re.findall(r"--[A-Za-z][\w.-]*", help_of("fit")))
+    finally:
+        sys.argv = saved
+    for where, argv in FIT_COMMANDS:
+        model = argv[argv.index("--model") + 1] if "--model" in argv else "TinyDNALM"
+        arguments = model_arguments(model)
+        for option in options_in(argv):
+            if option.startswith("--model."):
+                name = option.removeprefix("--model.")
+                known = name == "help" or arguments is None or name in arguments
+                assert known, f"{where}\n  {model} has no argument {name}"
+            else:
+                assert option in listed, f"{where}\n  shows {option}, which `bionemo-wds fit --help` does not list"
+
+
+# --- doctests in the pages -------------------------------------------------------------------------
+
+DOCTEST_BLOCKS = [
+    (f"{page.relative_to(ROOT)}#{i}", body)
+    for page in PAGES
+    for i, body in enumerate(fenced(page.read_text(), "python"))
+    if ">>>" in body
+]
+
+
+@pytest.mark.parametrize("name,body", DOCTEST_BLOCKS, ids=[n for n, _ in DOCTEST_BLOCKS])
+def test_page_doctests(name: str, body: str) -> None:
+    test = doctest.DocTestParser().get_doctest(body, {}, name, name, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    out = io.StringIO()
+    runner.run(test, out=out.write)
+    assert runner.failures == 0, out.getvalue()
+
+
+# --- the site and the examples (slow: subprocesses, Lightning) ------------------------------------
+
+
+def load_hook() -> Any:
+    spec = importlib.util.spec_from_file_location("cli_reference", DOCS / "hooks" / "cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_is_generated_from_the_parsers() -> None:
+    """Each argparse subcommand's section is its `--help` text, and every subcommand has a section."""
+    hook = load_hook()
+    top = hook.help_text([])
+    commands = hook.subcommands(top)
+    assert {"prepare", "inspect", "verify", "precompute-windows", "fit"} <= set(commands)
+    prepare = hook.help_text(["prepare"])
+    assert "--seq-length" in prepare and prepare.startswith("usage: bionemo-wds prepare")
+    assert not leaks(top + prepare + hook.help_text(["inspect"]) + hook.help_text(["verify"]))
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    result = run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    for command in ("prepare", "inspect", "verify", "precompute-windows", "fit"):
+        assert f'id="bionemo-wds-{command}"' in cli
+    assert "--seq-length" in cli and "--data.micro_batch_size" in cli
+    assert not leaks(page_text(cli)), "the generated CLI reference shows a hash or an issue number"
+    api = (site / "reference" / "api" / "index.html").read_text()
+    assert "micro_batch_size" in api and "GenomicIterableDataset" in api
+    assert not leaks(page_text(api)), "a docstring in the API reference shows a hash or an issue number"
+    assert not (site / "hooks").exists()
+
+
+@pytest.fixture(scope="module")
+def getting_started(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`examples/getting_started.sh` into a temporary directory: (the dataset, what it printed)."""
+    data = tmp_path_factory.mktemp("docs") / "data"
+    result = run(["bash", "examples/getting_started.sh", str(data)], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return data, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_getting_started_runs(getting_started: tuple[Path, str]) -> None:
+    data, output = getting_started
+    assert (data / "manifest.json").is_file()
+    assert re.search(r"verified \d+ shard\(s\), \d+ samples: ok", output), output
+    found = re.search(r"after 20 steps: train_loss ([\d.]+), val_loss ([\d.]+)", output)
+    assert found, output
+    # an untrained model over 256 ids starts at ln(256) = 5.5; 20 steps learn the 4-letter alphabet
+    assert float(found.group(1)) < 3.0 and float(found.group(2)) < 3.0, output
+
+
+@pytest.mark.slow
+def test_load_batches_example(getting_started: tuple[Path, str]) -> None:
+    data, _ = getting_started
+    result = run([sys.executable, "examples/load_batches.py", str(data)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("tokens       torch.int64    (4, 512)", "loss_mask    torch.float32  (4, 512)", "keys         list"):
+        assert line in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_resume_example(getting_started: tuple[Path, str]) -> None:
+    data, _ = getting_started
+    result = run([sys.executable, "examples/resume.py", str(data)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "resumed exactly" in result.stdout
+
+
+@pytest.mark.slow
+def test_mixing_example(getting_started: tuple[Path, str], tmp_path: Path) -> None:
+    data, _ = getting_started
+    lam = tmp_path / "lambda"
+    options = ["--out", str(lam), "--seq-length", "512", "--stride", "500", "--split", "1,0,0"]
+    prepared = run([sys.executable, "-m", "bionemo_wds.cli", "prepare", str(LAMBDA), *options])
+    assert prepared.returncode == 0, prepared.stderr
+    result = run([sys.executable, "examples/mixing.py", str(data), str(lam)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{{'{data.name}': 560, 'lambda': 240}}" in result.stdout, result.stdout
+    assert "rows per source: {0: 560, 1: 240}" in result.stdout, result.stdout
