@@ -1,0 +1,71 @@
+"""Refusing, at `setup`, a `WebDataModule` split with fewer shards than loader workers.
+
+webdataset hands each loader worker whole shards (``split_by_worker``), and a worker left without
+one raises "No samples found in dataset; perhaps you have fewer shards than workers" once the
+loader is iterated, inside the worker. A bacterial genome prepared with large shards has a single
+shard per split, so ``num_workers=2`` hits this on the first try: `check_shards_for_workers`
+says it at `setup`, naming the split, its shard count and the workers, and what to change (fewer
+workers, or more shards: for a dataset written by ``bionemo-wds prepare``, the
+``--samples-per-shard`` value that gives enough shards, worked out from its manifest).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bionemo_wds.format import read_manifest
+from bionemo_wds.storage.location import join
+
+
+def needs_worker_shards(dataset_kwargs: dict[str, Any]) -> bool:
+    """Does a WebDataset made with these arguments give every loader worker shards of its own?
+    (Not when it resamples shards, splits them its own way, or was told an empty worker is fine.)"""
+    if dataset_kwargs.get("resampled") or dataset_kwargs.get("mode") == "resampled":
+        return False
+    return "workersplitter" not in dataset_kwargs and dataset_kwargs.get("empty_check", True)
+
+
+def samples_per_shard_for(n_samples: int, n_shards: int) -> int:
+    """The largest ``--samples-per-shard`` that cuts `n_samples` windows into at least `n_shards`
+    shards (prepare writes ``ceil(n / samples_per_shard)`` shards per split); 0 when there are fewer
+    windows than shards."""
+    if n_samples < n_shards:
+        return 0
+    if n_shards <= 1:
+        return n_samples
+    return math.ceil(n_samples / (n_shards - 1)) - 1
+
+
+def prepared_remedy(directory: str, prefix: str, split: str, workers: int) -> str:
+    """What to change in the ``bionemo-wds prepare`` run that wrote `directory` (a split directory
+    beside the dataset's ``manifest.json``) for `workers` shards; a general hint when it was not one."""
+    root = directory.rstrip("/").rsplit("/", 1)[0] if "/" in directory.rstrip("/") else "."
+    try:
+        manifest = read_manifest(root)
+        n_samples = int(manifest["splits"][split]["n_samples"])
+        same = manifest["params"].get("prefix", prefix) == prefix
+    except Exception:  # not a prepared dataset (or not readable): the general hint
+        same = False
+    if not same:
+        return f"or write the split in {workers} or more shards"
+    per_shard = samples_per_shard_for(n_samples, workers)
+    if per_shard == 0:
+        return f"as the {split} split has only {n_samples} window(s), too few for {workers} shards"
+    return (
+        f"or prepare the dataset again with --samples-per-shard {per_shard} or fewer for {workers} shards "
+        f"(the {split} split has {n_samples} windows)"
+    )
+
+
+def check_shards_for_workers(
+    split: str, urls: list[str], directory: str, prefix: str, workers: int, remedy: str
+) -> None:
+    """A clear `ValueError` when `split` has fewer shards (`urls`) than loader `workers`."""
+    if workers <= len(urls):
+        return
+    raise ValueError(
+        f"the {split} split has {len(urls)} shard(s) ({join(directory, f'{prefix}-*.tar')}) but num_workers={workers}: "
+        f"webdataset gives each loader worker whole shards, so a worker would have none; use num_workers={len(urls)} "
+        f"or fewer, {remedy}"
+    )
