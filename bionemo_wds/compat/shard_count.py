@@ -37,24 +37,31 @@ def samples_per_shard_for(n_samples: int, n_shards: int) -> int:
     return math.ceil(n_samples / (n_shards - 1)) - 1
 
 
-def prepared_remedy(directory: str, prefix: str, split: str, workers: int) -> str:
+def prepared_remedy(directory: str, prefix: str, workers: dict[str, int]) -> str:
     """What to change in the ``bionemo-wds prepare`` run that wrote `directory` (a split directory
-    beside the dataset's ``manifest.json``) for `workers` shards; a general hint when it was not one."""
+    beside the dataset's ``manifest.json``) so that every split named in `workers` has a shard for
+    each of its loader workers (``--samples-per-shard`` applies to all splits); a general hint when
+    it was not written by prepare."""
     root = directory.rstrip("/").rsplit("/", 1)[0] if "/" in directory.rstrip("/") else "."
+    needed = max(workers.values())
     try:
         manifest = read_manifest(root)
-        n_samples = int(manifest["splits"][split]["n_samples"])
-        same = manifest["params"].get("prefix", prefix) == prefix
+        if manifest["params"].get("prefix", prefix) != prefix:
+            raise ValueError("the manifest is not about these shards")
+        windows = {
+            split: int(manifest["splits"][split]["n_samples"]) for split in workers if split in manifest["splits"]
+        }
     except Exception:  # not a prepared dataset (or not readable): the general hint
-        same = False
-    if not same:
-        return f"or write the split in {workers} or more shards"
-    per_shard = samples_per_shard_for(n_samples, workers)
-    if per_shard == 0:
-        return f"as the {split} split has only {n_samples} window(s), too few for {workers} shards"
+        return f"or write the split in {needed} or more shards"
+    if not windows:
+        return f"or write the split in {needed} or more shards"
+    fits = {split: samples_per_shard_for(n, workers[split]) for split, n in windows.items()}
+    tightest = min(fits, key=lambda split: (fits[split], split))
+    if fits[tightest] == 0:
+        return f"as the {tightest} split has only {windows[tightest]} window(s), too few for {workers[tightest]} shards"
     return (
-        f"or prepare the dataset again with --samples-per-shard {per_shard} or fewer for {workers} shards "
-        f"(the {split} split has {n_samples} windows)"
+        f"or prepare the dataset again with --samples-per-shard {fits[tightest]} or fewer, so each split has a shard "
+        f"per worker (the {tightest} split has {windows[tightest]} windows for num_workers={workers[tightest]})"
     )
 
 

@@ -138,9 +138,20 @@ class WebDataModule(L.LightningDataModule):
             )
         return shard_urls(self._dirs_tars_wds[split], self._prefix_tars_wds, split)
 
+    def loader_workers(self, split: Split) -> int:
+        """The ``num_workers`` of the split's loader."""
+        return int({**self.LOADER_DEFAULTS, **(self._kwargs_wld.get(split) or {})}.get("num_workers") or 0)
+
     def shard_remedy(self, split: Split, workers: int) -> str:
-        """How to give `split` at least `workers` shards (the end of the too-few-shards error)."""
-        return prepared_remedy(self._dirs_tars_wds[split], self._prefix_tars_wds, split.name, workers)
+        """How to give `split` (and every other split, with its loader's workers) a shard per loader
+        worker: the end of the too-few-shards error."""
+        needs = {
+            other.name: max(self.loader_workers(other), 1)
+            for other in self._dirs_tars_wds
+            if needs_worker_shards(self._kwargs_wds.get(other) or {})
+        }
+        needs[split.name] = workers
+        return prepared_remedy(self._dirs_tars_wds[split], self._prefix_tars_wds, needs)
 
     def setup(self, stage: str) -> None:
         """Build the datasets `stage` needs: fit -> train+val, validate -> val, test/predict -> test.
@@ -151,7 +162,7 @@ class WebDataModule(L.LightningDataModule):
             kwargs = dict(self._kwargs_wds.get(split) or {})
             kwargs.setdefault("shardshuffle", False)  # webdataset warns when left unset
             urls = self.shard_urls(split)
-            workers = int({**self.LOADER_DEFAULTS, **(self._kwargs_wld.get(split) or {})}.get("num_workers") or 0)
+            workers = self.loader_workers(split)
             if needs_worker_shards(kwargs) and workers > len(urls):
                 directory = self._dirs_tars_wds[split]
                 remedy = self.shard_remedy(split, workers)
