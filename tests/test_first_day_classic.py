@@ -1,29 +1,33 @@
-"""A new user's first day with the classic bionemo-webdatamodule API (`WebDataModule`).
+"""A new user's first day with the classic bionemo-webdatamodule API (`WebDataModule`), and blends.
 
 Pipelines as users write them: a ``partial`` of a curried webdataset filter works (it runs as the
 filter called with its arguments), anything else that is not a stage is a one-line error at
 construction naming the argument, the split and the entry; a split with fewer shards than loader
 workers is refused at setup with the ``--samples-per-shard`` that fixes it (and that value does);
-and the worked example in ``examples/classic_webdatamodule.py`` runs.
+and the worked example in ``examples/classic_webdatamodule.py`` runs. A blend says its mix once at
+WARNING level, and warns once about a dataset it repeats more than 10 times per epoch.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import re
 import subprocess
 import sys
+import warnings
 from functools import partial
 from pathlib import Path
 
 import pytest
 import webdataset as wds
-from conftest import KLEBSIELLA
+from conftest import KLEBSIELLA, LAMBDA
 
 from bionemo_wds import Split, WebDataModule
 from bionemo_wds.compat.pipelines import PipelineError
 from bionemo_wds.format import read_manifest
+from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.pipeline import batch, decode_sample, shuffle, untuple
 from bionemo_wds.prepare import PrepareOptions, prepare
 
@@ -198,3 +202,60 @@ def test_the_worked_example_runs(tmp_path):
     # the labels are bases: a model that learned anything is near log(4) = 1.39, far below log(256) = 5.55
     assert float(fit.group(2)) < 2.0 < float(fit.group(3))
     assert "Traceback" not in done.stderr and "not writable" not in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- blend warnings
+
+
+@pytest.fixture(scope="module")
+def blend_roots(tmp_path_factory) -> dict[str, Path]:
+    """Klebsiella (~9,000 train windows of 512 tokens) and lambda phage (101, all train)."""
+    base = tmp_path_factory.mktemp("blend")
+    specs = {
+        "kleb": ([KLEBSIELLA], PrepareOptions(seq_length=512, stride=509, samples_per_shard=1000, progress=False)),
+        "lam": (
+            [LAMBDA],
+            PrepareOptions(seq_length=512, stride=480, samples_per_shard=50, split=(1, 0, 0), progress=False),
+        ),
+    }
+    for name, (inputs, opts) in specs.items():
+        prepare(inputs, base / name, opts)
+    return {name: base / name for name in specs}
+
+
+def blend_module(roots: dict[str, Path], lam_weight: float, samples: int, **kw) -> GenomicWebDataModule:
+    datasets = [{"path": str(roots["kleb"]), "weight": 1.0}, {"path": str(roots["lam"]), "weight": lam_weight}]
+    return GenomicWebDataModule(datasets=datasets, samples_per_epoch=samples, micro_batch_size=8, seed=3, **kw)
+
+
+def test_a_blend_that_repeats_a_small_dataset_warns_once(blend_roots, caplog):
+    """lambda at weight 1 of 2 in a 4000-window epoch: 2000 of its 101 windows, ~19.8 times per epoch."""
+    dm = blend_module(blend_roots, 1.0, 4000, num_workers=2)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        dm.setup("fit")
+        for _ in range(2):  # two epochs (a few batches each) with loader workers: nothing more is said
+            for _, _ in zip(range(3), dm.train_dataloader()):
+                pass
+    repeats = [str(w.message) for w in caught if "times per epoch" in str(w.message)]
+    assert repeats == [
+        f"blend: lam ({blend_roots['lam']}) is read 19.8 times per epoch (weight 1, 50.0% of 4000 windows: 2000, "
+        "from its 101 windows), more than 10x: a model may memorise it; lower its weight or samples_per_epoch, "
+        "or give it more data"
+    ]
+    records = [r for r in caplog.records if r.getMessage().startswith("blend of")]
+    assert len(records) == 1 and records[0].levelno == logging.WARNING  # seen without any logging set up
+    shares = [records[0].getMessage()]
+    assert "\n" not in shares[0]
+    assert shares[0].startswith("blend of 2 datasets, 4000 windows per epoch: kleb weight 1, 50.0%: 2000 of its ")
+    assert shares[0].endswith("; lam weight 1, 50.0%: 2000 of its 101 windows (19.80x)")
+
+
+def test_a_blend_below_the_repeat_threshold_only_logs_the_shares(blend_roots, caplog):
+    dm = blend_module(blend_roots, 0.1, 4000)  # lambda: 364 of 101 windows, 3.6x
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        dm.setup("fit")
+    assert not [w for w in caught if "times per epoch" in str(w.message)]
+    (shares,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("blend of")]
+    assert "lam weight 0.1, 9.1%: 364 of its 101 windows (3.60x)" in shares

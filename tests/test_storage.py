@@ -462,6 +462,7 @@ def test_counts_from_a_forked_process_reach_the_parent():
         "cache_misses": 4,
         "retries": 2,
         "shards_skipped": 2,
+        "whole_shards": 0,
     }
     assert StorageStats.since(now, before) == {
         "bytes_fetched": 2000,
@@ -470,6 +471,7 @@ def test_counts_from_a_forked_process_reach_the_parent():
         "cache_misses": 0,
         "retries": 2,
         "shards_skipped": 2,
+        "whole_shards": 0,
     }
     line = StorageStats.describe(StorageStats.since(now, before))
     assert "6 request(s)" in line and "4 hit(s)" in line and "2 retries" in line and "2 shard(s) skipped" in line
