@@ -172,13 +172,13 @@ class RemoteShards:
                 if data is None:
                     if body is None:
                         body = self.store.read_bytes(url)  # retried and counted
-                    cache.put_whole(url, body)
-                    self.learned_whole_shards()
                     data = body[offset : offset + size]
-                    if len(data) != size:
+                    if len(data) != size:  # nothing cached: the next read fetches it again
                         raise RemoteReadError(
                             url, 1, OSError(f"the shard is {len(body)} bytes; the range ends at {offset + size}")
                         )
+                    cache.put_whole(url, body)
+                    self.learned_whole_shards()
                     return data
         self.store.count(cache_hits=1)
         return data
