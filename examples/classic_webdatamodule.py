@@ -10,7 +10,7 @@ and your own webdataset pipelines. This script
 3. reads the validation split's pseudo-epoch with two loader workers, and
 4. trains a tiny next-token model for a few steps with `Trainer.fit`.
 
-Run it with ``python examples/classic_webdatamodule.py`` (about 20 s on 2 CPU cores).
+Run it with ``python examples/classic_webdatamodule.py`` (about 15 s on 2 CPU cores).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ SEED = 42
 def prepare(out: Path) -> dict:
     """`bionemo-wds prepare` the bundled genome into `out`; returns its manifest."""
     genome = files("bionemo_wds") / "data" / "klebsiella_fragmented_assembly.fa.gz"
+    # the same as: bionemo-wds prepare GENOME --out OUT --seq-length 1024 --stride 1000 --samples-per-shard 250
     command = [
         *(sys.executable, "-m", "bionemo_wds.cli", "prepare", str(genome), "--out", str(out)),
         *("--seq-length", str(SEQ_LENGTH), "--stride", "1000"),
