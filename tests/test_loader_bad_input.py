@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import re
 import shutil
 import tarfile
@@ -441,21 +442,24 @@ def test_other_seq_length_than_the_shards_were_cut_for(root):
 # --- 6: more workers than shards -----------------------------------------------------------------
 
 
-def test_plain_module_fails_like_upstream_with_more_workers_than_shards(pristine):
-    """bionemo-webdatamodule leaves this to webdataset: a worker without shards raises its
-    ``ValueError`` (``... fewer shards than workers``) when the loader is iterated, not at setup."""
+def test_plain_module_refuses_more_workers_than_shards_at_setup(pristine):
+    """bionemo-webdatamodule leaves this to webdataset (a worker without shards raises ``... fewer
+    shards than workers`` inside the worker); ours says it at setup, with the --samples-per-shard
+    that gives enough shards (worked out from the manifest: ceil(n / it) shards)."""
     n_shards = len(list((pristine / "val").glob("wdshards-*.tar")))
+    workers = n_shards + 1
     dm = WebDataModule(
         {Split.val: str(pristine / "val")},
         {Split.val: 10},
         "msgpack",
         2,
-        kwargs_wld={Split.val: {"num_workers": n_shards + 1}},
+        kwargs_wld={Split.val: {"num_workers": workers}},
     )
-    dm.setup("validate")
-    loader = dm.val_dataloader()
-    with pytest.raises(ValueError, match="perhaps you have fewer shards than workers"):
-        list(loader)
+    with pytest.raises(ValueError, match=rf"the val split has {n_shards} shard\(s\) .* num_workers={workers}") as info:
+        dm.setup("validate")
+    per_shard = int(re.search(r"--samples-per-shard (\d+) or fewer", str(info.value)).group(1))
+    n = load_manifest(pristine)["splits"]["val"]["n_samples"]
+    assert math.ceil(n / per_shard) >= workers > math.ceil(n / (per_shard + 1))  # enough, and the most that is
 
 
 def test_plain_module_accepts_as_many_workers_as_shards(pristine):

@@ -16,7 +16,7 @@ import pytest
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.storage import cache as cache_module
-from bionemo_wds.storage.cache import LOCK_NAME, STALE_TEMPORARY_SECONDS, RangeCache
+from bionemo_wds.storage.cache import LOCK_NAME, STALE_TEMPORARY_SECONDS, CacheTooSmall, RangeCache
 from bionemo_wds.storage.location import (
     check_location,
     default_options,
@@ -462,6 +462,7 @@ def test_counts_from_a_forked_process_reach_the_parent():
         "cache_misses": 4,
         "retries": 2,
         "shards_skipped": 2,
+        "whole_shards": 0,
     }
     assert StorageStats.since(now, before) == {
         "bytes_fetched": 2000,
@@ -470,6 +471,7 @@ def test_counts_from_a_forked_process_reach_the_parent():
         "cache_misses": 0,
         "retries": 2,
         "shards_skipped": 2,
+        "whole_shards": 0,
     }
     line = StorageStats.describe(StorageStats.since(now, before))
     assert "6 request(s)" in line and "4 hit(s)" in line and "2 retries" in line and "2 shard(s) skipped" in line
@@ -478,3 +480,48 @@ def test_counts_from_a_forked_process_reach_the_parent():
 def test_an_unknown_counter_is_an_error():
     with pytest.raises(ValueError):
         StorageStats().add(nonsense=1)
+
+
+# ---------------------------------------------------------------------------------------------------- whole objects
+
+
+def test_a_whole_object_serves_its_ranges_and_counts_against_the_limit(tmp_path):
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    cache = RangeCache(tmp_path, limit=25_000)
+    assert cache.read_whole(URL, 10, 20) is None
+    cache.put_whole(URL, data)
+    assert cache.read_whole(URL, 10, 20) == data[10:30]
+    assert cache.read_whole(URL, len(data) - 5, 10) is None  # past its end: a miss, and the entry is dropped
+    assert not cache.whole_path(URL).exists()
+    for n in range(3):  # three objects of 10,240 bytes under a 25,000-byte limit: the oldest goes
+        cache.put_whole(f"{URL}.{n}", data)
+        os.utime(cache.whole_path(f"{URL}.{n}"), (time.time() - 100 + n, time.time() - 100 + n))
+    cache.evict()
+    assert cache.size() <= 25_000
+    assert [cache.read_whole(f"{URL}.{n}", 0, 4) is not None for n in range(3)] == [False, True, True]
+
+
+def test_a_whole_object_larger_than_the_limit_is_refused_naming_it(tmp_path):
+    cache = RangeCache(tmp_path, limit=1000)
+    with pytest.raises(CacheTooSmall, match=rf"{URL} is 1001 bytes, more than cache_limit \(1000 bytes\)"):
+        cache.put_whole(URL, bytes(1001))
+    assert cache.size() == 0
+
+
+def test_fetching_is_one_holder_at_a_time(tmp_path):
+    cache = RangeCache(tmp_path)
+    inside, overlaps = [0], []
+
+    def hold() -> None:
+        with cache.fetching(URL):
+            inside[0] += 1
+            overlaps.append(inside[0])
+            time.sleep(0.02)
+            inside[0] -= 1
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert overlaps == [1, 1, 1, 1]

@@ -23,6 +23,8 @@ import lightning as L
 import webdataset as wds
 
 from bionemo_wds.compat.pickles import pickles_to_tars
+from bionemo_wds.compat.pipelines import check_pipeline
+from bionemo_wds.compat.shard_count import check_shards_for_workers, needs_worker_shards, prepared_remedy
 from bionemo_wds.load.loaders import (
     STAGE_SPLITS,
     Invocations,
@@ -118,8 +120,9 @@ class WebDataModule(L.LightningDataModule):
         self._suffix_keys_wds = list(suffix_keys_wds)
         self._global_batch_size = global_batch_size
         self._prefix_tars_wds = prefix_tars_wds
-        self._pipeline_wds = by_split(pipeline_wds, "pipeline_wds")
-        self._pipeline_prebatch_wld = by_split(pipeline_prebatch_wld, "pipeline_prebatch_wld")
+        # every entry checked now (a clear error naming it, not a failure inside a loader worker)
+        self._pipeline_wds = checked_pipelines(pipeline_wds, "pipeline_wds")
+        self._pipeline_prebatch_wld = checked_pipelines(pipeline_prebatch_wld, "pipeline_prebatch_wld")
         self._kwargs_wds = by_split(kwargs_wds, "kwargs_wds")
         self._kwargs_wld = by_split(kwargs_wld, "kwargs_wld")
         self._invoke_wds = by_split(invoke_wds, "invoke_wds")
@@ -135,14 +138,36 @@ class WebDataModule(L.LightningDataModule):
             )
         return shard_urls(self._dirs_tars_wds[split], self._prefix_tars_wds, split)
 
+    def loader_workers(self, split: Split) -> int:
+        """The ``num_workers`` of the split's loader."""
+        return int({**self.LOADER_DEFAULTS, **(self._kwargs_wld.get(split) or {})}.get("num_workers") or 0)
+
+    def shard_remedy(self, split: Split, workers: int) -> str:
+        """How to give `split` (and every other split, with its loader's workers) a shard per loader
+        worker: the end of the too-few-shards error."""
+        needs = {
+            other.name: max(self.loader_workers(other), 1)
+            for other in self._dirs_tars_wds
+            if needs_worker_shards(self._kwargs_wds.get(other) or {})
+        }
+        needs[split.name] = workers
+        return prepared_remedy(self._dirs_tars_wds[split], self._prefix_tars_wds, needs)
+
     def setup(self, stage: str) -> None:
-        """Build the datasets `stage` needs: fit -> train+val, validate -> val, test/predict -> test."""
+        """Build the datasets `stage` needs: fit -> train+val, validate -> val, test/predict -> test.
+
+        A split with fewer shards than its loader's ``num_workers`` is refused here (webdataset would
+        fail inside a worker once the loader is iterated)."""
         for split in check_stage(stage):
             kwargs = dict(self._kwargs_wds.get(split) or {})
             kwargs.setdefault("shardshuffle", False)  # webdataset warns when left unset
-            # webdataset's own checks stay on: a worker left without shards raises its
-            # "... fewer shards than workers" error when the loader is iterated, as upstream
-            dataset = wds.WebDataset(self.shard_urls(split), **kwargs).decode()
+            urls = self.shard_urls(split)
+            workers = self.loader_workers(split)
+            if needs_worker_shards(kwargs) and workers > len(urls):
+                directory = self._dirs_tars_wds[split]
+                remedy = self.shard_remedy(split, workers)
+                check_shards_for_workers(split.name, urls, directory, self._prefix_tars_wds, workers, remedy)
+            dataset = wds.WebDataset(urls, **kwargs).decode()
             dataset = dataset.compose(partial(extract_suffixes, suffixes=self._suffix_keys_wds))
             dataset = compose(dataset, self._pipeline_wds.get(split))
             self._dataset[split] = invoke(dataset, self._invoke_wds.get(split))
@@ -172,6 +197,11 @@ class WebDataModule(L.LightningDataModule):
         return self._dataloader(Split.test)
 
 
+def checked_pipelines(pipelines: dict[Any, Pipeline] | None, what: str) -> dict[Split, Any]:
+    """A per-split pipeline argument with every entry checked (`compat.pipelines.check_pipeline`)."""
+    return {split: check_pipeline(p, what, split.name) for split, p in by_split(pipelines, what).items()}
+
+
 class PickledSplits:
     """What both `PickledDataWDS` forms (first release, 1.0) add to their `WebDataModule`: the pickles
     of every split, written into the split's tar directory by `prepare_data`."""
@@ -189,6 +219,10 @@ class PickledSplits:
                 f"names_subset has the {', '.join(missing)} split(s) but dirs_tars_wds has "
                 f"{', '.join(s.name for s in self._dirs_tars_wds) or 'none'}; give a directory for each"
             )
+
+    def shard_remedy(self, split: Split, workers: int) -> str:
+        """How to give `split` at least `workers` shards: more tars from `prepare_data`."""
+        return f"or give n_tars_wds={workers} (or more) so prepare_data writes that many shards per split"
 
     def prepare_data(self) -> None:
         """Write every split's pickles into its tar directory (rewritten each call, atomically per shard)."""

@@ -19,9 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.load.blend import BlendEntry, entries_for, parse_datasets, read_blend, shares
+from bionemo_wds.load.blend import BlendEntry, entries_for, parse_datasets, read_blend
 from bionemo_wds.load.loaders import Split
-from bionemo_wds.load.mixing import mixed_plan, mixed_sequence, quotas, source_seed, split_virtual, stream_positions
+from bionemo_wds.load.mixing import (
+    describe_shares,
+    mixed_plan,
+    mixed_sequence,
+    quotas,
+    repeat_warnings,
+    source_seed,
+    split_virtual,
+    stream_positions,
+)
 from bionemo_wds.load.plan import Consumed, RankPlan, RecordTable, remaining_sequence, train_batches
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.split_records import SplitRecords
@@ -159,12 +168,11 @@ class Mixture:
         length = self.samples_per_epoch or sum(sizes)
         self.quotas = quotas([e.weight for e in train], length)
         self.seeds = [source_seed(self.module.seed, d) for d in range(len(train))]
-        if self.module.world.rank == 0:
-            for name, entry, share, quota, size in zip(self.names, train, shares(train), self.quotas.tolist(), sizes):
-                log.info(
-                    "blend: %s (%s) weight %g, share %.4f: %d of %d windows per epoch (it has %d)",
-                    *(name, entry.path, entry.weight, share, quota, length, size),
-                )
+        if self.module.world.rank == 0:  # once per data module (setup opens the datasets once), not per epoch
+            weights = [e.weight for e in train]
+            log.warning("%s", describe_shares(self.names, weights, self.quotas, sizes))
+            for line in repeat_warnings(self.names, [e.path for e in train], weights, self.quotas, sizes):
+                warnings.warn(line, stacklevel=2)
         return {"params": params, "splits": {"train": {"n_samples": int(length)}}}
 
     def check_agreement(self, entries: list[BlendEntry], manifests: list[dict[str, Any]]) -> None:

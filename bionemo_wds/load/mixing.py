@@ -32,6 +32,10 @@ import numpy as np
 from bionemo_wds.load.plan import DEFAULT_MIX, Consumed, EpochOrder, RankPlan, RecordTable, plan_of_sequence
 from bionemo_wds.seeds import numpy_rng, stream_seed
 
+#: A dataset read more than this many times per epoch is warned about (`repeat_warnings`): a model
+#: sees its windows again and again (Evo2's small, upweighted subsets are the usual case).
+REPEAT_WARNING = 10.0
+
 
 def quotas(weights: Sequence[float], length: int) -> np.ndarray:
     """Slots of each dataset in an epoch of `length`: ``share x length`` rounded by largest remainder,
@@ -175,3 +179,38 @@ def stream_positions(
     if not len(sizes) == len(counts) == len(taken):
         raise ValueError("one size, quota and count per dataset")
     return [stream_position(int(n), int(q), epoch, int(t)) for n, q, t in zip(sizes, counts, taken)]
+
+
+def describe_shares(
+    names: Sequence[str], weights: Sequence[float], counts: Sequence[int] | np.ndarray, sizes: Sequence[int]
+) -> str:
+    """One line for the log: each dataset's weight, share of the epoch, windows per epoch and how many
+    times that reads it (windows per epoch / windows it has)."""
+    length = int(sum(int(q) for q in counts))
+    parts = [
+        f"{name} weight {weight:g}, {q / max(length, 1):.1%}: {q} of its {n} windows ({q / max(n, 1):.2f}x)"
+        for name, weight, q, n in zip(names, weights, (int(q) for q in counts), sizes)
+    ]
+    return f"blend of {len(parts)} datasets, {length} windows per epoch: " + "; ".join(parts)
+
+
+def repeat_warnings(
+    names: Sequence[str],
+    paths: Sequence[str],
+    weights: Sequence[float],
+    counts: Sequence[int] | np.ndarray,
+    sizes: Sequence[int],
+    threshold: float = REPEAT_WARNING,
+) -> list[str]:
+    """One line per dataset read more than `threshold` times per epoch (its quota over its windows),
+    naming it, its weight and share, and what to change."""
+    length = int(sum(int(q) for q in counts))
+    lines = []
+    for name, path, weight, q, n in zip(names, paths, weights, (int(q) for q in counts), sizes):
+        if n and q / n > threshold:
+            lines.append(
+                f"blend: {name} ({path}) is read {q / n:.1f} times per epoch (weight {weight:g}, {q / length:.1%} of "
+                f"{length} windows: {q}, from its {n} windows), more than {threshold:g}x: a model may memorise it; "
+                "lower its weight or samples_per_epoch, or give it more data"
+            )
+    return lines

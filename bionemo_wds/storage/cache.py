@@ -13,6 +13,12 @@ Each entry is one range of one object (a record of a shard, or a whole shard) in
 
 Entries are not fsynced: a range is checked by its caller on every read (the record's crc32, or a
 whole shard's sha256 when fetched), and a damaged entry is dropped and fetched again.
+
+A server that ignores range requests (``python -m http.server``) sends whole shards: those are kept
+as one entry per shard, ``<cache_dir>/<hash of the URL>/whole``, and ranges are read out of it
+(`read_whole`). It counts against the limit like any entry (LRU, evicted whole), so the limit must
+hold at least one shard: `put_whole` refuses a larger one with `CacheTooSmall`. `fetching` holds a
+per-URL lock meanwhile, so each shard is fetched once per node, whichever worker asks first.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import fcntl
 import hashlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from bionemo_wds.format.atomic import TEMPORARY_GLOB, atomic_write
@@ -31,6 +38,12 @@ from bionemo_wds.storage.stats import StorageStats
 LOCK_NAME = ".lock"
 #: Temporaries older than this are left by dead writers and removed by eviction.
 STALE_TEMPORARY_SECONDS = 3600
+#: The entry name of a whole object (beside its ranges' ``<offset>-<size>`` entries).
+WHOLE_NAME = "whole"
+
+
+class CacheTooSmall(ValueError):
+    """A whole shard larger than the cache limit (a server that ignores range requests needs room for one)."""
 
 
 class RangeCache:
@@ -49,9 +62,13 @@ class RangeCache:
         """Where the range lives in the cache."""
         return self.directory / hashlib.sha256(url.encode()).hexdigest()[:24] / f"{offset}-{size}"
 
-    def get(self, url: str, offset: int, size: int) -> bytes | None:
-        """The cached bytes of the range, or None (a miss: absent, evicted meanwhile, or the wrong size)."""
-        path = self.path(url, offset, size)
+    def whole_path(self, url: str) -> Path:
+        """Where the whole object lives in the cache (fetched whole: its server ignores ranges)."""
+        return self.path(url, 0, 0).parent / WHOLE_NAME
+
+    def _locked_read(self, path: Path, offset: int, size: int) -> bytes | None:
+        """Up to `size` bytes at `offset` of an entry, read under a shared lock; None when it is absent
+        (or was evicted between our open and our lock). A read marks the entry most recently used."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -63,25 +80,65 @@ class RangeCache:
                     return None  # evicted and fetched again by someone else between our open and lock
             except FileNotFoundError:
                 return None  # evicted between our open and lock
-            data = os.pread(fd, size + 1, 0)
-            if len(data) == size:
-                with contextlib.suppress(OSError):
-                    os.utime(path)  # most recently used
-                return data
+            data = os.pread(fd, size, offset)
+            with contextlib.suppress(OSError):
+                os.utime(path)  # most recently used
+            return data
         finally:
-            os.close(fd)  # releases our lock: the drop below may take the entry
+            os.close(fd)  # releases our lock
+
+    def get(self, url: str, offset: int, size: int) -> bytes | None:
+        """The cached bytes of the range, or None (a miss: absent, evicted meanwhile, or the wrong size)."""
+        data = self._locked_read(self.path(url, offset, size), 0, size + 1)
+        if data is None or len(data) == size:
+            return data
         self.drop(url, offset, size)  # a wrongly sized entry
         return None
 
-    def put(self, url: str, offset: int, size: int, data: bytes) -> None:
-        """Store the range (atomically), then evict down to the limit if this process added enough."""
-        path = self.path(url, offset, size)
+    def read_whole(self, url: str, offset: int, size: int) -> bytes | None:
+        """`size` bytes at `offset` of the cached whole object, or None (absent, evicted meanwhile, or
+        too short: then it is dropped)."""
+        data = self._locked_read(self.whole_path(url), offset, size)
+        if data is None or len(data) == size:
+            return data
+        self._remove_unlocked(self.whole_path(url))
+        return None
+
+    def _store(self, path: Path, data: bytes) -> None:
         path.parent.mkdir(exist_ok=True)
         with atomic_write(path, durable=False) as fh:
             fh.write(data)
         self.added += len(data)
         if self.limit is not None and self.added >= max(1, self.limit // 8):
             self.evict()
+
+    def put(self, url: str, offset: int, size: int, data: bytes) -> None:
+        """Store the range (atomically), then evict down to the limit if this process added enough."""
+        self._store(self.path(url, offset, size), data)
+
+    def put_whole(self, url: str, data: bytes) -> None:
+        """Store a whole object (atomically; evicting as `put` does); `CacheTooSmall` when it alone
+        exceeds the limit, since it would be evicted before it could be read."""
+        if self.limit is not None and len(data) > self.limit:
+            raise CacheTooSmall(
+                f"{url} is {len(data)} bytes, more than cache_limit ({self.limit} bytes): its server ignores range "
+                f"requests, so shards are cached whole; give cache_limit of at least {len(data)} bytes "
+                "(better: serve the dataset with range requests, e.g. S3 or nginx)"
+            )
+        self._store(self.whole_path(url), data)
+
+    @contextlib.contextmanager
+    def fetching(self, url: str) -> Iterator[None]:
+        """An exclusive per-URL lock (every process and thread of the node): whoever holds it fetches
+        the object while the others wait, then find it in the cache."""
+        name = f".fetch-{hashlib.sha256(url.encode()).hexdigest()[:24]}"
+        with open(self.directory / name, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def drop_whole(self, url: str) -> None:
+        """Remove a whole object (a range of it failed its check), unless a reader holds it."""
+        self._remove_unlocked(self.whole_path(url))
 
     def drop(self, url: str, offset: int, size: int) -> None:
         """Remove one entry (it failed its check), unless a reader holds it."""

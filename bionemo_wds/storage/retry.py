@@ -51,7 +51,14 @@ class ShortRead(IOError):
 
 
 class RangeIgnored(IOError):
-    """A response with more bytes than asked for: the server ignores range requests (not retried)."""
+    """A response with more bytes than asked for: the server ignores range requests (not retried).
+
+    `body` is what it sent instead (the whole object), so a reader that falls back to whole objects
+    (`shards.RemoteShards`) need not fetch it again."""
+
+    def __init__(self, message: str, body: bytes | None = None):
+        super().__init__(message)
+        self.body = body
 
 
 @dataclass(frozen=True)

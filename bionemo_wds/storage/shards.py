@@ -6,17 +6,29 @@ and reused next epoch), and fetches ahead: `prefetch` is told the ranges the pla
 starts up to `parallel` requests in a thread pool, so the loader does not wait on the network.
 Both are created in the main process and handed to loader workers; descriptors, clients and
 threads are opened in the process that uses them.
+
+A server that ignores range requests (``python -m http.server``, some CDNs) answers a range request
+with the whole shard. `RemoteShards` then keeps that shard whole in the cache (`RangeCache.put_whole`;
+without a `cache_dir`, in a temporary directory of the process tree, removed at exit) and reads
+every later range of it from there: each shard is fetched once per node (while it stays cached),
+the batches are those read from disk, and one warning says that range requests would be cheaper.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import uuid
+import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from bionemo_wds.storage.cache import RangeCache
+from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError
 from bionemo_wds.storage.store import Store
 
 #: Ranges fetched ahead and not yet read, at most (about a mixing block of 8 kb windows' records).
@@ -68,6 +80,13 @@ class LocalShards:
         self._files.clear()
 
 
+def _remove_spare(path: str, owner: int) -> None:
+    """Remove the temporary whole-shard cache, in the process that made it only (forked loader
+    workers inherit the finalizer, and share the directory)."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class RemoteShards:
     """Shard objects behind URLs: range requests through `store`, cached in `cache`, fetched ahead."""
 
@@ -77,6 +96,12 @@ class RemoteShards:
         self.store, self.urls, self.cache, self.parallel = store, urls, cache, parallel
         self._pool: tuple[int, ThreadPoolExecutor] | None = None
         self._ahead: OrderedDict[tuple[int, int, int], Future[bytes]] = OrderedDict()
+        self._whole_shards = False  # this process found that the server ignores range requests
+        self._probed = False  # this process has had an answer to a range request
+        self._spare: str | None = None  # without a cache: where whole shards go (made when needed)
+        if cache is None:
+            self._spare = os.path.join(tempfile.gettempdir(), f"bionemo-wds-whole-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            weakref.finalize(self, _remove_spare, self._spare, os.getpid())
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_pool": None, "_ahead": OrderedDict()}  # threads stay in their process
@@ -87,19 +112,92 @@ class RemoteShards:
             self._ahead.clear()
         return self._pool[1]
 
+    def whole_shards(self) -> bool:
+        """Does the server ignore range requests (found by this process, or by any that shares the
+        store's counters)?"""
+        stats = self.store.stats
+        return self._whole_shards or (stats is not None and stats.value("whole_shards") > 0)
+
+    def whole_cache(self) -> RangeCache:
+        """Where whole shards are kept: the node's cache, else the temporary directory."""
+        if self.cache is not None:
+            return self.cache
+        assert self._spare is not None
+        return RangeCache(self._spare, None, self.store.stats)
+
     def fetch(self, shard: int, offset: int, size: int) -> bytes:
-        """The range from the cache, else from the store (then cached)."""
+        """The range from the cache, else from the store (then cached); from the shard fetched whole
+        when the server ignores range requests."""
         url = self.urls[shard]
+        if self.whole_shards():
+            return self.from_whole(shard, offset, size)
         if self.cache is not None:
             data = self.cache.get(url, offset, size)
             if data is not None:
                 self.store.count(cache_hits=1)
                 return data
             self.store.count(cache_misses=1)
-        data = self.store.read_range(url, offset, size)
+        if not self._probed:  # one first range request at a time on the node, so only one finds out
+            with self.whole_cache().fetching(f"range probe {self.store.root}"):
+                if self.whole_shards():  # another process found out meanwhile
+                    return self.from_whole(shard, offset, size)
+                data = self.ranged(shard, offset, size)
+                self._probed = True
+                return data
+        return self.ranged(shard, offset, size)
+
+    def ranged(self, shard: int, offset: int, size: int) -> bytes:
+        """One range request (then cached); the whole shard's slice when the server sent it all."""
+        url = self.urls[shard]
+        try:
+            data = self.store.read_range(url, offset, size)
+        except RemoteReadError as exc:
+            if not isinstance(exc.cause, RangeIgnored) or exc.cause.body is None:
+                raise
+            self.store.count(bytes_fetched=len(exc.cause.body), requests=1)
+            return self.from_whole(shard, offset, size, exc.cause.body)
         if self.cache is not None:
             self.cache.put(url, offset, size, data)
         return data
+
+    def from_whole(self, shard: int, offset: int, size: int, body: bytes | None = None) -> bytes:
+        """A range of a shard kept whole: read from the cache, else fetched whole (or taken from
+        `body`, the whole shard a range request got) and cached, once per node (`RangeCache.fetching`)."""
+        url, cache = self.urls[shard], self.whole_cache()
+        data = cache.read_whole(url, offset, size)
+        if data is None:
+            self.store.count(cache_misses=1)
+            with cache.fetching(url):
+                data = cache.read_whole(url, offset, size)  # another worker may have fetched it meanwhile
+                if data is None:
+                    if body is None:
+                        body = self.store.read_bytes(url)  # retried and counted
+                    data = body[offset : offset + size]
+                    if len(data) != size:  # nothing cached: the next read fetches it again
+                        raise RemoteReadError(
+                            url, 1, OSError(f"the shard is {len(body)} bytes; the range ends at {offset + size}")
+                        )
+                    cache.put_whole(url, body)
+                    self.learned_whole_shards()
+                    return data
+        self.store.count(cache_hits=1)
+        return data
+
+    def learned_whole_shards(self) -> None:
+        """Count a shard fetched whole; the first one of the store (or of this process, without
+        counters) warns, once, in one line."""
+        first = not self._whole_shards
+        self._whole_shards = True
+        stats = self.store.stats
+        if (stats.bump("whole_shards") == 1) if stats is not None else first:
+            where = (
+                self.cache.directory if self.cache is not None else "a temporary directory (give cache_dir to keep it)"
+            )
+            warnings.warn(
+                f"{self.store.root} does not answer range requests: each shard is fetched whole, once, into "
+                f"{where}; a server with range requests (S3, nginx, ...) would send only the records read",
+                stacklevel=2,
+            )
 
     def read(self, shard: int, offset: int, size: int) -> bytes:
         self._executor()  # in a forked process: forget the parent's fetches (they never finish here)
@@ -126,8 +224,11 @@ class RemoteShards:
             del self._ahead[key]
 
     def drop(self, shard: int, offset: int, size: int) -> None:
-        """Forget a range that failed its check, so the next read fetches it again."""
-        if self.cache is not None:
+        """Forget a range that failed its check (the whole shard, when it was fetched whole), so the
+        next read fetches it again."""
+        if self.whole_shards():
+            self.whole_cache().drop_whole(self.urls[shard])
+        elif self.cache is not None:
             self.cache.drop(self.urls[shard], offset, size)
 
     def close(self) -> None:

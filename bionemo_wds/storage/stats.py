@@ -10,7 +10,8 @@ import multiprocessing as mp
 from typing import Any
 
 #: The counters, in order.
-FIELDS = ("bytes_fetched", "requests", "cache_hits", "cache_misses", "retries", "shards_skipped")
+#: ``whole_shards``: shards fetched whole because the server ignores range requests (`shards.RemoteShards`).
+FIELDS = ("bytes_fetched", "requests", "cache_hits", "cache_misses", "retries", "shards_skipped", "whole_shards")
 
 
 class StorageStats:
@@ -24,6 +25,16 @@ class StorageStats:
         with self._values.get_lock():
             for name, n in counts.items():
                 self._values[FIELDS.index(name)] += n
+
+    def bump(self, name: str) -> int:
+        """Add one to a counter and return its new value (one process sees 1: it came first)."""
+        with self._values.get_lock():
+            self._values[FIELDS.index(name)] += 1
+            return int(self._values[FIELDS.index(name)])
+
+    def value(self, name: str) -> int:
+        """One counter now."""
+        return int(self._values[FIELDS.index(name)])
 
     def snapshot(self) -> dict[str, int]:
         with self._values.get_lock():
@@ -41,4 +52,5 @@ class StorageStats:
             f"{counts['bytes_fetched'] / 1e6:.1f} MB fetched in {counts['requests']} request(s), "
             f"cache {counts['cache_hits']} hit(s) / {counts['cache_misses']} miss(es), {counts['retries']} retries, "
             f"{counts['shards_skipped']} shard(s) skipped"
+            + (f", {counts['whole_shards']} whole shard(s) (no range requests)" if counts.get("whole_shards") else "")
         )

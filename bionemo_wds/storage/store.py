@@ -85,8 +85,9 @@ class Store:
         return bool(self._retrying(lambda: self.fs.exists(url), url))
 
     def read_bytes(self, rel: str) -> bytes:
-        """A whole file (FileNotFoundError naming it when absent)."""
-        url = self.url(rel)
+        """A whole file (FileNotFoundError naming it when absent); `rel` relative to the root, or
+        (remote) a full URL."""
+        url = rel if self.remote and is_url(rel) else self.url(rel)
         if not self.remote:
             return Path(url).read_bytes()
         data = self._retrying(lambda: self.fs.cat_file(url), url)
@@ -108,7 +109,8 @@ class Store:
                     1,
                     RangeIgnored(
                         f"asked for {size} bytes at offset {offset}, got {len(data)}: the server "
-                        "does not answer range requests; serve the dataset from one that does (S3, nginx, ...)"
+                        "does not answer range requests; serve the dataset from one that does (S3, nginx, ...)",
+                        bytes(data),
                     ),
                 )
             if len(data) < size:
