@@ -1,4 +1,4 @@
-"""`bionemo-wds` command line: prepare, precompute-windows, inspect, show, verify, fit/validate/test/predict (Lightning).
+"""`bionemo-wds` command line: prepare, precompute-windows, inspect, show, verify, fit/validate/test/predict.
 
 The `prepare` options are the fields of `PrepareOptions`; `bionemo_wds/cli/prepare.py` derives its
 parser, YAML config keys (``--config configs/prepare_default.yaml``) and help text from them.
@@ -8,7 +8,6 @@ A parse error is one line naming the subcommand, with "did you mean" for a missp
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import warnings

@@ -317,7 +317,8 @@ def print_summary(result: PrepareResult) -> None:
         print(f"{result.out}: already prepared with these options; nothing to do")
     else:
         rate = n_bases / 1e6 / max(result.seconds, 1e-9)
-        startup = f", plus {result.startup_seconds:.1f} s to load webdataset and torch" if result.startup_seconds >= 0.05 else ""
+        load = result.startup_seconds
+        startup = f", plus {load:.1f} s to load webdataset and torch" if load >= 0.05 else ""
         print(
             f"{result.status} {result.shards_written} shard(s)"
             f"{f', reused {result.shards_reused}' if result.shards_reused else ''} in {result.seconds:.2f} s "

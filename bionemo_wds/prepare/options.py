@@ -51,6 +51,7 @@ def default_stride(seq_length: int) -> int:
     num, den = STRIDE_PER_TOKEN
     return max(1, seq_length * num // den)
 
+
 #: zstd's compression levels (`zstandard.MAX_COMPRESSION_LEVEL` is 22; 0 and below are not offered).
 ZSTD_LEVELS = (1, 22)
 
