@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
+import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -28,9 +28,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (options: {self.prog} --help)\n")
 
 
+#: An option entry of argparse's help: two spaces, then the option strings (``--out DIR|URL, -o DIR|URL``).
+_ENTRY = re.compile(r"^  (-\S.*?)(?:\s{2,}|$)")
+
+
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    """Every option string `parser` accepts (``--seq-length``, ``-o``, ...)."""
-    return [flag for action in parser._actions for flag in action.option_strings]  # argparse lists them nowhere public
+    """Every option string `parser` accepts (``--seq-length``, ``-o``, ...), read from its help (argparse
+    lists its options nowhere public)."""
+    flags = []
+    for line in parser.format_help().splitlines():
+        entry = _ENTRY.match(line)
+        if entry is not None:
+            flags += [part.split(" ", 1)[0] for part in entry.group(1).split(", ") if part.startswith("-")]
+    return flags
 
 
 def suggestion(word: str, choices: Sequence[str]) -> str:
@@ -58,9 +68,3 @@ def parse_command(
         owner = commands.get(getattr(args, "command", None) or "", parser)
         owner.error(unknown_message(extras, owner))
     return args
-
-
-def fail(prog: str, message: str) -> int:
-    """Print ``<prog>: error: <message>`` to stderr; returns the exit code 2."""
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return 2

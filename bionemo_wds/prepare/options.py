@@ -370,7 +370,7 @@ class PrepareOptions:
             )
         if self.stride is not None and self.stride > room:
             raise BadInputError(
-                f"--stride {self.stride} is larger than the window of at most {room} bases (--seq-length "
+                f"--stride {self.stride} is larger than the window of {room} bases (--seq-length "
                 f"{self.seq_length} minus {N_SPECIALS_PER_SAMPLE} special tokens, before any control tag): bases "
                 f"between windows would be lost; use --stride <= {room}, or leave it out to follow --seq-length"
             )
