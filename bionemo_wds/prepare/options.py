@@ -195,8 +195,9 @@ class PrepareOptions:
     stride: int | None = option(
         None,
         "bases between window starts (at most the window length)",
-        default_help="seq-length * 999/1024, rounded down, at most the window: Eden's 7992 at 8192, i.e. "
-        "windows overlap by about 2.4% of their length at any --seq-length",
+        default_help="seq-length * 999 // 1024, at most the window: Eden's 7992 at 8192, 999 at 1024; Eden's "
+        "overlap ratio (about 2.4%) at any length, not its 200 tokens, which would repeat a fifth of each "
+        "1024-token window",
         minimum=1,
     )
     tail: str = option(
