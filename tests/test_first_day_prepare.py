@@ -149,6 +149,15 @@ def test_a_split_list_naming_an_unknown_sequence_fails_before_the_scan(tmp_path,
     assert_nothing_written(out)
 
 
+def test_a_group_rule_placing_nothing_fails_before_the_scan(tmp_path, lambda_bases):
+    fasta = fasta_with_late_bad_base(tmp_path, lambda_bases)
+    out = tmp_path / "out"
+    result = cli("prepare", fasta, "--out", out, "--seq-length", "1024", "--group-by", "regex:^GCF_(\\d+)", "-q")
+    message = one_error_line(result)
+    assert message.startswith("--group-by regex:^GCF_(\\d+) places none of the 2 sequences"), message
+    assert_nothing_written(out)
+
+
 # --- 6a. a small split gets shards for several workers ------------------------------------------------
 
 

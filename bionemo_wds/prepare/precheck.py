@@ -17,7 +17,7 @@ import numpy as np
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.groups import group_names
+from bionemo_wds.prepare.groups import check_placed, group_names
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.plan import check_split_rules, fixed_windows, read_split_lists
 from bionemo_wds.prepare.splits import split_count_problem, split_from_lists
@@ -53,6 +53,7 @@ def _units(catalog: Catalog, opts: PrepareOptions, names: list[str]) -> int:
     --group-by rule's groups (a sequence it places in none is its own)."""
     if opts.group_by:
         labels = group_names(names, opts.group_by)
+        check_placed(names, sum(label is not None for label in labels), opts.group_by)
         return len({label for label in labels if label is not None}) + sum(label is None for label in labels)
     if catalog.groups is not None:
         return len(np.unique(catalog.groups))
