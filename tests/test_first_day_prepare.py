@@ -239,7 +239,9 @@ def test_printed_rate_is_over_the_work_not_the_torch_import(tmp_path):
     found = re.fullmatch(r"written 1 shard\(s\) in ([\d.]+) s \(([\d.e+-]+) Mbp/s, plus ([\d.]+) s to load .*", line)
     assert found is not None, line
     seconds, rate, _ = (float(g) for g in found.groups())
-    assert rate > 0 and abs(rate - 48502 / 1e6 / max(seconds, 1e-9)) <= 0.01 * rate + 0.01, line
+    assert "0.0 Mbp/s" not in line and rate > 0, line
+    # the rate is over the printed seconds (rounded to 0.01 s): within a factor 2, not the ~20 of the import
+    assert 0.5 < rate * max(seconds, 0.01) / (48502 / 1e6) < 2 or seconds < 0.05, line
 
 
 @pytest.mark.parametrize(

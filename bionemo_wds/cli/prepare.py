@@ -317,12 +317,13 @@ def print_summary(result: PrepareResult) -> None:
         print(f"{result.out}: already prepared with these options; nothing to do")
     else:
         rate = n_bases / 1e6 / max(result.seconds, 1e-9)
+        shown_rate = f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"  # a small genome's rate is no "0.0"
         load = result.startup_seconds
         startup = f", plus {load:.1f} s to load webdataset and torch" if load >= 0.05 else ""
         print(
             f"{result.status} {result.shards_written} shard(s)"
             f"{f', reused {result.shards_reused}' if result.shards_reused else ''} in {result.seconds:.2f} s "
-            f"({rate:.3g} Mbp/s{startup}); {size / max(n_bases, 1):.3f} bytes on disk per input base"
+            f"({shown_rate} Mbp/s{startup}); {size / max(n_bases, 1):.3f} bytes on disk per input base"
         )
     replaced = m["params"].get("source", {}).get("replaced")
     if replaced is not None:
