@@ -204,6 +204,7 @@ def test_replace_n_reports_how_many_bases_it_replaced(tmp_path, lambda_bases):
     assert result.returncode == 0, result.stderr
     assert "replaced 5 base(s)" in result.stdout and "in 2 sequence(s)" in result.stdout, result.stdout
     assert f"5 in {fasta}" in result.stdout
+    assert "5 bases replaced with N in 2 sequences" in cli("inspect", out).stdout
     replaced = manifest(out)["params"]["source"]["replaced"]
     assert replaced == {"bases": 5, "sequences": 2, "by_file": {str(fasta): 5}}
 
