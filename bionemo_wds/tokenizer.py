@@ -50,6 +50,13 @@ def replace_invalid_table(keep_case: bool = False) -> bytes:
     return bytes(table)
 
 
+def shown_byte(byte: int) -> str:
+    """A base byte as a message shows it: the character in quotes (``'X'``), or ``byte 0x00`` when
+    it is not a printable ASCII character (never Python's ``b'X'``)."""
+    char = chr(byte)
+    return f"'{char}'" if 32 < byte < 127 else f"byte 0x{byte:02x}"
+
+
 def first_invalid(bases: bytes) -> int:
     """Index of the first byte of `bases` that is not an IUPAC code, or -1 when all are valid."""
     arr = np.frombuffer(bases, dtype=np.uint8)

@@ -114,7 +114,7 @@ def test_invalid_lower_case_byte_is_still_refused_with_keep(tmp_path, masked, ca
     argv = ["prepare", str(fa), "--out", str(tmp_path / "out"), "-q", "--seq-length", "1024", "--stride", "1000"]
     assert main([*argv, "--split", "1,0,0"]) == 2
     err = capsys.readouterr().err
-    assert "'lam'" in err and "b'x' at position 120" in err
+    assert "'lam'" in err and "has 'x' at position 120" in err
     assert not (tmp_path / "out").exists()
 
 

@@ -245,7 +245,7 @@ def bad_files(tmp: Path, lambda_rows: list[str]) -> Path:
         ("x_str", [], ["'x_str'", "strings", "must be integers"]),
         ("x_1d", [], ["'x_1d'", "shape 1000", "2-D"]),
         ("x_empty_row", [], ["row 4 of 'x_empty_row'", "holds no bases", "--on-invalid skip"]),
-        ("x_sep", [], ["row 6 of 'x_sep' in", "bad.h5 has b'\\x03' at position 500"]),
+        ("x_sep", [], ["row 6 of 'x_sep' in", "bad.h5 has byte 0x03 at position 500"]),
         ("x", ["--y-key", "y_short"], ["--y-key 'y_short'", "has 9 rows but --x-key 'x' has 10"]),
         ("x", ["--y-key", "nope"], ["--y-key 'nope' is not in"]),
         ("x", ["--y-key", "y_2d"], ["--y-key 'y_2d'", "shape 10x2"]),

@@ -404,10 +404,10 @@ def test_an_unknown_character_is_named_with_sequence_file_and_position(tmp_path,
     broken = plant(lam[:2000], [(40, "N" * 20), (bad, "X")])
     fasta = write_fasta(tmp_path / "in.fa", {"good": lam[5000:6000], "broken_one": broken})
     out = tmp_path / "out"
-    extra = [] if split_at_n is None else ["--split-at-n", str(split_at_n)]
+    extra = ["--split", "1,0,0"] if split_at_n is None else ["--split", "1,0,0", "--split-at-n", str(split_at_n)]
     assert main(prepare_args(fasta, out, *extra)) == 2
     err = capsys.readouterr().err
-    assert f"sequence 'broken_one' in {fasta} has b'X' at position {bad} (0-based)" in err
+    assert f"sequence 'broken_one' in {fasta} has 'X' at position {bad} (0-based)" in err
     assert "--on-invalid" in err
     assert not out.exists()
 
@@ -417,8 +417,8 @@ def test_a_bad_byte_in_the_second_chunk_is_found_with_default_chunks_too(tmp_pat
     monkeypatch.setattr(scan_module, "SCAN_CHUNK", 1000)
     (lam,) = read_fasta(LAMBDA).values()
     fasta = write_fasta(tmp_path / "in.fa", {"x": plant(lam, [(1000, "*")])})
-    assert main(prepare_args(fasta, tmp_path / "out", "--split-at-n", "5")) == 2
-    assert f"sequence 'x' in {fasta} has b'*' at position 1000 (0-based)" in capsys.readouterr().err
+    assert main(prepare_args(fasta, tmp_path / "out", "--split", "1,0,0", "--split-at-n", "5")) == 2
+    assert f"sequence 'x' in {fasta} has '*' at position 1000 (0-based)" in capsys.readouterr().err
 
 
 def test_skip_drops_the_bad_sequence_and_still_cuts_the_others(tmp_path, monkeypatch):

@@ -339,7 +339,9 @@ def _non_ascii(layout: Layout, tmp: Path) -> tuple[list[str], list[str]]:
     dbs = tmp / "dbs"
     contigs = {"BCR__ECT-S1__CT1-1": "ACGT" * 400, "BCR__ECT-S1__CT1-2": "ACGT" * 100 + "é" + "ACGT" * 100}
     write_sample_dbs(dbs, contigs)
-    return ["--source", "sharded-eden", str(dbs)], ["BCR__ECT-S1__CT1-2", "non-ASCII", "position 400"]
+    # one sample is one group: one split, or the group count (checked before the scan) is the error
+    argv = ["--source", "sharded-eden", str(dbs), "--split", "1,0,0"]
+    return argv, ["BCR__ECT-S1__CT1-2", "non-ASCII", "position 400"]
 
 
 def _not_a_database(layout: Layout, tmp: Path) -> tuple[list[str], list[str]]:

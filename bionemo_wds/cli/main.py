@@ -1,12 +1,13 @@
-"""`bionemo-wds` command line: prepare, precompute-windows, inspect, verify, fit/validate/test/predict (Lightning).
+"""`bionemo-wds` command line: prepare, precompute-windows, inspect, show, verify, fit/validate/test/predict.
 
 The `prepare` options are the fields of `PrepareOptions`; `bionemo_wds/cli/prepare.py` derives its
 parser, YAML config keys (``--config configs/prepare_default.yaml``) and help text from them.
+A parse error is one line naming the subcommand, with "did you mean" for a misspelt option
+(`cli/parsing.py`).
 """
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import warnings
@@ -14,8 +15,10 @@ from collections.abc import Sequence
 
 from bionemo_wds import __version__
 from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
+from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
 from bionemo_wds.cli.precompute import add_precompute_parser, run_precompute
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, add_prepare_parser, run_prepare
+from bionemo_wds.cli.show import add_show_parser, run_show
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.report import inspect_text, verify
 from bionemo_wds.storage.retry import RemoteReadError
@@ -36,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bionemo_wds.benchmark.run import main as benchmark
 
         return benchmark(argv[1:])
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="bionemo-wds",
         description=(
             "Genomes to WebDataset shards for DNA language models. "
@@ -45,19 +48,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"bionemo-wds {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    add_prepare_parser(sub)
-    add_precompute_parser(sub)
-    ins = sub.add_parser(
+    commands = {
+        "prepare": add_prepare_parser(sub),
+        "precompute-windows": add_precompute_parser(sub, **SUBCOMMAND_OPTIONS),
+    }
+    ins = commands["inspect"] = sub.add_parser(
         "inspect",
         help="table of splits, shards, samples, tokens, bytes/token and length mix",
         description="Summarise a prepared dataset from its manifest (reads no shard).",
+        **SUBCOMMAND_OPTIONS,
     )
     ins.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
-    ver = sub.add_parser(
+    commands["show"] = add_show_parser(sub, **SUBCOMMAND_OPTIONS)
+    ver = commands["verify"] = sub.add_parser(
         "verify",
         help="re-read every shard and check it against the manifest",
         description="Check every shard's size, sha256, records, sample and token counts against "
         "manifest.json; exit 1 naming each bad shard.",
+        **SUBCOMMAND_OPTIONS,
     )
     ver.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
     ver.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -74,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=f"LightningCLI {command} of any LightningModule (default: the tiny DNA LM) on prepared shards "
             f"(`bionemo-wds {command} --help` lists trainer/model/data options)",
         )
-    args = parser.parse_args(argv)
+    args = parse_command(parser, commands, argv)
     shown = warnings.formatwarning
     # a warning for the user (untagged sequences, ungrouped ones, stray shards) as one line, like errors
     warnings.formatwarning = lambda message, *_, **__: f"bionemo-wds {args.command}: warning: {message}\n"
@@ -86,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "inspect":
             print(inspect_text(args.dataset))
             return 0
+        if args.command == "show":
+            return run_show(args)
         report = verify(args.dataset, progress=not args.quiet)
         for note in report.notes:
             print(f"note: {note}", file=sys.stderr)

@@ -40,9 +40,10 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def add_precompute_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """The `precompute-windows` subcommand of `bionemo-wds`, added to its `add_subparsers()` action."""
-    parser = subparsers.add_parser("precompute-windows", help=HELP, description=DESCRIPTION)
+def add_precompute_parser(subparsers: Any, **kwargs: Any) -> argparse.ArgumentParser:
+    """The `precompute-windows` subcommand of `bionemo-wds`, added to its `add_subparsers()` action
+    (`kwargs`: more keyword arguments of its parser)."""
+    parser = subparsers.add_parser("precompute-windows", help=HELP, description=DESCRIPTION, **kwargs)
     parser.add_argument("parquet", metavar="SPLIT.parquet", help="the split's contigs: columns contig_id, length")
     parser.add_argument(
         "out",

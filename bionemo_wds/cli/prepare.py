@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
 from bionemo_wds.prepare.options import CliOption, cli_of, flags_of
@@ -168,15 +169,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def add_prepare_parser(subparsers: Any) -> argparse.ArgumentParser:
     """The `prepare` subcommand of `bionemo-wds`, added to its `add_subparsers()` action."""
     parser = subparsers.add_parser(
-        "prepare", help=HELP, description=DESCRIPTION, usage=USAGE, argument_default=argparse.SUPPRESS
+        "prepare",
+        help=HELP,
+        description=DESCRIPTION,
+        usage=USAGE,
+        argument_default=argparse.SUPPRESS,
+        **SUBCOMMAND_OPTIONS,
     )
     return add_arguments(parser)
 
 
 def prepare_parser() -> argparse.ArgumentParser:
     """A stand-alone `bionemo-wds prepare` parser (for `parse_request` and tests)."""
-    parser = argparse.ArgumentParser(
-        prog="bionemo-wds prepare", description=DESCRIPTION, usage=USAGE, argument_default=argparse.SUPPRESS
+    parser = OneLineParser(
+        prog="bionemo-wds prepare",
+        description=DESCRIPTION,
+        usage=USAGE,
+        argument_default=argparse.SUPPRESS,
+        **SUBCOMMAND_OPTIONS,
     )
     return add_arguments(parser)
 
@@ -295,7 +305,7 @@ def check_out_path(out: str) -> None:
 
 def parse_request(argv: Sequence[str]) -> PrepareRequest:
     """`bionemo-wds prepare ARGV` -> the run it asks for, without running it."""
-    return request_from(prepare_parser().parse_args(list(argv)))
+    return request_from(parse_command(prepare_parser(), {}, argv))
 
 
 def print_summary(result: PrepareResult) -> None:
@@ -307,10 +317,20 @@ def print_summary(result: PrepareResult) -> None:
         print(f"{result.out}: already prepared with these options; nothing to do")
     else:
         rate = n_bases / 1e6 / max(result.seconds, 1e-9)
+        shown_rate = f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"  # a small genome's rate is no "0.0"
+        load = result.startup_seconds
+        startup = f", plus {load:.1f} s to load webdataset and torch" if load >= 0.05 else ""
         print(
             f"{result.status} {result.shards_written} shard(s)"
             f"{f', reused {result.shards_reused}' if result.shards_reused else ''} in {result.seconds:.2f} s "
-            f"({rate:.1f} Mbp/s); {size / max(n_bases, 1):.3f} bytes on disk per input base"
+            f"({shown_rate} Mbp/s{startup}); {size / max(n_bases, 1):.3f} bytes on disk per input base"
+        )
+    replaced = m["params"].get("source", {}).get("replaced")
+    if replaced is not None:
+        files = "; ".join(f"{n} in {file}" for file, n in replaced["by_file"].items())
+        print(
+            f"--on-invalid replace-N replaced {replaced['bases']} base(s) that are no IUPAC code with N, "
+            f"in {replaced['sequences']} sequence(s){f' ({files})' if files else ''}"
         )
     print(inspect_text(result.out))
 

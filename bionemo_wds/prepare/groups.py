@@ -119,6 +119,15 @@ def group_names(names: list[str], rule: str) -> list[str | None]:
     raise BadInputError(f"--group-by must be one of {', '.join(GROUP_RULES)}, got {rule!r}")
 
 
+def check_placed(unique: list[str], placed: int, rule: str) -> None:
+    """Refuse a rule that places none of the sequences `unique` (`placed` of them are) in a group."""
+    if placed == 0:
+        raise BadInputError(
+            f"--group-by {rule} places none of the {len(unique)} sequences in a group "
+            f"(first id: {unique[0]!r}); check the rule"
+        )
+
+
 def apply_groups(catalog: Catalog, rule: str | None) -> Catalog:
     """Set `catalog.groups`: by `rule`, or (no rule) by sequence so the pieces of one stay together.
 
@@ -138,11 +147,7 @@ def apply_groups(catalog: Catalog, rule: str | None) -> Catalog:
         found = dict(zip(unique, group_names(unique, rule)))
         labels = [found[n] for n in names]
         placed = sum(1 for n in unique if found[n] is not None)
-        if placed == 0:
-            raise BadInputError(
-                f"--group-by {rule} places none of the {len(unique)} sequences in a group "
-                f"(first id: {unique[0]!r}); check the rule"
-            )
+        check_placed(unique, placed, rule)
         ungrouped = len(unique) - placed
         if ungrouped:
             warnings.warn(

@@ -27,11 +27,30 @@ from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
 from bionemo_wds.prepare.tags import tag_rule_problem
 from bionemo_wds.prepare.windows import TAIL_MODES
+from bionemo_wds.tokenizer import N_SPECIALS_PER_SAMPLE
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
 SHARD_TARGET_BYTES = 256 << 20
 #: Default record size in token bytes (16 windows at 8 kb; see format/records.py for why blocks).
 RECORD_TARGET_BYTES = 128 << 10
+#: Without --samples-per-shard, a split gets at least this many shards when it has that many records
+#: (else one shard per record): the classic WebDataModule and `num_workers` loaders hand whole
+#: shards to workers, so a bacterial genome's val split in one 256 MB-sized shard would feed one.
+MIN_SHARDS_PER_SPLIT = 8
+#: Default stride as a fraction of --seq-length: Eden's 7992 / 8192 (exactly 999 / 1024).
+STRIDE_PER_TOKEN = (999, 1024)
+
+
+def default_stride(seq_length: int) -> int:
+    """The stride without --stride: ``seq_length * 999 // 1024`` (7992 at 8192, as Eden), at least 1.
+
+    The same overlap ratio as Eden at any window size, rather than Eden's 200 tokens: a fixed 200
+    would repeat a fifth of every 1024-token window (and leave nothing below 201 tokens), while no
+    overlap at all would change the default 8192 runs' windows. `PrepareOptions.effective_stride` caps it
+    at the window, which a long control tag can make shorter."""
+    num, den = STRIDE_PER_TOKEN
+    return max(1, seq_length * num // den)
+
 
 #: zstd's compression levels (`zstandard.MAX_COMPRESSION_LEVEL` is 22; 0 and below are not offered).
 ZSTD_LEVELS = (1, 22)
@@ -173,7 +192,14 @@ class PrepareOptions:
         "tokens per model sample; windows hold seq_length - 3 - longest tag bases, leaving room for BOS, tag, SEP, EOS",
         minimum=1,
     )
-    stride: int = option(7992, "bases between window starts (at most the window length)", minimum=1)
+    stride: int | None = option(
+        None,
+        "bases between window starts (at most the window length)",
+        default_help="seq-length * 999 // 1024, at most the window: Eden's 7992 at 8192, 999 at 1024; Eden's "
+        "overlap ratio (about 2.4%) at any length, not its 200 tokens, which would repeat a fifth of each "
+        "1024-token window",
+        minimum=1,
+    )
     tail: str = option(
         "end",
         "'end': add a last window aligned to the sequence end so no base is lost; "
@@ -267,8 +293,11 @@ class PrepareOptions:
     )
     samples_per_shard: int | None = option(
         None,
-        "windows per shard",
-        default_help=f"about {SHARD_TARGET_BYTES >> 20} MB of tokens per shard, 32k windows at 8 kb",
+        "windows per shard (every split's shards but its last hold this many)",
+        default_help=f"per split, about {SHARD_TARGET_BYTES >> 20} MB of tokens per shard (32k windows at 8 kb), "
+        f"but smaller shards of whole records when that gives a split fewer than {MIN_SHARDS_PER_SPLIT} shards, "
+        f"so a small split still has {MIN_SHARDS_PER_SPLIT} or more (one per record when it has fewer records) "
+        "to share among loader workers",
         minimum=1,
     )
     windows_per_record: int | None = option(
@@ -284,7 +313,8 @@ class PrepareOptions:
     )
     compress: str = option(
         "none",
-        "record codec: zstd stores DNA at about 2 bits per base (format version 2; needs bionemo-wds[zstd])",
+        "record codec: none stores one byte per base; zstd compresses each record's bases (about 0.27 "
+        "bytes per base at the default level, read back transparently by every loader; needs bionemo-wds[zstd])",
         choices=CODECS,
     )
     compress_level: int = option(
@@ -317,6 +347,16 @@ class PrepareOptions:
     overwrite: bool = option(False, "replace an earlier run with different options in --out", switch=True)
     progress: bool = option(True, "no progress bars", flags=("--quiet", "-q"), switch=False)
 
+    @property
+    def requested_stride(self) -> int:
+        """--stride, or without it `default_stride` of --seq-length (what the request records)."""
+        return self.stride if self.stride is not None else default_stride(self.seq_length)
+
+    def effective_stride(self, window: int) -> int:
+        """The stride windows of `window` bases are cut with: --stride as given (`check_stride` refuses
+        one longer than the window), or the default capped at the window, so the default never fails."""
+        return self.stride if self.stride is not None else min(default_stride(self.seq_length), window)
+
     def check(self) -> None:
         """Refuse a value an option does not allow: `BadInputError` naming the option, its rule and the value."""
         for f in dataclasses.fields(self):
@@ -324,6 +364,17 @@ class PrepareOptions:
             problem = cli_of(f).problem(value)
             if problem is not None:
                 raise BadInputError(f"{flags_of(f)[0]} {problem}, got {shown_value(value)}")
+        room = self.seq_length - N_SPECIALS_PER_SAMPLE  # bases a window holds before any control tag
+        if room < 1:
+            raise BadInputError(
+                f"--seq-length {self.seq_length} leaves no room for bases after {N_SPECIALS_PER_SAMPLE} special tokens"
+            )
+        if self.stride is not None and self.stride > room:
+            raise BadInputError(
+                f"--stride {self.stride} is larger than the window of {room} bases (--seq-length "
+                f"{self.seq_length} minus {N_SPECIALS_PER_SAMPLE} special tokens, before any control tag): bases "
+                f"between windows would be lost; use --stride <= {room}, or leave it out to follow --seq-length"
+            )
 
     def check_executor(self) -> None:
         """Refuse a Dask-only option with the local executor, which would silently ignore it, and

@@ -9,6 +9,7 @@ when they have written the shard, `prepare` its size and sha256.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,12 @@ from bionemo_wds.format import (
 )
 from bionemo_wds.permutation import SeededPermutation
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.options import RECORD_TARGET_BYTES, SHARD_TARGET_BYTES, PrepareOptions
+from bionemo_wds.prepare.options import (
+    MIN_SHARDS_PER_SPLIT,
+    RECORD_TARGET_BYTES,
+    SHARD_TARGET_BYTES,
+    PrepareOptions,
+)
 from bionemo_wds.prepare.sources import file_fingerprint, input_files
 from bionemo_wds.prepare.splits import (
     DEFAULT_BUCKET_EDGES,
@@ -71,6 +77,16 @@ class ShardPlan:
         """Shard `k` of `split`: its windows in order and the index of each record's first window."""
         windows = self.splits[split].shard(k)
         return windows, record_starts(windows.length, self.per_record, self.window, self.by_bases)
+
+
+def split_shard_size(n_windows: int, target: int, per_record: int) -> int:
+    """Windows per shard of a split of `n_windows` without --samples-per-shard: `target` (about
+    `SHARD_TARGET_BYTES`), unless that leaves the split fewer than `MIN_SHARDS_PER_SPLIT` shards; then
+    a whole number of records (`per_record` windows each) such that it gets at least that many, or
+    one record per shard when it has fewer records. Loaders that give each worker whole shards (the
+    classic WebDataModule, `num_workers`) need a shard per worker."""
+    records = -(-n_windows // per_record)
+    return min(target, per_record * max(1, records // MIN_SHARDS_PER_SPLIT))
 
 
 def record_starts(lengths: np.ndarray, per_record: int, window: int, by_bases: bool) -> np.ndarray:
@@ -127,7 +143,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "source": opts.source,
         "inputs": file_fingerprint(input_files(inputs, opts)),
         "seq_length": opts.seq_length,
-        "stride": opts.stride,
+        "stride": opts.requested_stride,
         "tail": opts.tail,
         "split": [float(r) for r in opts.split] if not (lists or parquet) else None,
         "split_lists": lists,
@@ -144,6 +160,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "case": opts.case,
         "on_invalid": opts.on_invalid,
         "samples_per_shard": opts.samples_per_shard,
+        # the default shard size's floor on shards per split (`split_shard_size`); None: --samples-per-shard
+        "min_shards_per_split": MIN_SHARDS_PER_SPLIT if opts.samples_per_shard is None else None,
         "windows_per_record": opts.windows_per_record,
         "records_by": "bases" if opts.windows_per_record is None else "windows",
         "prefix": opts.prefix,
@@ -183,18 +201,28 @@ def _rule_file(option: str, rule: str, path: str) -> dict[str, Any]:
     return file_fingerprint([path])[0]
 
 
-def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
-    """Split code per catalog row: fixed by the source, from split lists, by groups, or stratified."""
+def check_split_rules(catalog: Catalog, opts: PrepareOptions) -> None:
+    """Refuse two rules that both decide the split (--group-by with split lists)."""
     if opts.group_by and (catalog.split is not None or opts.split_lists):
         given = "--split-list" if opts.split_lists else "the source's split lists (--split-parquet, --window-db)"
         raise BadInputError(
             f"--group-by {opts.group_by} and {given} both decide the split; give one (a split list is "
             "already a grouping: put each group's sequences in one list)"
         )
+
+
+def read_split_lists(opts: PrepareOptions) -> dict[str, list[str]]:
+    """The --split-list files' sequence names, per split."""
+    return {split: _read_list(path) for split, path in (opts.split_lists or {}).items()}
+
+
+def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
+    """Split code per catalog row: fixed by the source, from split lists, by groups, or stratified."""
+    check_split_rules(catalog, opts)
     if catalog.split is not None:
         return catalog.split
     if opts.split_lists:
-        lists = {split: _read_list(path) for split, path in opts.split_lists.items()}
+        lists = read_split_lists(opts)
         unique = list(dict.fromkeys(catalog.names))  # pieces share their sequence's name
         by_name = dict(zip(unique, split_from_lists(unique, lists).tolist()))
         return np.fromiter((by_name[n] for n in catalog.names), dtype=np.int8, count=len(catalog))
@@ -254,7 +282,8 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     shards, not with the windows: no window is computed here."""
     max_tag = catalog.max_tag_bytes()
     window = window_length(opts.seq_length, max_tag)
-    check_stride(opts.stride, window, opts.seq_length, max_tag)
+    stride = opts.effective_stride(window)
+    check_stride(stride, window, opts.seq_length, max_tag)
     per_shard = opts.samples_per_shard or max(1, SHARD_TARGET_BYTES // window)
     per_record = min(opts.windows_per_record or max(1, RECORD_TARGET_BYTES // window), per_shard)
     assignment = _assign_splits(catalog, opts)
@@ -265,14 +294,14 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
         "request": request,
         "params": {
             "seq_length": opts.seq_length,
-            "stride": opts.stride,
+            "stride": stride,
             "window_length": window,
             "tail": opts.tail,
             "tags": opts.tags,
             "max_tag_bytes": max_tag,  # room for the longest tag after lineage dropout (`Catalog.max_tag_bytes`)
             "case": opts.case,
             "seed": opts.seed,
-            "samples_per_shard": per_shard,
+            "samples_per_shard": per_shard,  # the largest; each split says its own (`split_shard_size`)
             "windows_per_record": per_record,
             # "bases": records of about windows_per_record full windows of bases; "windows": exactly that many
             "records_by": "bases" if opts.windows_per_record is None else "windows",
@@ -298,7 +327,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     }
     ordered: dict[str, OrderedWindows] = {}
     fixed = catalog.windows or {}
-    first = first_windows(catalog, window, opts.stride, opts.tail)
+    first = first_windows(catalog, window, stride, opts.tail)
     for code, split in enumerate(SPLIT_NAMES):
         rows = np.flatnonzero(assignment == code)
         if len(rows) == 0:
@@ -306,14 +335,17 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
         lengths = catalog.lengths[rows]
         order_of = window_order(opts.seed, split)
         if split in fixed:
-            windows = OrderedWindows.of_table(fixed_windows(catalog, split, window, opts.stride), order_of, per_shard)
+            windows = OrderedWindows.of_table(fixed_windows(catalog, split, window, stride), order_of, per_shard)
         else:
             offset = None if first is None else first[rows]
-            windows = OrderedWindows.grid(rows, lengths, window, opts.stride, opts.tail, order_of, per_shard, offset)
-        ordered[split] = windows
+            windows = OrderedWindows.grid(rows, lengths, window, stride, opts.tail, order_of, per_shard, offset)
         n = len(windows)
+        if opts.samples_per_shard is None:
+            windows = dataclasses.replace(windows, per_shard=split_shard_size(n, per_shard, per_record))
+        ordered[split] = windows
+        size = windows.per_shard
         shards = [
-            ShardInfo(f"{split}/{shard_name(k, opts.prefix)}", min(per_shard, n - k * per_shard), 0, 0, "").as_dict()
+            ShardInfo(f"{split}/{shard_name(k, opts.prefix)}", min(size, n - k * size), 0, 0, "").as_dict()
             for k in range(windows.n_shards)
         ]
         seq_ids = list(dict.fromkeys(catalog.names[i] for i in rows.tolist()))
@@ -324,6 +356,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "n_tokens": windows.n_tokens,
             "length_mix": _length_mix(lengths),
             "seq_ids": seq_ids,  # names of its sequences, in input order (one line)
+            "samples_per_shard": size,
             "shards": shards,
         }
     by_bases = opts.windows_per_record is None

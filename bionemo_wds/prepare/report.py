@@ -59,6 +59,9 @@ def _source_line(params: dict) -> list[str]:
             f"group-by {params['group_by']} ({grouping.get('groups', '?')} groups, "
             f"{grouping.get('ungrouped_sequences', 0)} sequences ungrouped)"
         )
+    replaced = source.get("replaced")  # --on-invalid replace-N
+    if replaced:
+        parts.append(f"{replaced['bases']} bases replaced with N in {replaced['sequences']} sequences")
     if params.get("split_at_n"):
         cut = source.get("split_at_n") or {}
         parts.append(

@@ -33,6 +33,7 @@ from bionemo_wds.prepare.groups import apply_groups
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
 from bionemo_wds.prepare.plan import plan, request_of
+from bionemo_wds.prepare.precheck import check_before_scan
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sources import source_catalog
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table, run_writers
@@ -46,7 +47,10 @@ class PrepareResult:
     manifest: dict[str, Any]
     shards_written: int = 0
     shards_reused: int = 0
+    #: Time the run's work took: everything but `startup_seconds`.
     seconds: float = 0.0
+    #: Time spent loading the tar writer's library (webdataset, which imports torch) once per process.
+    startup_seconds: float = 0.0
 
 
 def local_cache(out: Store) -> Path:
@@ -145,7 +149,9 @@ def _prepare_locked(
     if state is not OutState.RESUME:  # a cache left by a run killed before its plan may hold other inputs
         shutil.rmtree(cache, ignore_errors=True)
     try:
-        catalog = scan(source_catalog(paths, opts, cache), opts.on_invalid, opts.split_at_n, opts.progress)
+        catalog = source_catalog(paths, opts, cache)
+        check_before_scan(catalog, opts)  # every option the catalog can judge, before a base is read
+        catalog = scan(catalog, opts.on_invalid, opts.split_at_n, opts.progress)
         catalog = apply_groups(catalog, opts.group_by)
         manifest, shard_plan = plan(catalog, request, opts)
     except BadInputError:
@@ -171,6 +177,7 @@ def _prepare_locked(
         shard_plan,
     )
     todo = [task for task in shard_plan.tasks() if task not in reused]
+    startup = _load_tar_writer() if todo else 0.0
     workers = opts.workers or os.cpu_count() or 1
     if opts.executor == "dask" and todo:
         from bionemo_wds.prepare.dask_executor import run_on_dask  # dask is an optional extra
@@ -192,7 +199,18 @@ def _prepare_locked(
     store.remove(PLAN_NAME)
     shutil.rmtree(cache, ignore_errors=True)
     status = "resumed" if state is OutState.RESUME else "written"
-    return PrepareResult(status, result_out, manifest, written, len(reused), time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0 - startup
+    return PrepareResult(status, result_out, manifest, written, len(reused), seconds, startup)
+
+
+def _load_tar_writer() -> float:
+    """Import the shard writer's library (webdataset, which imports torch: seconds, once per process)
+    before the pool forks; returns how long that took, which is no part of the run's work (a
+    lambda-phage run would otherwise report its rate over the import)."""
+    started = time.perf_counter()
+    import webdataset  # noqa: F401
+
+    return time.perf_counter() - started
 
 
 def _fill_entry(manifest: dict[str, Any], result: ShardResult) -> None:

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid
+from bionemo_wds.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid, shown_byte
 
 ON_INVALID = ("error", "skip", "replace-N")
 #: Bases per read while scanning (4 MiB).
@@ -63,7 +63,9 @@ def pieces(length: int, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = None, progress: bool = True) -> Catalog:
     """Check every base of `catalog` and, with `split_at_n`, cut its rows at runs of at least that
     many N (either case); returns the catalog of what remains (rows of skipped sequences removed,
-    recorded in ``skipped``). `catalog` must hold whole sequences (origin 0), as sources build it."""
+    recorded in ``skipped``). `catalog` must hold whole sequences (origin 0), as sources build it.
+    With ``replace-N`` the bases the writers will replace are counted: ``notes["replaced"]`` holds
+    their total, the sequences holding them and the count per input file (for the manifest)."""
     if on_invalid not in ON_INVALID:
         raise BadInputError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
     if split_at_n is not None and catalog.windows is not None:
@@ -74,6 +76,8 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
     lengths = catalog.lengths.tolist()
     seqs = catalog.seq.tolist()
     bar = tqdm(total=catalog.total_bases, desc="check", unit="base", unit_scale=True, disable=not progress)
+    replaced: dict[str, int] = {}  # --on-invalid replace-N: invalid bases per input file
+    replaced_seqs = 0
 
     def read(seq: int, lo: int, hi: int) -> bytes:
         raw = reader.read(seq, lo, hi)
@@ -82,26 +86,33 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
         return raw
 
     def check_row(row: int) -> None:
+        nonlocal replaced_seqs
         seq, length = seqs[row], lengths[row]
         runs: list[tuple[int, int]] = []
-        bad = -1
+        bad, n_bad = -1, 0
         for lo in range(0, length, SCAN_CHUNK):
             raw = read(seq, lo, min(lo + SCAN_CHUNK, length))
-            if bad < 0 and raw.translate(None, _VALID):
-                bad = lo + first_invalid(raw)
-                if on_invalid != "replace-N" or split_at_n is None:
+            invalid = raw.translate(None, _VALID)
+            if invalid:
+                n_bad += len(invalid)
+                if bad < 0:
+                    bad = lo + first_invalid(raw)
+                if on_invalid != "replace-N":
                     break  # nothing more to learn from this sequence
             if split_at_n is not None:  # a replaced byte is no N of the source: it never joins a run
                 runs.extend(n_runs(raw.translate(UPPERCASE_TABLE), split_at_n, lo))
         if bad >= 0:
-            char = reader.read(seq, bad, bad + 1)
-            where = f"{catalog.source.describe(seq)} has {char!r} at position {bad} (0-based), not an IUPAC code"
+            char = shown_byte(reader.read(seq, bad, bad + 1)[0])
+            where = f"{catalog.source.describe(seq)} has {char} at position {bad} (0-based), not an IUPAC code"
             if on_invalid == "error":
                 raise BadInputError(f"{where}; use --on-invalid skip or replace-N to proceed")
             if on_invalid == "skip":
                 skipped = {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": where}
                 catalog.skipped.append(skipped)
                 return
+            file = catalog.source.file_of(seq)
+            replaced[file] = replaced.get(file, 0) + n_bad
+            replaced_seqs += 1
         if split_at_n is None:
             keep.append(row)
             return
@@ -146,6 +157,9 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
         kept.origin = arr[:, 1].copy()
         kept.lengths = arr[:, 2] - arr[:, 1]
         kept.notes["split_at_n"] = {"min_run": split_at_n, "pieces": len(arr), "sequences_cut": _n_cut(arr)}
+    if on_invalid == "replace-N":
+        total = sum(replaced.values())
+        kept.notes["replaced"] = {"bases": total, "sequences": replaced_seqs, "by_file": replaced}
     if catalog.windows is not None:
         if len(kept) != len(catalog):
             raise BadInputError("--on-invalid skip dropped sequences that the --window-db windows name")

@@ -61,6 +61,19 @@ def check_ratios(ratios: Sequence[float]) -> np.ndarray:
     return arr / arr.sum()
 
 
+def split_count_problem(n_units: int, ratios: Sequence[float], unit: str = "sequence") -> str | None:
+    """Why `n_units` sequences (or groups, `unit`) cannot fill every split with a positive ratio, or None."""
+    wanted = np.flatnonzero(check_ratios(ratios) > 0)
+    if n_units >= len(wanted):
+        return None
+    hint = "; check the --group-by rule" if unit == "group" else ""
+    return (
+        f"{n_units} {unit}(s) cannot fill {len(wanted)} splits "
+        f"({', '.join(SPLIT_NAMES[i] for i in wanted)}): a {unit} never goes to two splits; "
+        f"give more {unit}s or set the empty splits' ratios to 0 with --split{hint}"
+    )
+
+
 def stratified_split(
     lengths: np.ndarray,
     ratios: Sequence[float],
@@ -76,13 +89,9 @@ def stratified_split(
     lengths = np.asarray(lengths, dtype=np.int64)
     share = check_ratios(ratios)
     wanted = np.flatnonzero(share > 0)
-    if len(lengths) < len(wanted):
-        hint = "; check the --group-by rule" if unit == "group" else ""
-        raise BadInputError(
-            f"{len(lengths)} {unit}(s) cannot fill {len(wanted)} splits "
-            f"({', '.join(SPLIT_NAMES[i] for i in wanted)}): a {unit} never goes to two splits; "
-            f"give more {unit}s or set the empty splits' ratios to 0 with --split{hint}"
-        )
+    problem = split_count_problem(len(lengths), ratios, unit)
+    if problem is not None:
+        raise BadInputError(problem)
     assignment = np.full(len(lengths), -1, dtype=np.int8)
     buckets = length_buckets(lengths, edges)
     for bucket in np.unique(buckets):

@@ -201,7 +201,7 @@ def _listed_contigs(opts: PrepareOptions) -> tuple[_Listed, dict[str, tuple[np.n
                 )
             return row
 
-        db = read_window_db(path, row_of, opts.seq_length, opts.stride)
+        db = read_window_db(path, row_of, opts.seq_length, opts.requested_stride)
         windows[split] = (db.rows, db.numbers)
         notes[split] = db.meta
     # a listed contig without a window in its split's window database (Eden's minimum window length
