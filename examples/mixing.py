@@ -1,7 +1,7 @@
 """Mix prepared datasets with exact quotas (an Evo2-style blend).
 
     bionemo-wds prepare bionemo_wds/data/lambda_phage_NC_001416.fa.gz --out lambda/ \
-        --seq-length 512 --stride 500 --split 1,0,0
+        --seq-length 512 --split 1,0,0
     python examples/mixing.py data/ lambda/
 """
 

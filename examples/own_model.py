@@ -2,7 +2,7 @@
 
 Prepare first (from the repository root; `examples/getting_started.sh` does both):
 
-    bionemo-wds prepare bionemo_wds/data/klebsiella_fragmented_assembly.fa.gz --out data/ --seq-length 512 --stride 500
+    bionemo-wds prepare bionemo_wds/data/klebsiella_fragmented_assembly.fa.gz --out data/ --seq-length 512
     python examples/own_model.py data/
 """
 

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import doctest
 import html
+import importlib
 import importlib.util
 import io
 import os
@@ -140,17 +141,20 @@ class Parsed(Exception):
 
 @contextlib.contextmanager
 def parse_only() -> Iterator[None]:
-    original = argparse.ArgumentParser.parse_args
+    """Stop `bionemo-wds` right after its command line parsed (`cli.main.parse_command`, which reports
+    what no parser knew), so a shown command is checked without running it."""
+    cli_main = importlib.import_module("bionemo_wds.cli.main")  # the module: bionemo_wds.cli.main is also a function
+    original = cli_main.parse_command
 
-    def parse_then_stop(self: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
-        original(self, args, namespace)
+    def parse_then_stop(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)
         raise Parsed
 
-    argparse.ArgumentParser.parse_args = parse_then_stop  # type: ignore[method-assign]
+    cli_main.parse_command = parse_then_stop  # type: ignore[assignment]
     try:
         yield
     finally:
-        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
+        cli_main.parse_command = original  # type: ignore[assignment]
 
 
 def in_process(argv: list[str]) -> tuple[int | str | None, str]:
