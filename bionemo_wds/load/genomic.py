@@ -35,7 +35,7 @@ from bionemo_wds.load.model_inputs import keep_numpy
 from bionemo_wds.load.passes import PassLoaders
 from bionemo_wds.load.plan import Consumed, RankPlan, split_batches, split_plan
 from bionemo_wds.load.planned import PlannedBatches
-from bionemo_wds.load.resume import TrainProgress
+from bionemo_wds.load.resume import TrainProgress, position
 from bionemo_wds.load.samples import SampleOptions
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.split_records import SplitRecords
@@ -380,3 +380,9 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
             self.mixture.check_state(state)
         self.progress.restore(state)
         self.epochs[Split.train].next_epoch = int(state.get("epoch", 0))  # the next pass, without a Trainer
+
+    def restore_from_loader(self, state: dict[str, Any]) -> None:
+        """The train loader's ``load_state_dict``: Lightning restores the loader's state (this module's)
+        after the module's own, so a position already waiting to be applied is not restored twice."""
+        if self.progress.restored is None or self.progress.restored != position(state):
+            self.load_state_dict(state)
