@@ -41,14 +41,16 @@ DEMO = ROOT / "configs" / "fit_demo.yaml"
 SEQ = 1024  # the kleb_1024 fixture's
 
 #: A user's model: argument names shared with TinyDNALM (lr, dropout, vocab_size, n_layers), other defaults.
-USER_MODULE = '''
+USER_MODULE = """
 import lightning as L
 import torch
 import torch.nn.functional as F
 
 
 class MyLM(L.LightningModule):
-    def __init__(self, lr: float = 0.01, dropout: float = 0.3, vocab_size: int = 16, n_layers: int = 1, hidden: int = 8):
+    def __init__(
+        self, lr: float = 0.01, dropout: float = 0.3, vocab_size: int = 16, n_layers: int = 1, hidden: int = 8
+    ):
         super().__init__()
         self.save_hyperparameters()
         self.embed = torch.nn.Embedding(256, hidden)
@@ -68,7 +70,7 @@ class MyLM(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
-'''
+"""
 MY_DEFAULTS = {"lr": 0.01, "dropout": 0.3, "vocab_size": 16, "n_layers": 1, "hidden": 8}
 
 
@@ -354,4 +356,3 @@ def test_a_peek_after_a_restore_still_continues_from_it(kleb_512, lambda_512):
     loader = again.train_dataloader()
     assert list(next(iter(loader))["keys"]) == whole[5]
     assert taken + [list(b["keys"]) for b in loader] == whole
-
