@@ -356,3 +356,30 @@ def test_a_peek_after_a_restore_still_continues_from_it(kleb_512, lambda_512):
     loader = again.train_dataloader()
     assert list(next(iter(loader))["keys"]) == whole[5]
     assert taken + [list(b["keys"]) for b in loader] == whole
+
+
+# --- 3. the demo: a small model that prints its validation loss, and what to do after ---------------------
+
+
+def test_demo_config_prints_the_validation_loss(kleb_1024, tmp_path, capsys):
+    """main printed the training loss only (the progress bar, which shows val_loss, is off)."""
+    args = small(kleb_1024, tmp_path / "logs", "--trainer.val_check_interval", "2", "--trainer.max_steps", "4")
+    assert main(args) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if "val loss" in line]
+    assert [line.split()[1] for line in shown] == ["2", "4"], shown
+
+
+def test_demo_config_trains_a_model_small_enough_for_a_minute_on_a_cpu():
+    """The demo's model and steps: at most 1/5 of main's transformer work (main: d_model 192, 4 blocks,
+    100 steps of 8 x 512 tokens took 3.5 s of CPU each; the measured minute is in the docs)."""
+    config = yaml.safe_load(DEMO.read_text())
+    model, steps = config["model"]["init_args"], config["trainer"]["max_steps"]
+    work = steps * model["n_layers"] * model["d_model"] ** 2  # per token, up to the attention's share
+    assert work <= 100 * 4 * 192**2 / 5
+    assert any(c["class_path"].endswith("PrintValidation") for c in config["trainer"]["callbacks"])
+
+
+def test_demo_ends_saying_how_to_use_the_environment():
+    text = (ROOT / "tools" / "demo.sh").read_text()
+    tail = text[text.index("fit --config configs/fit_demo.yaml") :]
+    assert "source .venv/bin/activate" in tail and "pip install -e ." in tail and "'.[remote]'" in tail
