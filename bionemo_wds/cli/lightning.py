@@ -147,4 +147,3 @@ def raised_in_package(exc: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     return PACKAGE in Path(tb.tb_frame.f_code.co_filename).resolve().parents
-

@@ -1,4 +1,4 @@
-""""did you mean --x?" for a misspelt option: one helper for every subcommand's one-line errors.
+"""Suggestions ("did you mean --x?") for a misspelt option: one helper for every subcommand's one-line errors.
 
 `closest` picks the nearest of the valid spellings (difflib's ratio, as Python's own argparse does
 from 3.14 on); `did_you_mean` is the tail a one-line error ends with, empty when nothing is close.
