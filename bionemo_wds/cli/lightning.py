@@ -104,11 +104,14 @@ def follow_seq_length(config: Any) -> None:
             return
         from bionemo_wds.format import read_manifest
 
-        seq_length = read_manifest(first_dataset(config), config.get("data.storage_options"))["params"]["seq_length"]
+        root = first_dataset(config)
+        if root is None:
+            return  # no dataset named: the data module says what it needs
+        seq_length = read_manifest(root, config.get("data.storage_options"))["params"]["seq_length"]
     init_args["max_len"] = seq_length
 
 
-def first_dataset(config: Any) -> str:
+def first_dataset(config: Any) -> str | None:
     """The root of the data module's dataset: `data.shards`, or the first train dataset of a blend
     (`data.datasets` or `data.blend`; every dataset of a blend has the same seq_length)."""
     if config.get("data.shards") is not None or not (config.get("data.datasets") or config.get("data.blend")):
