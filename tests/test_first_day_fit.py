@@ -183,9 +183,13 @@ def test_fit_instantiates_the_users_model_with_its_defaults(user_dir, kleb_1024,
     assert {k: saved[k] for k in MY_DEFAULTS} == MY_DEFAULTS
 
 
-def test_a_model_module_that_cannot_be_imported_is_one_line_with_a_hint(tmp_path):
-    run = cli("fit", "--model", "nosuch_models.MyLM", "--data.shards", "x", cwd=tmp_path)
-    one_error_line(run.returncode, run.stderr, "--model nosuch_models.MyLM", "'nosuch_models'", "PYTHONPATH")
+@pytest.mark.parametrize("form", ["flag", "yaml"])
+def test_a_model_module_that_cannot_be_imported_is_one_line_with_a_hint(tmp_path, form):
+    config = tmp_path.parent / f"{tmp_path.name}-bad.yaml"
+    config.write_text("model:\n  class_path: nosuch_models.MyLM\n")
+    named = ["--model", "nosuch_models.MyLM"] if form == "flag" else ["--config", str(config)]
+    run = cli("fit", *named, "--data.shards", "x", cwd=tmp_path)
+    one_error_line(run.returncode, run.stderr, "nosuch_models.MyLM", "'nosuch_models'", "importable", "PYTHONPATH")
     assert list(tmp_path.iterdir()) == [], "a refused run wrote something"
 
 

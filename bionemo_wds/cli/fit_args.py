@@ -216,18 +216,15 @@ def unknown_option(name: str, argv_class: str) -> str | None:
 
 def check_options(argv: Sequence[str]) -> None:
     """Raise `FitArgError` for the option of `argv` (after the subcommand) that certainly cannot work."""
+    for i, named in model_switches(argv):
+        name, value = split_option(argv, i)
+        check_importable(name if name in MODEL_OPTIONS else f"{name} {value}: model", named)
     classes = model_in_effect(argv)
     for i, arg in enumerate(argv):
-        if not arg.startswith("--"):
-            continue
-        name, value = split_option(argv, i)
-        if name in MODEL_OPTIONS and value is not None:
-            named = named_class(name, value)
-            if named is not None:
-                check_importable(name, named)
-        problem = unknown_option(name, classes[i])
-        if problem is not None:
-            raise FitArgError(problem)
+        if arg.startswith("--"):
+            problem = unknown_option(split_option(argv, i)[0], classes[i])
+            if problem is not None:
+                raise FitArgError(problem)
 
 
 # -- the real parser's errors, in one line --------------------------------------------------------------
