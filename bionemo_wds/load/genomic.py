@@ -328,7 +328,9 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         return self.test_dataloader()
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next pass of every loader (outside a Trainer) epoch `epoch`; later passes count on from it."""
+        """Make the next pass of every loader (outside a Trainer) epoch `epoch`; later passes count on
+        from it, each pass that runs to its end moving on by one (one stopped early, such as a peek
+        with ``next(iter(loader))``, is not counted: the next pass is that epoch again)."""
         if epoch < 0:
             raise ValueError(f"epoch must be non-negative, got {epoch}")
         for state in self.epochs.values():
