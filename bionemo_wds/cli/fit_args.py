@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from bionemo_wds.cli.suggest import did_you_mean
+from bionemo_wds.cli.suggest import suggestion
 
 DEFAULT_MODEL = "bionemo_wds.models.tiny_lm.TinyDNALM"
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -211,7 +211,7 @@ def unknown_option(name: str, argv_class: str) -> str | None:
     if key in known:
         return None
     choices = [f"--{group}.{k}" for k in sorted(known)]
-    return f"unrecognized option {name}{did_you_mean(f'--{group}.{key}', choices)}"
+    return f"unrecognized option {name}{suggestion(f'--{group}.{key}', choices)}"
 
 
 def check_options(argv: Sequence[str]) -> None:
@@ -267,7 +267,7 @@ def one_line(message: str) -> str:
     first = lines[0]
     if first.lower().startswith("unrecognized arguments:"):
         option = (first.split(":", 1)[1].split() or ["?"])[0]
-        return f"unrecognized option {option}{did_you_mean(option.split('=')[0], known_options())}"
+        return f"unrecognized option {option}{suggestion(option.split('=')[0], known_options())}"
     match = KEY.match(first)
     if not match:
         return tidy(" ".join(lines))
@@ -304,8 +304,8 @@ def class_error(key: str, class_path: str, reasons: list[str]) -> str:
     if not_accepted:
         name = not_accepted.group(1)
         choices = [f"{option}.{p}" for p in class_arguments(class_path)]
-        suggestion = did_you_mean(f"{option}.{name}", choices)
-        return f"unrecognized option {option}.{name} ({class_path} has no argument {name!r}){suggestion}"
+        hint = suggestion(f"{option}.{name}", choices)
+        return f"unrecognized option {option}.{name} ({class_path} has no argument {name!r}){hint}"
     inner = KEY.match(reasons[0])
     if inner:
         rest = [inner.group(2), *reasons[1:]] if inner.group(2) else reasons[1:]

@@ -1,7 +1,7 @@
-"""Suggestions ("did you mean --x?") for a misspelt option: one helper for every subcommand's one-line errors.
+"""Suggestions ("did you mean --x?") for a misspelt option, the tail of a one-line error.
 
-`closest` picks the nearest of the valid spellings (difflib's ratio, as Python's own argparse does
-from 3.14 on); `did_you_mean` is the tail a one-line error ends with, empty when nothing is close.
+The same rule as `prepare`'s: the valid spellings closest to the given one by difflib's ratio (as
+Python's own argparse does from 3.14 on), at most two, none when nothing is close.
 """
 
 from __future__ import annotations
@@ -13,13 +13,7 @@ from collections.abc import Iterable
 CUTOFF = 0.6
 
 
-def closest(given: str, choices: Iterable[str], cutoff: float = CUTOFF) -> str | None:
-    """The choice most like `given` (``--trainer.max_steps`` for ``--trainer.max_step``), or None."""
-    matches = difflib.get_close_matches(given, list(dict.fromkeys(choices)), n=1, cutoff=cutoff)
-    return matches[0] if matches else None
-
-
-def did_you_mean(given: str, choices: Iterable[str], cutoff: float = CUTOFF) -> str:
-    """``"; did you mean --x?"`` for the closest of `choices` to `given`, or ``""`` when none is close."""
-    match = closest(given, choices, cutoff)
-    return f"; did you mean {match}?" if match else ""
+def suggestion(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean --x?"`` (or ``--x or --y``) for the choices closest to `word`, or ``""``."""
+    close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=2, cutoff=CUTOFF)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
