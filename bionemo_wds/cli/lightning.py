@@ -74,6 +74,7 @@ def run(argv: Sequence[str]) -> int:
                 args=args,
                 save_config_kwargs={"overwrite": True},
                 parser_kwargs={
+                    "prog": "bionemo-wds",
                     "description": DESCRIPTION,
                     **strict,
                     **{c: {"description": DESCRIPTION, **strict} for c in LIGHTNING_COMMANDS},
