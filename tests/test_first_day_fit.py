@@ -245,6 +245,19 @@ def test_the_quick_check_knows_the_real_argument_names():
         assert real <= names[group] and names[group] - real <= {"help", "class_path", "init_args"}, group
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping", "--trainer.callbacks.monitor", "x"],
+        ["--model.init_args.lr", "0.1", "--model.help", "TinyDNALM", "--data.prepare_options", "{stride: 5}"],
+        ["--trainer.logger.init_args.save_dir", "logs", "--print_config=skip_null", "--seed_everything", "-1"],
+        ["--model", "mymodels.MyLM", "--model.hidden", "4"],  # another class's options are its parser's
+    ],
+)
+def test_the_quick_check_lets_real_options_through(user_dir, args):
+    fit_args.check_options(args)
+
+
 def test_suggestion():
     assert suggestion("--trainer.max_step", ["--trainer.max_steps", "--accelerator"]) == (
         "; did you mean --trainer.max_steps?"

@@ -200,7 +200,7 @@ def check_importable(option: str, class_path: str) -> None:
 
 def unknown_option(name: str, argv_class: str) -> str | None:
     """Why ``--group.key...`` is not an option (with a suggestion), or None when it may be one."""
-    parts = name[2:].split(".")
+    parts = name[2:].rstrip("+").split(".")  # ``--trainer.callbacks+=...`` appends to a list
     group = parts[0]
     if group == "model" and not same_class(argv_class, DEFAULT_MODEL):
         return None  # another class's options: its own parser knows them
