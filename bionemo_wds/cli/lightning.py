@@ -7,9 +7,13 @@ mode: ``--model my_pkg.MyLM`` or ``model: {class_path: my_pkg.MyLM, init_args: {
 fit --model my_pkg.MyLM --model.help my_pkg.MyLM`` lists its options). A model that takes ``max_len``
 gets ``data.seq_length`` (the shards' when not given), so the two cannot disagree.
 
-A user error (bad input, a missing file or manifest, an unreadable remote, a damaged shard, an option
-the data module or the model refuses) prints one line naming it and exits 2, as in the other
-subcommands; anything else (a bug) keeps its traceback.
+A model named on the command line or in a config file starts from its own defaults, not from the
+init_args of the class named before it (`fit_args.separate_model_switches`). A user error (an
+unknown or abbreviated option, a model that cannot be imported, bad input, a missing file or
+manifest, an unreadable remote, a damaged shard, an option the data module or the model refuses)
+prints one line naming it and exits 2, as in the other subcommands; the command line's own mistakes
+are found before Lightning is imported (`fit_args.check_options`). Anything else (a bug) keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bionemo_wds.cli.fit_args import DEFAULT_MODEL, FitArgError, check_options, one_line, separate_model_switches
+
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-DEFAULT_MODEL = "bionemo_wds.models.tiny_lm.TinyDNALM"
 PACKAGE = Path(__file__).resolve().parents[1]
 DESCRIPTION = (
     "Train or evaluate a LightningModule on bionemo-wds shards. The model is TinyDNALM unless --model "
@@ -33,7 +38,16 @@ DESCRIPTION = (
 
 def run(argv: Sequence[str]) -> int:
     """LightningCLI `argv` (``fit ...``); returns the exit code (0 ok, 2 a user error, named in one line)."""
+    argv = list(argv)
+    try:
+        check_options(argv[1:])
+    except FitArgError as exc:
+        print(f"bionemo-wds {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
+    args = [argv[0], *separate_model_switches(argv[1:])]
+
     import lightning as L
+    from jsonargparse import ArgumentError
     from lightning.pytorch.cli import LightningCLI
 
     from bionemo_wds.load.genomic import GenomicWebDataModule
@@ -45,12 +59,12 @@ def run(argv: Sequence[str]) -> int:
         def before_instantiate_classes(self) -> None:
             follow_seq_length(self.config[self.subcommand] if self.subcommand else self.config)
 
-    argv = list(argv)
-    # LightningCLI warns when given args= while sys.argv holds arguments too: it suspects two command
-    # lines. From the console they are one and the same, so it parses sys.argv itself; from Python
-    # (`main([...])`), args= is the command line and the warning is about the caller's sys.argv, not ours.
-    args = None if argv == sys.argv[1:] else argv
+    # every parser: errors raised (one line below), not a usage dump; no abbreviated options
+    strict = {"exit_on_error": False, "allow_abbrev": False}
     try:
+        # LightningCLI warns when given args= while sys.argv holds arguments too: it suspects two
+        # command lines. Here they are one: `args` is sys.argv[1:] (from the console) with the
+        # `--model null` separators added, or the caller's list (`main([...])`).
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
             GenomicCLI(
@@ -60,10 +74,15 @@ def run(argv: Sequence[str]) -> int:
                 args=args,
                 save_config_kwargs={"overwrite": True},
                 parser_kwargs={
+                    "prog": "bionemo-wds",
                     "description": DESCRIPTION,
-                    **{c: {"description": DESCRIPTION} for c in LIGHTNING_COMMANDS},
+                    **strict,
+                    **{c: {"description": DESCRIPTION, **strict} for c in LIGHTNING_COMMANDS},
                 },
             )
+    except ArgumentError as exc:
+        print(f"bionemo-wds {argv[0]}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
     except Exception as exc:
         culprit = user_error(exc)
         if culprit is None:
@@ -86,11 +105,14 @@ def follow_seq_length(config: Any) -> None:
             return
         from bionemo_wds.format import read_manifest
 
-        seq_length = read_manifest(first_dataset(config), config.get("data.storage_options"))["params"]["seq_length"]
+        root = first_dataset(config)
+        if root is None:
+            return  # no dataset named: the data module says what it needs
+        seq_length = read_manifest(root, config.get("data.storage_options"))["params"]["seq_length"]
     init_args["max_len"] = seq_length
 
 
-def first_dataset(config: Any) -> str:
+def first_dataset(config: Any) -> str | None:
     """The root of the data module's dataset: `data.shards`, or the first train dataset of a blend
     (`data.datasets` or `data.blend`; every dataset of a blend has the same seq_length)."""
     if config.get("data.shards") is not None or not (config.get("data.datasets") or config.get("data.blend")):

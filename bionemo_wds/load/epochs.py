@@ -2,7 +2,13 @@
 
 `EpochState` is shared by a split's stages (shard order, shuffle, reverse complement); `EpochLoader`
 sets it at the start of every pass, from the trainer's epoch when there is a trainer (Lightning's
-extra ``iter()`` calls and resumed runs do not shift it), else by counting passes.
+extra ``iter()`` calls and resumed runs do not shift it), else by counting the passes that ran to
+their end: a pass stopped early (``next(iter(loader))`` to peek at a batch, a ``break``) does not
+count, so the next pass is the same epoch again, from its start. `set_epoch` moves on explicitly.
+
+A loader given `state` (the training split's) is what Lightning calls resumable: it has
+``state_dict``/``load_state_dict``, which are the data module's (the epoch and the batches consumed
+in it), so Lightning saves them with its loop and does not warn that a mid-epoch resume is unreliable.
 """
 
 from __future__ import annotations
@@ -35,25 +41,31 @@ class EpochLoader(wds.WebLoader):
         epoch_state: EpochState,
         epoch_source: Callable[[], int | None] | None = None,
         before_pass: Callable[[], None] | None = None,
+        after_pass: Callable[[], None] | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.epoch_state = epoch_state
         self.epoch_source = epoch_source
         self.before_pass = before_pass
+        self.after_pass = after_pass
 
     def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch_source() if self.epoch_source is not None else None
         epoch = self.epoch_state.next_epoch if epoch is None else epoch
         self.epoch_state.epoch = epoch
-        self.epoch_state.next_epoch = epoch + 1
-        return self.run_pass()
+        self.epoch_state.next_epoch = epoch  # until the pass runs to its end (a peek does not count)
+        return self.run_pass(epoch)
 
-    def run_pass(self) -> Iterator[Any]:
-        """One pass; a generator, so `before_pass` runs when iteration starts, right before the workers start."""
+    def run_pass(self, epoch: int) -> Iterator[Any]:
+        """One pass of `epoch`; a generator, so `before_pass` runs when iteration starts, right before
+        the workers start. Only a pass that runs to its end moves the next pass on to the next epoch."""
         if self.before_pass is not None:
             self.before_pass()
         yield from super().__iter__()
+        self.epoch_state.next_epoch = epoch + 1
+        if self.after_pass is not None:
+            self.after_pass()
 
     def iterator1(self) -> Iterator[Any]:
         """One pass through the pipeline (webdataset's ``DataPipeline.iterator1``), its source read
@@ -63,6 +75,25 @@ class EpochLoader(wds.WebLoader):
         for stage in self.pipeline[1:]:
             source = self.invoke(stage, source)
         return source
+
+
+class ResumableLoader(EpochLoader):
+    """An `EpochLoader` with a checkpoint state (Lightning's ``_Stateful`` protocol): `state` is
+    (get, set), the data module's ``state_dict`` and the loader's way of restoring it."""
+
+    def __init__(
+        self, *args: Any, state: tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]], **kwargs: Any
+    ):
+        super().__init__(*args, **kwargs)
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the epoch stands: the data module's checkpoint state."""
+        return self.state[0]()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from a checkpoint's state (the data module's)."""
+        self.state[1](state_dict)
 
 
 def in_process_ok(loader: Any) -> bool:

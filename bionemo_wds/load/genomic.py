@@ -35,7 +35,7 @@ from bionemo_wds.load.model_inputs import keep_numpy
 from bionemo_wds.load.passes import PassLoaders
 from bionemo_wds.load.plan import Consumed, RankPlan, split_batches, split_plan
 from bionemo_wds.load.planned import PlannedBatches
-from bionemo_wds.load.resume import TrainProgress
+from bionemo_wds.load.resume import TrainProgress, position
 from bionemo_wds.load.samples import SampleOptions
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.split_records import SplitRecords
@@ -328,7 +328,9 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         return self.test_dataloader()
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next pass of every loader (outside a Trainer) epoch `epoch`; later passes count on from it."""
+        """Make the next pass of every loader (outside a Trainer) epoch `epoch`; later passes count on
+        from it, each pass that runs to its end moving on by one (one stopped early, such as a peek
+        with ``next(iter(loader))``, is not counted: the next pass is that epoch again)."""
         if epoch < 0:
             raise ValueError(f"epoch must be non-negative, got {epoch}")
         for state in self.epochs.values():
@@ -380,3 +382,9 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
             self.mixture.check_state(state)
         self.progress.restore(state)
         self.epochs[Split.train].next_epoch = int(state.get("epoch", 0))  # the next pass, without a Trainer
+
+    def restore_from_loader(self, state: dict[str, Any]) -> None:
+        """The train loader's ``load_state_dict``: Lightning restores the loader's state (this module's)
+        after the module's own, so a position already waiting to be applied is not restored twice."""
+        if self.progress.restored is None or self.progress.restored != position(state):
+            self.load_state_dict(state)

@@ -13,7 +13,7 @@ from typing import Any
 
 import webdataset as wds
 
-from bionemo_wds.load.epochs import EpochLoader, EpochState
+from bionemo_wds.load.epochs import EpochLoader, EpochState, ResumableLoader
 from bionemo_wds.storage import list_shards
 from bionemo_wds.storage.streams import register_webdataset_opener
 
@@ -149,15 +149,21 @@ def make_loader(
     epoch_source: Callable[[], int | None] | None = None,
     before_pass: Callable[[], None] | None = None,
     length: int | None = None,
+    after_pass: Callable[[], None] | None = None,
+    state: tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]] | None = None,
 ) -> wds.WebLoader:
     """A WebLoader over `dataset`: `prebatch` stages composed on it, ``with_epoch(n_batches)`` when
-    given, then `calls` invoked. With an `epoch` state, every pass sets it first (`EpochLoader`).
+    given, then `calls` invoked. With an `epoch` state, every pass sets it first (`EpochLoader`;
+    `before_pass` and `after_pass` run when a pass starts and when it runs to its end), and with a
+    `state` (get, set) the loader has ``state_dict``/``load_state_dict`` (`ResumableLoader`).
     A `length` is what ``len(loader)`` reports (so Lightning knows the epoch): give it only when it
     is the number of batches a pass yields."""
     if epoch is not None:
-        loader: Any = EpochLoader(
-            dataset, epoch_state=epoch, epoch_source=epoch_source, before_pass=before_pass, **loader_kwargs
-        )
+        passes: dict[str, Any] = {"epoch_state": epoch, "epoch_source": epoch_source, "before_pass": before_pass}
+        if state is not None:
+            loader: Any = ResumableLoader(dataset, state=state, after_pass=after_pass, **passes, **loader_kwargs)
+        else:
+            loader = EpochLoader(dataset, after_pass=after_pass, **passes, **loader_kwargs)
     else:
         loader = wds.WebLoader(dataset, **loader_kwargs)
     loader = compose(loader, prebatch)

@@ -7,7 +7,8 @@ int64 tensors, 8x larger, never cross a process boundary or the host-to-device c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,43 @@ LOWER_A = ord("a")
 CASE_OFFSET = ord("a") - ord("A")
 #: ``UPPER_IDS[id]``: the id with its letter upper-cased (every other byte unchanged).
 UPPER_IDS: np.ndarray = np.frombuffer(UPPERCASE_TABLE, dtype=np.uint8)
+
+
+@dataclasses.dataclass(init=False, eq=False, repr=False)
+class SampleNames:
+    """The per-sample names of a model batch (``keys``, ``seq_id``): a read-only sequence of str.
+
+    ``names[i]``, ``len(names)``, ``for name in names``, ``list(names)`` and ``names == [...]`` work
+    as with the list it holds (`tolist` gives one). Why not that list: Lightning works out the batch
+    size of a value a step logs without ``batch_size=`` by walking the batch, and takes a list of
+    str in it for something without a size, so every batch was "ambiguous" (a warning for every
+    model that logs). This is a dataclass without fields and without ``__iter__`` (Python iterates
+    it by index), which that walk passes over: the batch size Lightning finds is the tensors' first
+    dimension, the same in every other entry of the batch.
+    """
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like the list
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.names[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleNames):
+            return self.names == other.names
+        return isinstance(other, (list, tuple)) and self.names == list(other)
+
+    def __repr__(self) -> str:
+        return f"SampleNames({self.names!r})"
+
+    def tolist(self) -> list[str]:
+        """The names as a new list."""
+        return list(self.names)
 
 
 def keep_numpy(batch: Any) -> Any:
@@ -64,7 +102,8 @@ def to_model_inputs(
     ``BOS + tag + SEP + bases + EOS`` padded with PAD to `seq_length` (``BOS + bases + EOS`` when
     `control_tags` is False); ``labels`` are the tokens shifted left by one with PAD last;
     ``loss_mask`` is 1 exactly where the label is a base; ``position_ids`` count from 0 (an expanded
-    view, no memory per row). Keys, seq ids, starts and rc flags pass through for tracing.
+    view, no memory per row). Keys, seq ids, starts and rc flags pass through for tracing (keys and
+    seq ids as `SampleNames`, so Lightning finds the batch size without ``self.log(batch_size=)``).
 
     Soft-masked (lower-case) bases: `fold_case` gives the model their upper-case ids (tags are never
     folded); with a `soft_mask_weight` w the loss mask is w where the label is a lower-case base
@@ -78,7 +117,11 @@ def to_model_inputs(
     for passthrough in ("keys", "seq_id", "start", "rc", "lengths", "dataset"):
         if passthrough in batch:
             value = batch[passthrough]
-            out[passthrough] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+            if isinstance(value, np.ndarray):
+                value = torch.from_numpy(value)
+            elif isinstance(value, (list, tuple)):
+                value = SampleNames(value)
+            out[passthrough] = value
     return out
 
 

@@ -57,6 +57,8 @@ class PassLoaders:
     plan_for: Callable[[Split, int, list[Consumed] | None], RankPlan]
     epoch_length: Callable[..., int]
     trainer_epoch: Callable[[], int | None]
+    state_dict: Callable[[], dict[str, Any]]
+    restore_from_loader: Callable[[dict[str, Any]], None]
 
     def start_pass(self, split: Split) -> None:
         """Before a pass's workers start: its plan (from a restored position when there is one)."""
@@ -116,7 +118,8 @@ class PassLoaders:
     def loader(self, split: Split) -> Any:
         """A loader over the split's planned batches. Its ``len()`` is the epoch's number of batches, so
         Lightning knows the epoch (progress bars, ``estimated_stepping_batches``, a float
-        ``val_check_interval``). A split in `cache_in_memory` gets one `MemoryCachedLoader` for good."""
+        ``val_check_interval``); the train loader's ``state_dict`` is the data module's. A split in
+        `cache_in_memory` gets one `MemoryCachedLoader` for good."""
         if split in self.cached_splits and split in self.datasets:
             if split not in self.memory_cached:
                 read, start_at = partial(self.shard_loader, split), partial(self.eval_start.__setitem__, split)
@@ -144,6 +147,7 @@ class PassLoaders:
         restored = self.progress.restored
         consumed = restored[1] if split is Split.train and restored and restored[0] == epoch else None
         length = self.epoch_length(split, consumed)
+        train = split is Split.train
         return make_loader(
             self.datasets[split],
             self.loader_kwargs[split],
@@ -152,4 +156,7 @@ class PassLoaders:
             epoch_source=self.trainer_epoch,
             before_pass=partial(self.start_pass, split),
             length=length,
+            after_pass=self.progress.finish_pass if train else None,
+            # the train loader carries the data module's checkpoint state: Lightning sees it resumable
+            state=(self.state_dict, self.restore_from_loader) if train else None,
         )

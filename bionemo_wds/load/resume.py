@@ -25,14 +25,22 @@ class TrainProgress:
         self.restored: tuple[int, list[Consumed]] | None = None  # (epoch, segments) to apply next
 
     def start_pass(self, epoch: int) -> list[Consumed]:
-        """A training pass of `epoch` begins: the segments already consumed of it (after a restore)."""
+        """A training pass of `epoch` begins: the segments already consumed of it (after a restore).
+
+        A restored position stays until a pass of its epoch runs to its end (`finish_pass`), so a
+        pass stopped early (a peek at the first batch) and started again starts from it again."""
         before: list[Consumed] = []
         if self.restored is not None and self.restored[0] == epoch:
             before = self.restored[1]
-        self.restored = None
+        else:
+            self.restored = None
         self.epoch, self.before = epoch, before
         self.batches = sum(seg.batches for seg in before)
         return before
+
+    def finish_pass(self) -> None:
+        """The training pass ran to its end: a restored position is used up."""
+        self.restored = None
 
     def consumed(self, dp_size: int, micro: int) -> list[Consumed]:
         """The epoch's segments so far, the current one last (with the current layout)."""
@@ -62,5 +70,10 @@ class TrainProgress:
 
     def restore(self, state: dict[str, Any]) -> None:
         """Remember a checkpoint's position; the next training pass of its epoch starts there."""
-        segments = [Consumed(int(d), int(m), int(b)) for d, m, b in state.get("consumed", [])]
-        self.restored = (int(state.get("epoch", 0)), segments)
+        self.restored = position(state)
+
+
+def position(state: dict[str, Any]) -> tuple[int, list[Consumed]]:
+    """(epoch, segments consumed in it) of a checkpoint state."""
+    segments = [Consumed(int(d), int(m), int(b)) for d, m, b in state.get("consumed", [])]
+    return int(state.get("epoch", 0)), segments

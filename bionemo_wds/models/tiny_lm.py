@@ -180,3 +180,17 @@ class Throughput(L.Callback):
         )
         if trainer.logger is not None and getattr(trainer.logger, "log_dir", None):
             print(f"logs: {trainer.logger.log_dir}")
+
+
+class PrintValidation(L.Callback):
+    """Prints the validation metrics (every logged ``val*`` value) after each validation inside `fit`
+    and after `validate`, on global rank 0: with the progress bar off, the one place a run shows them.
+    """
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        shown = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val") and v.numel() == 1}
+        if shown:
+            values = "  ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in sorted(shown.items()))
+            print(f"step {trainer.global_step:5d}  {values}", flush=True)
