@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from bionemo_wds.cli.suggest import suggestion
+from bionemo_wds.cli.parsing import suggestion
 
 DEFAULT_MODEL = "bionemo_wds.models.tiny_lm.TinyDNALM"
 PACKAGE = Path(__file__).resolve().parents[1]

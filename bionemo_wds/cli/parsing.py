@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 #: Keyword arguments of every subcommand parser: no option abbreviations (`--seq-len` is an error).
@@ -43,9 +43,11 @@ def option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return flags
 
 
-def suggestion(word: str, choices: Sequence[str]) -> str:
-    """`` (did you mean --seq-length?)`` for the choices closest to `word`, or an empty string."""
-    close = difflib.get_close_matches(word, choices, n=2, cutoff=0.6)
+def suggestion(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean --seq-length?"`` (or ``--x or --y``) for the choices closest to `word` by
+    difflib's ratio (as Python's own argparse does from 3.14 on), at most two; ``""`` when none is close.
+    Shared by every subcommand's parser and `fit`'s option check (`cli.fit_args`)."""
+    close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=2, cutoff=0.6)
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
