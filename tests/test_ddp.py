@@ -345,9 +345,10 @@ def test_ranks_of_one_model_parallel_group_read_identical_batches(group, windows
 
 @pytest.fixture(scope="module")
 def one_shard_per_split(tmp_path_factory) -> Path:
-    """The default shard size: every split of these small genomes is one shard (fewer than ranks)."""
+    """Shards larger than any split: every split of these small genomes is one shard (fewer than ranks)."""
     out = tmp_path_factory.mktemp("ddp_one") / "lambda_kleb"
-    prepare([LAMBDA, KLEBSIELLA], out, PrepareOptions(seq_length=2048, stride=1900, progress=False, workers=1))
+    options = PrepareOptions(seq_length=2048, stride=1900, samples_per_shard=100_000, progress=False, workers=1)
+    prepare([LAMBDA, KLEBSIELLA], out, options)
     assert all(len(info["shards"]) == 1 for info in read_manifest(out)["splits"].values())
     return out
 

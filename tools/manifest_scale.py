@@ -59,7 +59,6 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -71,6 +70,7 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds.benchmark.memory import peak_rss_mb
 from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
 from bionemo_wds.format.atomic import HashingWriter
 from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE
@@ -332,10 +332,6 @@ def make_sparse_shards(root: Path, manifest: dict[str, Any]) -> int:
 
 
 # -- the measurements (each in a child process) -----------------------------------------------------
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def rss_mb() -> float:

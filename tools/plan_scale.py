@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
+from bionemo_wds.benchmark.memory import peak_rss_mb
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.plan import ShardPlan, plan
@@ -54,10 +54,6 @@ def synthetic_catalog(total_bases: int, sequences: int, seed: int) -> Catalog:
     lengths = np.maximum(1000, np.round(raw * (total_bases / raw.sum()))).astype(np.int64)
     names = [f"seq{i}" for i in range(sequences)]
     return Catalog(LengthsOnly(), names, [""] * sequences, lengths)  # type: ignore[arg-type]
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def full_order_shards(shards: ShardPlan, split: str, ks: list[int], chunk: int = 1 << 20) -> dict[int, WindowTable]:

@@ -1,4 +1,5 @@
-"""Peak memory of a process tree, sampled from outside: PSS summed over the process and its children.
+"""Peak memory: of a process tree, sampled from outside (PSS summed over the process and its children), and
+of this process itself (`peak_rss_mb`).
 
 PSS (proportional set size) splits shared pages between the processes that map them, so a loader
 whose workers share the parent's pages is not counted twice, as RSS would.
@@ -60,3 +61,21 @@ class PeakPss:
         done.set()
         watcher.join()
         return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: ``VmHWM`` of ``/proc/self/status`` where there is one.
+
+    Not ``getrusage``'s ``ru_maxrss``: Linux carries that across ``execve``, so a tool started by a
+    large process (a long pytest session, through fork and exec) reported its parent's size, not
+    its own. ``ru_maxrss`` (KiB on Linux) only where ``/proc`` is missing."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
