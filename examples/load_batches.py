@@ -18,7 +18,7 @@ dm.setup("fit")
 compact = next(iter(dm.train_dataloader()))
 batch = dm.model_inputs(compact)
 for key, value in batch.items():
-    shape = tuple(value.shape) if hasattr(value, "shape") else f"list of {len(value)}"
+    shape = tuple(value.shape) if hasattr(value, "shape") else f"{len(value)} str"
     print(f"{key:12s} {getattr(value, 'dtype', type(value).__name__)!s:14s} {shape}")
 print("first key:", batch["keys"][0], "start:", int(batch["start"][0]), "reverse-complemented:", bool(batch["rc"][0]))
 

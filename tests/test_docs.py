@@ -343,7 +343,11 @@ def test_load_batches_example(getting_started: tuple[Path, str]) -> None:
     data, _ = getting_started
     result = run([sys.executable, "examples/load_batches.py", str(data)])
     assert result.returncode == 0, result.stdout + result.stderr
-    for line in ("tokens       torch.int64    (4, 512)", "loss_mask    torch.float32  (4, 512)", "keys         list"):
+    for line in (
+        "tokens       torch.int64    (4, 512)",
+        "loss_mask    torch.float32  (4, 512)",
+        "keys         SampleNames    4 str",
+    ):
         assert line in result.stdout, result.stdout
 
 
