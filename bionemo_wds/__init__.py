@@ -11,11 +11,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Split": "bionemo_wds.load.loaders",
+    "Split": "bionemo_wds.load.splits",
     "WebDataModule": "bionemo_wds.compat.webdatamodule",
     "PickledDataWDS": "bionemo_wds.compat.webdatamodule",
     "pickles_to_tars": "bionemo_wds.compat.pickles",
-    "GenomicWebDataModule": "bionemo_wds.load.genomic",
+    "GenomicWebDataModule": "bionemo_wds.lightning.datamodule",
+    "GenomicDataset": "bionemo_wds.load.dataset",
     "GenomicIterableDataset": "bionemo_wds.load.iterable",
     "encode": "bionemo_wds.encoding",
     "to_model_inputs": "bionemo_wds.pipeline",

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bionemo_wds.compat.stages import collate_compact
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import window_key
 from bionemo_wds.lineage import dropout_length
-from bionemo_wds.load.model_inputs import to_model_inputs
-from bionemo_wds.load.stages import collate_compact
+from bionemo_wds.load.batch.model_inputs import to_model_inputs
 from bionemo_wds.prepare.windows import TAIL_MODES, check_stride, window_length, window_table
 from bionemo_wds.tokenizer import encode_tag, first_invalid
 

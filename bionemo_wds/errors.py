@@ -28,6 +28,14 @@ def exception_chain(exc: BaseException, suppressed: bool = False) -> Iterator[Ba
         current = current.__cause__ or (None if hidden else current.__context__)
 
 
+class OptionError(BadInputError, ValueError):
+    """An argument, option or parameter that is invalid or disagrees with the data it is used on."""
+
+
+class BlendError(BadInputError, ValueError):
+    """Several datasets that cannot be mixed as given (entries, weights, datasets that disagree)."""
+
+
 class ManifestError(BadInputError, ValueError):
     """A ``manifest.json`` (or the record index file it lists) that cannot be used (not JSON, foreign,
     another version, keys missing, an index file missing or not the listed one); the message names

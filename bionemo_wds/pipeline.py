@@ -1,14 +1,11 @@
 """The composable loading stages, under the name users import them by.
 
 ``from bionemo_wds.pipeline import untuple, decode_sample, shuffle, reverse_complement, tag_dropout,
-batch`` gives exactly the stages `GenomicWebDataModule` runs (they live in `bionemo_wds.load.stages`), for
+batch`` gives exactly the stages `GenomicWebDataModule` runs (they live in `bionemo_wds.compat.stages`), for
 `WebDataModule` pipelines of your own; `to_model_inputs` expands their compact batches.
 """
 
-from bionemo_wds.load.epochs import EpochState
-from bionemo_wds.load.model_inputs import keep_numpy, tensors, to_model_inputs, to_tensors
-from bionemo_wds.load.reading import iter_blocks, read_records
-from bionemo_wds.load.stages import (
+from bionemo_wds.compat.stages import (
     Window,
     batch,
     chunks,
@@ -19,6 +16,9 @@ from bionemo_wds.load.stages import (
     tag_dropout,
     untuple,
 )
+from bionemo_wds.load.batch.model_inputs import keep_numpy, tensors, to_model_inputs, to_tensors
+from bionemo_wds.load.plan.progress import EpochState
+from bionemo_wds.load.record_stream import iter_blocks, read_records
 from bionemo_wds.seeds import flips
 from bionemo_wds.tokenizer import COMPLEMENT, reverse_complement_bases
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.load.blend import BlendEntry, BlendError, entries_for, parse_datasets, read_blend, shares
+from bionemo_wds.load.blend_file import BlendEntry, BlendError, entries_for, parse_datasets, read_blend, shares
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "blend_example.yaml"
 

@@ -18,12 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset
 
+from bionemo_wds.compat.stages import Window, collate_compact, reverse_complement, tag_dropout
 from bionemo_wds.format import decode_record, encode_record, record_crc32
-from bionemo_wds.load.compact import compact_bases, compact_batch
-from bionemo_wds.load.epochs import EpochState, in_process, in_process_ok
-from bionemo_wds.load.model_inputs import model_inputs_gather, tensors, to_model_inputs
-from bionemo_wds.load.planned import FILLER_ROWS, MISSING, PlannedRows, RecordCache, assemble
-from bionemo_wds.load.stages import BlockRows, Window, collate_compact, reverse_complement, tag_dropout
+from bionemo_wds.lightning.epochs import in_process, in_process_ok
+from bionemo_wds.load.batch import BatchSchema, PlannedRows, assemble
+from bionemo_wds.load.batch.compact import compact_bases, compact_batch
+from bionemo_wds.load.batch.model_inputs import model_inputs_gather, tensors, to_model_inputs
+from bionemo_wds.load.plan.progress import EpochState
+from bionemo_wds.load.reader import MISSING, RecordCache
+from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
 from bionemo_wds.seeds import flip_salt, key_crcs, salted_flip, salted_flips
 from bionemo_wds.tokenizer import PAD_ID, reverse_complement_bases
 from tests.conftest import LAMBDA, read_fasta
@@ -138,7 +141,7 @@ def test_assemble_equals_marked_window_views(p, drop):
         )
         items.append((index, planned))
         expected.append(reference_assembly(planned, window, max_tag, p, seed, epoch, drop))
-    got = list(assemble(window, max_tag, p, seed, EpochState(epoch), drop)(iter(items)))
+    got = list(assemble(BatchSchema(8, window, max_tag), p, seed, EpochState(epoch), drop)(iter(items)))
     assert [b.pop("index") for b in got] == list(range(12))
     flipped = 0
     for g, e in zip(got, expected):

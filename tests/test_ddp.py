@@ -21,7 +21,7 @@ import pytest
 from conftest import KLEBSIELLA, LAMBDA
 
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
 p = argparse.ArgumentParser()
 p.add_argument("mode", choices=["iterate", "ddp_fit", "fit"])

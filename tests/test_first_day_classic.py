@@ -27,7 +27,7 @@ from conftest import KLEBSIELLA, LAMBDA
 from bionemo_wds import Split, WebDataModule
 from bionemo_wds.compat.pipelines import PipelineError
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.pipeline import batch, decode_sample, shuffle, untuple
 from bionemo_wds.prepare import PrepareOptions, prepare
 

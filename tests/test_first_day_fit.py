@@ -32,7 +32,7 @@ from lightning.pytorch.utilities import data as lightning_data
 from bionemo_wds.cli import fit_args
 from bionemo_wds.cli.main import main
 from bionemo_wds.cli.parsing import suggestion
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.models.tiny_lm import TinyDNALM
 from bionemo_wds.prepare import PrepareOptions, prepare
 

@@ -18,7 +18,7 @@ from conftest import LAMBDA, shard_windows
 from bionemo_wds.cli.main import main
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5, hdf5_input_files
 from bionemo_wds.prepare.sources.hdf5_reader import Hdf5Reader

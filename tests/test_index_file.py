@@ -32,9 +32,9 @@ from bionemo_wds.format import (
     write_manifest,
 )
 from bionemo_wds.format.manifest import ManifestError
-from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.loaders import Split
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.load.shard_errors import CorruptShardError
+from bionemo_wds.load.splits import Split
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.report import verify
 from bionemo_wds.storage.store import Store

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from bionemo_wds import GenomicIterableDataset
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
 OPTIONS = {"seed": 7, "shuffle_buffer": 256, "rc_prob": 0.5}
 MICRO = 16

@@ -23,7 +23,7 @@ from conftest import KLEBSIELLA, as_format_version_1, as_format_version_3
 
 from bionemo_wds.compat.webdatamodule import Split, WebDataModule
 from bionemo_wds.format import decode_record, file_sha256, iter_records, window_key
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.load.shard_errors import CorruptShardError
 from bionemo_wds.prepare import PrepareOptions, prepare
 

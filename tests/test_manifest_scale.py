@@ -20,11 +20,11 @@ from bionemo_wds import GenomicWebDataModule
 from bionemo_wds.format import MANIFEST_NAME, RecordIndex, read_manifest, shard_indexes, unlisted_shards
 from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE, paused_gc
 from bionemo_wds.format.manifest import ManifestError, dumps_manifest
-from bionemo_wds.load.checked import open_dataset, read_checked_manifest
-from bionemo_wds.load.loaders import Split
+from bionemo_wds.load.manifest_checks import open_dataset, read_checked_manifest
 from bionemo_wds.load.plan import RecordTable, train_plan
+from bionemo_wds.load.records import SplitRecords
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
-from bionemo_wds.load.split_records import SplitRecords
+from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.store import Store
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "manifest_scale.py"

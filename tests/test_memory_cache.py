@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.memory_cache import MemoryCachedLoader, accelerator_available
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+from bionemo_wds.lightning.memory_cache import MemoryCachedLoader, accelerator_available
 from bionemo_wds.models.tiny_lm import TinyDNALM
 from bionemo_wds.storage.shards import LocalShards
 

@@ -24,8 +24,8 @@ import torch
 from conftest import KLEBSIELLA, LAMBDA, shard_windows
 from test_ddp import free_port, run_group, start
 
-from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.mixing import run_bound
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+from bionemo_wds.load.plan.mixing import run_bound
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 SEED = 11
@@ -500,7 +500,7 @@ def test_loader_workers_do_not_change_the_batches(roots):
 SCRIPT = r"""
 import json, sys, zlib
 import torch.distributed as dist
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
 rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 datasets = json.loads(sys.argv[5])

@@ -1,4 +1,4 @@
-"""Weighted mixing (`bionemo_wds.load.mixing`): pure properties of quotas, interleaving, streams and plans."""
+"""Weighted mixing (`bionemo_wds.load.plan.mixing`): pure properties of quotas, interleaving, streams and plans."""
 
 from __future__ import annotations
 
@@ -8,23 +8,23 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from bionemo_wds.load.mixing import (
+from bionemo_wds.load.plan import Consumed, RecordTable, epoch_sequence, remaining_sequence, train_plan
+from bionemo_wds.load.plan.mixing import (
     epoch_windows,
     interleave,
     mixed_plan,
     mixed_sequence,
     quotas,
     run_bound,
-    source_seed,
+    source_seeds,
     split_virtual,
     stream_position,
     stream_positions,
     stream_windows,
 )
-from bionemo_wds.load.plan import Consumed, RecordTable, epoch_sequence, remaining_sequence
 
 seeds = st.integers(0, 2**31 - 1)
 epochs = st.integers(0, 1000)
@@ -285,7 +285,7 @@ def test_mixed_sequence_decodes_to_each_datasets_stream_in_interleave_order(blen
     for d, (table, q) in enumerate(zip(tabs, counts.tolist())):
         mine = source == d
         assert np.all(window[mine] - offsets[d] < table.n_windows)
-        ids, ps = epoch_windows(table, source_seed(seed, d), epoch, q, mix)
+        ids, ps = epoch_windows(table, source_seeds(seed, len(tabs))[d], epoch, q, mix)  # one: the seed itself
         assert np.array_equal(window[mine] - offsets[d], ids)
         assert np.array_equal(passes[mine], ps)
         n = table.n_windows
@@ -375,7 +375,7 @@ def test_stream_positions_point_at_each_datasets_next_window(blend, seed, epoch,
     positions = stream_positions(sizes, counts, epoch, taken)
     assert positions == [stream_position(n, int(q), epoch, t) for n, q, t in zip(sizes, counts, taken)]
     for d, (table, pos) in enumerate(zip(tabs, positions)):
-        ss = source_seed(seed, d)
+        ss = source_seeds(seed, len(tabs))[d]
         if taken[d]:  # the windows consumed are the stream's just before the position
             ids, ps = stream_windows(table, ss, pos - taken[d], taken[d], 5)
             mine = source[:k] == d
@@ -390,3 +390,26 @@ def test_stream_positions_point_at_each_datasets_next_window(blend, seed, epoch,
     start = stream_positions(sizes, counts, epoch + 1, [0] * len(counts))
     for n, q, a, b in zip(sizes, counts.tolist(), done, start):
         assert a == b or (q <= n and b - a == n % q and b % n == 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tables(), seeds, epochs, mixes, st.data())
+def test_a_mixture_of_one_dataset_is_that_datasets_own_epoch(table, seed, epoch, mix, data):
+    """One dataset read once per epoch: its mixed plan is the dataset's own train plan (its seed,
+    its epoch order), laziness included, with the epoch as the pass of every id."""
+    assume(table.n_windows > 0)
+    dp = data.draw(st.integers(1, 3), label="dp")
+    micro = data.draw(st.integers(1, 4), label="micro")
+    assume(table.n_windows >= dp * micro)
+    n = table.n_windows
+    for rank in range(dp):
+        mixed = mixed_plan([table], np.array([n]), seed, epoch, rank, dp, micro, mix=mix)
+        own = train_plan(table, seed, epoch, rank, dp, micro, mix=mix)
+        window, passes = split_virtual(mixed.batches, n)
+        assert np.array_equal(window, own.batches) and np.all(passes == epoch)
+        assert np.array_equal(
+            mixed.batches.ravel(),
+            mixed_sequence([table], [n], seed, epoch, mix)[
+                np.arange(rank * len(own) * micro, (rank + 1) * len(own) * micro)
+            ],
+        )

@@ -33,7 +33,7 @@ from bionemo_wds.cli.main import main as cli_main
 from bionemo_wds.format import MANIFEST_NAME, read_manifest, read_split_index
 from bionemo_wds.format.atomic import atomic_write
 from bionemo_wds.format.manifest import ManifestError
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.load.shard_errors import CorruptShardError
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.outdir import PLAN_NAME

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from bionemo_wds import GenomicIterableDataset
+from bionemo_wds.compat.stages import dropped_tag
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.lineage import DROPPED, RANKS, parse_lineage
-from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.stages import dropped_tag
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.seeds import tag_salt
 

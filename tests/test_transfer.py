@@ -16,12 +16,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bionemo_wds.compat.stages import collate_compact
 from bionemo_wds.format import iter_records, read_manifest
-from bionemo_wds.load import genomic
-from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.loaders import Split
-from bionemo_wds.load.stages import chunks, collate_compact
-from bionemo_wds.load.transfer import ARRAYS, BatchTransfer
+from bionemo_wds.lightning import split_loaders
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+from bionemo_wds.load.splits import Split
+from bionemo_wds.load.transfer import ARRAYS, BatchTransfer, chunks
 
 MICRO = 16
 
@@ -35,7 +35,7 @@ def dataset(kleb_1024) -> Path:
 def fork_default(monkeypatch):
     """Make the data module (which asks for the default context) start its workers by fork."""
     real = mp.get_context
-    monkeypatch.setattr(genomic.mp, "get_context", lambda method=None: real(method or "fork"))
+    monkeypatch.setattr(split_loaders.mp, "get_context", lambda method=None: real(method or "fork"))
 
 
 def val_batches(root: Path, workers: int, **kw) -> tuple[GenomicWebDataModule, list[dict]]:
@@ -68,8 +68,9 @@ def assert_same_batches(got: list[dict], want: list[dict]) -> None:
 def test_forked_workers_read_every_val_sample_once(dataset, fork_default, transfer_bytes):
     manifest = read_manifest(dataset)
     dm, batches = val_batches(dataset, 2, transfer_bytes=transfer_bytes)
-    assert Split.val in dm.transfers and dm.loader_kwargs[Split.val]["num_workers"] == 2
-    assert dm.loader_kwargs[Split.val]["multiprocessing_context"].get_start_method() == "fork"
+    assert dm.split_loaders[Split.val][0].transfer is not None
+    assert dm.split_loaders[Split.val][0].loader_kwargs["num_workers"] == 2
+    assert dm.split_loaders[Split.val][0].loader_kwargs["multiprocessing_context"].get_start_method() == "fork"
     keys = [k for b in batches for k in b["keys"]]
     assert len(keys) == len(set(keys)) == manifest["splits"]["val"]["n_samples"]
     # the same keys as the shards hold (the ring reused its 4 slots many times without mixing them up)
@@ -89,7 +90,7 @@ def test_transferred_batches_equal_the_in_process_ones(dataset, fork_default):
     _, direct = val_batches(dataset, 0)
     for transfer_bytes in (MICRO * 1021, 512 << 10):
         dm, moved = val_batches(dataset, 2, transfer_bytes=transfer_bytes)
-        assert Split.val in dm.transfers
+        assert dm.split_loaders[Split.val][0].transfer is not None
         assert set(moved[0]) >= set(ARRAYS) | {"keys", "seq_id"}
         assert_same_batches(moved, direct)
 
@@ -283,8 +284,8 @@ import multiprocessing as mp
 import numpy as np
 import torch
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.genomic import GenomicWebDataModule
-from bionemo_wds.load.loaders import Split
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+from bionemo_wds.load.splits import Split
 
 def batches(workers, **kw):
     dm = GenomicWebDataModule({root!r}, micro_batch_size={micro}, num_workers=workers, transfer_timeout=20, **kw)
@@ -298,8 +299,8 @@ if __name__ == "__main__":
     direct = {{tuple(b["keys"]): b for b in direct}}
     for transfer_bytes in ({micro} * 1021, 512 << 10):
         dm, moved = batches(2, transfer_bytes=transfer_bytes)
-        assert Split.val in dm.transfers, "no batch transfer"
-        assert dm.loader_kwargs[Split.val]["multiprocessing_context"].get_start_method() == "spawn"
+        assert dm.split_loaders[Split.val][0].transfer is not None, "no batch transfer"
+        assert dm.split_loaders[Split.val][0].loader_kwargs["multiprocessing_context"].get_start_method() == "spawn"
         keys = [k for b in moved for k in b["keys"]]
         assert len(keys) == len(set(keys)) == n, (len(keys), len(set(keys)), n)
         assert len(moved) == len(direct)

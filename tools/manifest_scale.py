@@ -370,8 +370,8 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     if phase == "records":
         from bionemo_wds.format import read_split_index
         from bionemo_wds.load.plan import train_plan
+        from bionemo_wds.load.records import SplitRecords
         from bionemo_wds.load.shard_errors import ShardErrorPolicy
-        from bionemo_wds.load.split_records import SplitRecords
         from bionemo_wds.storage.store import Store
 
         out: dict[str, Any] = {"base_rss_mb": rss_mb()}

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from bionemo_wds.format import iter_records, read_manifest
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
 if len(sys.argv) != 2:
     sys.exit(__doc__)

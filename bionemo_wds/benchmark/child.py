@@ -33,7 +33,7 @@ def _import_everything(peer: str) -> None:
     import webdataset  # noqa: F401
 
     import bionemo_wds.compat.webdatamodule
-    import bionemo_wds.load.genomic
+    import bionemo_wds.lightning.datamodule
     import bionemo_wds.prepare  # noqa: F401
     from bionemo_wds.benchmark.streaming_peers import LIBRARIES, import_library
 

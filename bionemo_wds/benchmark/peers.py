@@ -273,7 +273,7 @@ class RawLimit(Peer):
         np.save(self.dir / "lengths.npy", index.table.length.astype(np.int32))
 
     def batches(self, workers: int) -> Iterator[dict[str, Any]]:
-        from bionemo_wds.load.model_inputs import keep_numpy, to_model_inputs
+        from bionemo_wds.load.batch.model_inputs import keep_numpy, to_model_inputs
 
         dataset = _RawBatches(self.dir, self.batch_size)
         # numpy batches, passed through as they are: the cheapest way across the worker boundary
@@ -340,7 +340,7 @@ class Ours(Peer):
         prepare([self.fasta], self.location, opts)  # a URL's endpoint and credentials: from the environment
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
-        from bionemo_wds.load.genomic import GenomicWebDataModule
+        from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
         self.dm = dm = GenomicWebDataModule(
             self.location,

@@ -146,7 +146,7 @@ class _StreamingPeer(Peer):
         return SAMPLES_PER_SHARD * window  # what `ours` puts in one shard: 4 MB at 8 kb windows
 
     def _model_inputs(self, loader: Any) -> Iterator[dict[str, Any]]:
-        from bionemo_wds.load.model_inputs import to_model_inputs
+        from bionemo_wds.load.batch.model_inputs import to_model_inputs
 
         for compact in loader:
             yield to_model_inputs(compact, self.seq_length, control_tags=True)

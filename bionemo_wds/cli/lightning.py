@@ -50,7 +50,7 @@ def run(argv: Sequence[str]) -> int:
     from jsonargparse import ArgumentError
     from lightning.pytorch.cli import LightningCLI
 
-    from bionemo_wds.load.genomic import GenomicWebDataModule
+    from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
     class GenomicCLI(LightningCLI):
         def add_arguments_to_parser(self, parser: Any) -> None:
@@ -117,7 +117,7 @@ def first_dataset(config: Any) -> str | None:
     (`data.datasets` or `data.blend`; every dataset of a blend has the same seq_length)."""
     if config.get("data.shards") is not None or not (config.get("data.datasets") or config.get("data.blend")):
         return config.get("data.shards")
-    from bionemo_wds.load.blend import entries_for, parse_datasets, read_blend
+    from bionemo_wds.load.blend_file import entries_for, parse_datasets, read_blend
 
     datasets = config.get("data.datasets")
     entries = parse_datasets(datasets) if datasets else read_blend(config.get("data.blend"))

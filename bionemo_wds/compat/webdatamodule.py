@@ -25,12 +25,10 @@ import webdataset as wds
 from bionemo_wds.compat.pickles import pickles_to_tars
 from bionemo_wds.compat.pipelines import check_pipeline
 from bionemo_wds.compat.shard_count import check_shards_for_workers, needs_worker_shards, prepared_remedy
-from bionemo_wds.load.loaders import (
+from bionemo_wds.lightning.loaders import (
     STAGE_SPLITS,
     Invocations,
     Pipeline,
-    Split,
-    by_split,
     check_stage,
     compose,
     epoch_batches,
@@ -38,6 +36,7 @@ from bionemo_wds.load.loaders import (
     make_loader,
     shard_urls,
 )
+from bionemo_wds.load.splits import Split, by_split
 
 __all__ = [
     "STAGE_SPLITS",

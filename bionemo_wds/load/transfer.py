@@ -24,18 +24,33 @@ import weakref
 from collections.abc import Iterable, Iterator
 from multiprocessing import shared_memory
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.load.stages import chunks
+from bionemo_wds.load.batch.schema import SHARED_FIELDS
 from bionemo_wds.load.world import Worker, in_loader_worker
 
+T = TypeVar("T")
+
 #: The numpy columns of a compact batch that go through shared memory; the rest is pickled.
-ARRAYS = ("bases", "lengths", "tags", "tag_lengths", "rc", "start")
+ARRAYS = SHARED_FIELDS
 #: Seconds a worker waits for a free slot before it reports the main process as stuck.
 DEFAULT_TIMEOUT = 600.0
+
+
+def chunks(src: Iterable[T], n: int, first: int | None = None) -> Iterator[list[T]]:
+    """Lists of `n` consecutive items (the last may be shorter); with `first`, the lists before
+    reach `n` by doubling from `first` items (a stream's first items go out without waiting for `n`)."""
+    size, buf = min(first or n, n), []
+    for item in src:
+        buf.append(item)
+        if len(buf) >= size:
+            yield buf
+            buf, size = [], min(2 * size, n)
+    if buf:
+        yield buf
 
 
 def _release_segment(segment: shared_memory.SharedMemory) -> None:

@@ -3,9 +3,10 @@
     untuple -> decode_sample -> shuffle -> reverse_complement -> tag_dropout -> batch
 
 Each stage is a generator function ``stage(src, ...)``; `pipelinefilter` curries it so that
-``stage(...)`` (without `src`) is a composable a `WebDataModule` pipeline can hold.
-`GenomicWebDataModule` runs exactly this chain (validation and test without shuffle and reverse
-complement), so what the tests check is what training runs.
+``stage(...)`` (without `src`) is a composable a `WebDataModule` pipeline of your own can hold.
+The stages are wrappers: a window's strand and tag dropout are drawn by `load.batch.draws` and a
+batch is written by `load.batch.compact`, the functions `GenomicDataset` builds its batches with
+(`load.batch.assemble`), so the same window gets the same strand and tag either way.
 
 A window travels as a `Window`: a read-only mapping view of one row of a decoded record
 (``key``, ``seq_id``, ``start``, ``bases``, ``tag``, ``rc``), so no bases are copied and no dict
@@ -24,66 +25,21 @@ from typing import Any, TypeVar
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.format import WindowBlock, window_key
-from bionemo_wds.lineage import drop_ranks, parse_lineage
-from bionemo_wds.load.compact import compact_batch
-from bionemo_wds.load.epochs import EpochState
-from bionemo_wds.load.reading import iter_blocks
+from bionemo_wds.load.batch.compact import compact_batch
+from bionemo_wds.load.batch.draws import dropped_tag, key_flip, row_flip
+from bionemo_wds.load.plan.progress import EpochState
+from bionemo_wds.load.record_stream import iter_blocks
+from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.transfer import chunks
 from bionemo_wds.load.world import Worker
-from bionemo_wds.seeds import flip_salt, key_crcs, python_rng, salted_flip, salted_flips, salted_uniforms, tag_salt
+from bionemo_wds.seeds import flip_salt, python_rng, tag_salt
 from bionemo_wds.tokenizer import reverse_complement_bases
 
 T = TypeVar("T")
 
 #: The fields of a window, as a mapping.
 WINDOW_FIELDS = ("key", "seq_id", "start", "bases", "tag", "rc")
-
-
-class BlockRows:
-    """A decoded record with the per-window columns as Python lists (read once per record, not per
-    window), and what every window's random draws need, computed once for the whole record: the
-    window keys, and the reverse-complement coins of a pass (`flips`)."""
-
-    __slots__ = ("_coins", "_crcs", "_keys", "offsets", "seq_id", "start", "tag", "tokens", "window")
-
-    def __init__(self, block: WindowBlock):
-        self.tokens = block.tokens
-        self.offsets: list[int] = block.offsets.tolist()
-        self.seq_id: list[str] = block.seq_id
-        self.start: list[int] = block.start.tolist()
-        self.window: list[int] = block.window.tolist()
-        self.tag = [t.encode("ascii") for t in block.tag]
-        self._keys: list[str] | None = None
-        self._crcs: np.ndarray | None = None
-        self._coins: dict[tuple[float, int], list[bool]] = {}
-
-    def __len__(self) -> int:
-        return len(self.seq_id)
-
-    @property
-    def keys(self) -> list[str]:
-        """Each window's key (``<seq_id>/<window>``), formatted once per record."""
-        if self._keys is None:
-            self._keys = [window_key(s, w) for s, w in zip(self.seq_id, self.window)]
-        return self._keys
-
-    def bases(self, row: int) -> np.ndarray:
-        """The bases of window `row` as stored (forward strand), a view into the record."""
-        return self.tokens[self.offsets[row] : self.offsets[row + 1]]
-
-    def flips(self, p: float, salt: int) -> list[bool]:
-        """Each window's reverse-complement coin with probability `p` in the pass of `salt`
-        (`seeds.flip_salt`): `seeds.salted_flip` of its key, for all windows at once."""
-        coins = self._coins.get((p, salt))
-        if coins is None:
-            if self._crcs is None:
-                self._crcs = key_crcs(self.keys)
-            coins = salted_flips(self._crcs, p, salt).tolist()
-            if len(self._coins) > 2:  # a record lives within a pass or two (and a mix's streams)
-                self._coins.clear()
-            self._coins[(p, salt)] = coins
-        return coins
 
 
 class Window(Mapping):
@@ -202,29 +158,14 @@ def _reverse_complement(
     if p <= 0:
         yield from src
         return
-    salt, always = flip_salt(seed, epoch.epoch if epoch else 0), p >= 1
+    salt = flip_salt(seed, epoch.epoch if epoch else 0)
     for sample in src:
         if isinstance(sample, Window):
-            coins = sample.block.flips(p, salt if sample.draw is None else flip_salt(*sample.draw))
-            if always or coins[sample.row]:
+            if row_flip(sample.block, sample.row, p, salt if sample.draw is None else flip_salt(*sample.draw)):
                 sample.rc = not sample.rc
-        elif always or salted_flip(sample["key"], p, salt):
+        elif key_flip(sample["key"], p, salt):
             sample = {**sample, "bases": reverse_complement_bases(sample["bases"]), "rc": not sample["rc"]}
         yield sample
-
-
-def dropped_tag(tag: bytes, key: str, p: float, salt: int) -> bytes:
-    """`tag` of window `key` after dropout with probability `p` (salt: `seeds.tag_salt`): in a
-    lineage tag each rank's value independently becomes ``None`` (Evo2's ``random_lineage_dropout``);
-    any other tag is dropped whole. The draws depend only on (salt, key)."""
-    if not tag or p <= 0:
-        return tag
-    text = tag.decode("ascii")
-    ranks = parse_lineage(text)
-    if ranks is None:
-        return b"" if salted_uniforms(key, 1, salt)[0] < p else tag
-    keep = [u >= p for u in salted_uniforms(key, len(ranks), salt)]
-    return drop_ranks(text, keep).encode("ascii") if not all(keep) else tag
 
 
 def _tag_dropout(src: Iterable[Any], p: float = 0.0, seed: int = 0, epoch: EpochState | None = None) -> Iterator[Any]:
@@ -240,19 +181,6 @@ def _tag_dropout(src: Iterable[Any], p: float = 0.0, seed: int = 0, epoch: Epoch
         else:
             sample = {**sample, "tag": dropped_tag(sample["tag"], sample["key"], p, salt)}
         yield sample
-
-
-def chunks(src: Iterable[T], n: int, first: int | None = None) -> Iterator[list[T]]:
-    """Lists of `n` consecutive items (the last may be shorter); with `first`, the lists before
-    reach `n` by doubling from `first` items (a stream's first items go out without waiting for `n`)."""
-    size, buf = min(first or n, n), []
-    for item in src:
-        buf.append(item)
-        if len(buf) >= size:
-            yield buf
-            buf, size = [], min(2 * size, n)
-    if buf:
-        yield buf
 
 
 def collate_compact(samples: list[Any], window: int | None = None, max_tag: int | None = None) -> dict[str, Any]:

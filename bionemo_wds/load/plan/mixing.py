@@ -24,12 +24,15 @@ strange loss curve); here an epoch of `length` slots holds exactly the quota of 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
 
-from bionemo_wds.load.plan import DEFAULT_MIX, Consumed, EpochOrder, RankPlan, RecordTable, plan_of_sequence
+from bionemo_wds.errors import BlendError
+from bionemo_wds.load.plan.cut import plan_of_order
+from bionemo_wds.load.plan.order import EpochOrder
+from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan, RecordTable
 from bionemo_wds.seeds import numpy_rng, stream_seed
 
 #: A dataset read more than this many times per epoch is warned about (`repeat_warnings`): a model
@@ -46,9 +49,9 @@ def quotas(weights: Sequence[float], length: int) -> np.ndarray:
     which float remainders (``2/3`` computed three ways) do not."""
     w = np.asarray(weights, dtype=np.float64)
     if len(w) == 0 or not np.all(np.isfinite(w)) or np.any(w <= 0):
-        raise ValueError(f"mixing weights must be finite and positive, got {list(weights)}")
+        raise BlendError(f"mixing weights must be finite and positive, got {list(weights)}")
     if length < 0:
-        raise ValueError(f"an epoch cannot have {length} samples")
+        raise BlendError(f"an epoch cannot have {length} samples")
     exact = [Fraction(float(x)).limit_denominator(10**12) for x in w.tolist()]
     total = sum(exact)
     raw = [x * length / total for x in exact]
@@ -85,6 +88,15 @@ def source_seed(seed: int, dataset: int) -> int:
     return stream_seed(seed, "mix_source", dataset)
 
 
+def source_seeds(seed: int, n_sources: int) -> list[int]:
+    """The stream seed of each of `n_sources` datasets mixed by `seed`. A mixture of one dataset is
+    that dataset: its stream is drawn by `seed` itself, so training on one dataset and on a blend of
+    it alone read the same windows with the same draws."""
+    if n_sources == 1:
+        return [seed]
+    return [source_seed(seed, d) for d in range(n_sources)]
+
+
 def stream_windows(
     table: RecordTable, seed: int, start: int, count: int, mix: int = DEFAULT_MIX
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +104,7 @@ def stream_windows(
     ``EpochOrder(table, seed, p, mix)``): (window ids, pass of each)."""
     n = table.n_windows
     if count and n == 0:
-        raise ValueError("a dataset with no windows cannot fill its quota")
+        raise BlendError("a dataset with no windows cannot fill its quota")
     ids, passes = [], []
     position, end = start, start + count
     while position < end:
@@ -137,11 +149,18 @@ def split_virtual(ids: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mixed_sequence(
-    tables: Sequence[RecordTable], counts: Sequence[int] | np.ndarray, seed: int, epoch: int, mix: int = DEFAULT_MIX
+    tables: Sequence[RecordTable],
+    counts: Sequence[int] | np.ndarray,
+    seed: int,
+    epoch: int,
+    mix: int = DEFAULT_MIX,
+    seeds: Sequence[int] | None = None,
 ) -> np.ndarray:
-    """The virtual window id of every slot of a mixed epoch (see the module docstring)."""
+    """The virtual window id of every slot of a mixed epoch (see the module docstring); `seeds`: each
+    dataset's stream seed (default `source_seeds`)."""
     if len(tables) != len(counts):
-        raise ValueError(f"{len(counts)} quotas for {len(tables)} datasets")
+        raise BlendError(f"{len(counts)} quotas for {len(tables)} datasets")
+    seeds = source_seeds(seed, len(tables)) if seeds is None else seeds
     sizes = np.array([t.n_windows for t in tables], dtype=np.int64)
     total = int(sizes.sum())
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -150,9 +169,34 @@ def mixed_sequence(
     for d, (table, n) in enumerate(zip(tables, counts)):
         if not n:
             continue
-        ids, passes = epoch_windows(table, source_seed(seed, d), epoch, int(n), mix)
+        ids, passes = epoch_windows(table, seeds[d], epoch, int(n), mix)
         sequence[order == d] = passes * total + offsets[d] + ids
     return sequence
+
+
+def mixed_order(
+    tables: Sequence[RecordTable],
+    counts: Sequence[int] | np.ndarray,
+    seed: int,
+    epoch: int,
+    mix: int = DEFAULT_MIX,
+    seeds: Sequence[int] | None = None,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """`mixed_sequence` as a function from positions to virtual ids. One dataset read at most once
+    per epoch is its own epoch order (`EpochOrder`), so a rank computes only its own positions: the
+    plan of a single dataset of billions of windows never holds the whole epoch. Otherwise the
+    sequence is made whole (its interleaving is)."""
+    seeds = source_seeds(seed, len(tables)) if seeds is None else seeds
+    if len(tables) == 1 and 0 < int(counts[0]) <= tables[0].n_windows:
+        n, quota = tables[0].n_windows, int(counts[0])
+        p, j = divmod(epoch, n // quota)
+        order, first, shift = EpochOrder(tables[0], seeds[0], p, mix), j * quota, p * n
+
+        def ids(positions: np.ndarray) -> np.ndarray:
+            return order(np.asarray(positions, dtype=np.int64) + first) + shift
+
+        return ids
+    return mixed_sequence(tables, counts, seed, epoch, mix, seeds).__getitem__
 
 
 def mixed_plan(
@@ -165,11 +209,12 @@ def mixed_plan(
     micro: int,
     consumed: Sequence[Consumed] = (),
     mix: int = DEFAULT_MIX,
+    seeds: Sequence[int] | None = None,
 ) -> RankPlan:
     """Rank `dp_rank`'s batches of a mixed training epoch (from the resume position `consumed`): the
-    mixed sequence cut as every training epoch is (`plan.plan_of_sequence`)."""
-    sequence = mixed_sequence(tables, counts, seed, epoch, mix)
-    return plan_of_sequence(sequence, dp_rank, dp_size, micro, consumed)
+    mixed sequence cut as every training epoch is (`cut.plan_of_order`)."""
+    order = mixed_order(tables, counts, seed, epoch, mix, seeds)
+    return plan_of_order(order, int(np.sum(counts)), dp_rank, dp_size, micro, consumed)
 
 
 def stream_positions(
@@ -177,7 +222,7 @@ def stream_positions(
 ) -> list[int]:
     """`stream_position` of every dataset (`sizes`: their windows; `taken`: consumed in `epoch`)."""
     if not len(sizes) == len(counts) == len(taken):
-        raise ValueError("one size, quota and count per dataset")
+        raise BlendError("one size, quota and count per dataset")
     return [stream_position(int(n), int(q), epoch, int(t)) for n, q, t in zip(sizes, counts, taken)]
 
 

@@ -1,6 +1,7 @@
 """Every record of a split, by its record index: where it lies, and reading it checked.
 
-`SplitRecords` is the planned loader's view of a split (`planned.PlannedBatches` reads through it):
+`SourceRecords` is the reader's view of a split of one or more datasets (`reader.PlannedBatches`
+reads through it), each dataset's split a `SplitRecords`:
 the rows of the split's record index (`format.read_split_index`; memory-mapped from the index file
 of a local version-4 dataset, the JSON columns of a version-3 manifest, or an index built by
 scanning the shards of a dataset written before there was one), the window counts as the
@@ -11,7 +12,8 @@ ending past their shard's end, window counts against the manifest) are done at o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -21,8 +23,9 @@ from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilde
 from bionemo_wds.format.index_file import SplitIndex, read_split_index
 from bionemo_wds.format.tar import decode_named, iter_record_members
 from bionemo_wds.load.plan import RecordTable
+from bionemo_wds.load.plan.mixing import split_virtual
+from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
-from bionemo_wds.load.stages import BlockRows
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.retry import RemoteReadError
 from bionemo_wds.storage.shards import LocalShards, RemoteShards, ShardRanges
@@ -140,11 +143,6 @@ class SplitRecords:
         records.damaged = {int(index.first[n]) + r for n, bad in past.items() for r in bad}
         return records
 
-    def resolve(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]] | None]:
-        """Plan window ids -> (window ids of this table, dataset of each, (seed, epoch) of each
-        window's draws): the ids themselves here; `mixed.MixedRecords` decodes mixed plans."""
-        return ids, None, None
-
     def local(self, record: int) -> int:
         """The record's number within its shard."""
         return record - int(self.index.first[int(self.table.shard[record])])
@@ -212,6 +210,61 @@ class SplitRecords:
 
     def close(self) -> None:
         self.shards.close()
+
+
+class SourceRecords:
+    """The records of a split of one or more datasets (sources) as one table: source d's window w is
+    window ``offset_d + w``, and a record is read by its own source's records and policy. The plan's
+    virtual ids (``pass x total + window``) are decoded here (`resolve`)."""
+
+    def __init__(self, parts: Sequence[SplitRecords], policies: Sequence[ShardErrorPolicy], seeds: Sequence[int]):
+        self.parts, self.policies, self.seeds = list(parts), list(policies), list(seeds)
+        tables = [p.table for p in parts]
+        shard_offsets = np.cumsum([0] + [len(p.paths) for p in parts])[:-1]
+        self.table = RecordTable(
+            np.concatenate([t.shard + off for t, off in zip(tables, shard_offsets)] or [np.empty(0, np.int64)]),
+            np.concatenate([t.windows for t in tables] or [np.empty(0, np.int64)]),
+        )
+        self.record_offsets = np.cumsum([0] + [len(t) for t in tables]).astype(np.int64)
+        self.window_offsets = np.cumsum([0] + [t.n_windows for t in tables]).astype(np.int64)
+        self.total = max(int(self.window_offsets[-1]), 1)
+        # what the reader asks of the shards: whether to work out and prefetch what comes next
+        self.shards = SimpleNamespace(reads_ahead=any(p.shards.reads_ahead for p in parts))
+
+    def part(self, record: int) -> tuple[int, int]:
+        """(source, record within it) of a record of the table."""
+        d = int(np.searchsorted(self.record_offsets, record, side="right")) - 1
+        return d, record - int(self.record_offsets[d])
+
+    def resolve(self, ids: np.ndarray) -> tuple[np.ndarray, list[int], list[tuple[int, int]]]:
+        """Virtual plan ids -> (window ids of the table, source of each, (seed, pass) of each
+        window's draws)."""
+        windows, passes = split_virtual(ids, self.total)
+        if len(self.parts) == 1:
+            sources = [0] * len(windows)
+        else:
+            sources = (np.searchsorted(self.window_offsets, windows, side="right") - 1).tolist()
+        seeds = self.seeds
+        draws = [(seeds[d], p) for d, p in zip(sources, passes.tolist())]
+        return windows, sources, draws
+
+    def read(self, record: int, policy: ShardErrorPolicy | None = None, report: bool = True) -> BlockRows | None:
+        """The record, read and checked by its source (whose policy reports damage)."""
+        d, local = self.part(record)
+        return self.parts[d].read(local, self.policies[d], report)
+
+    def prefetch(self, records: list[int]) -> None:
+        """Start fetching these records' bytes (remote sources; in the order given)."""
+        by_part: dict[int, list[int]] = {}
+        for record in records:
+            d, local = self.part(record)
+            by_part.setdefault(d, []).append(local)
+        for d, wanted in by_part.items():
+            self.parts[d].prefetch(wanted)
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()
 
 
 def _key(shard: int, record: int) -> str:

@@ -7,57 +7,20 @@ these public functions; neither reaches into the other.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from enum import Enum, auto
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import webdataset as wds
 
-from bionemo_wds.load.epochs import EpochLoader, EpochState, ResumableLoader
+from bionemo_wds.lightning.epochs import EpochLoader, ResumableLoader
+from bionemo_wds.load.plan.progress import EpochState
+from bionemo_wds.load.splits import Split
 from bionemo_wds.storage import list_shards
 from bionemo_wds.storage.streams import register_webdataset_opener
 
 Composable = Callable[[Iterable[Any]], Iterable[Any]]
 Pipeline = Composable | Iterable[Composable] | None
 Invocations = Sequence[tuple[str, dict[str, Any]]]
-
-
-class Split(Enum):
-    """Names of the data splits; ``split.name`` is the directory name prepare writes."""
-
-    train = auto()
-    val = auto()
-    test = auto()
-
-
-def as_split(key: Any, what: str = "split key") -> Split:
-    """`key` as a `Split`: a `Split`, its name (``"train"``, as YAML configs give it) or a member of
-    another enum of that name (upstream bionemo's ``Split``); anything else is a clear error."""
-    if isinstance(key, Split):
-        return key
-    name = key.name if isinstance(key, Enum) else key
-    if isinstance(name, str) and name in Split.__members__:
-        return Split[name]
-    raise ValueError(
-        f"{what}: {key!r} is not a split; use Split.train, Split.val, Split.test or their names "
-        f"{', '.join(repr(s) for s in Split.__members__)}"
-    )
-
-
-def by_split(mapping: Mapping[Any, Any] | None, what: str) -> dict[Split, Any]:
-    """A per-split argument (`what` names it in errors) keyed by `Split`, whichever way its keys name
-    the splits (see `as_split`); None is no entry."""
-    if mapping is None:
-        return {}
-    if not isinstance(mapping, Mapping):
-        raise TypeError(f"{what} must be a dict of split -> value, got {type(mapping).__name__}")
-    out: dict[Split, Any] = {}
-    for key, value in mapping.items():
-        split = as_split(key, what)
-        if split in out:
-            raise ValueError(f"{what} names the {split.name} split twice ({key!r})")
-        out[split] = value
-    return out
 
 
 #: The splits each Lightning stage reads.
@@ -85,33 +48,6 @@ def shard_urls(directory: str, prefix: str, split: Split) -> list[str]:
         raise FileNotFoundError(f"no shards match {directory}/{prefix}-*.tar for the {split.name} split")
     register_webdataset_opener(directory)  # s3:// and other fsspec protocols webdataset cannot open itself
     return urls
-
-
-#: The epoch modes: "exact" (every window at most once, equal batches) or "resampled".
-EPOCH_MODES = ("exact", "resampled")
-
-
-def check_arguments(
-    micro_batch_size: int,
-    global_batch_size: int | None,
-    epoch: str,
-    fasta: Sequence[str] | None,
-    seq_length: int | None,
-    cache_limit: int | None,
-) -> None:
-    """The data module's batch, epoch and cache arguments, checked before anything is read."""
-    if epoch not in EPOCH_MODES:
-        raise ValueError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
-    if micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
-    if global_batch_size is not None and global_batch_size < 1:
-        raise ValueError(
-            f"global_batch_size must be at least 1 (or None: micro x data-parallel size), got {global_batch_size}"
-        )
-    if fasta and seq_length is None:
-        raise ValueError("preparing from fasta needs seq_length")
-    if cache_limit is not None and cache_limit < 0:
-        raise ValueError(f"cache_limit must be non-negative bytes, got {cache_limit}")
 
 
 def epoch_batches(n_samples: int, global_batch_size: int) -> int:

@@ -19,13 +19,7 @@ from typing import Any, cast
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset
 
-
-class EpochState:
-    """The epoch that seeds this pass, and the one the next pass gets when no trainer says otherwise."""
-
-    def __init__(self, epoch: int = 0):
-        self.epoch = epoch
-        self.next_epoch = epoch
+from bionemo_wds.load.plan.progress import EpochState
 
 
 class EpochLoader(wds.WebLoader):

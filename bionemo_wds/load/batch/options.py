@@ -1,9 +1,9 @@
 """How a window becomes a sample: strand, control tag, case and loss weights, in one place.
 
-`SampleOptions` holds the per-sample choices every loader shares (the data module, the plain
-PyTorch dataset) and builds both halves of a batch from them: `assemble_stage` marks the windows
-in the loader workers (reverse complement, tag dropout: seeded by seed, epoch and window key) and
-`model_inputs` expands a compact batch where it is used (case folding, soft-mask weights).
+`SampleOptions` holds the per-sample choices of a `GenomicDataset` and builds both halves of a
+batch from them: `assemble_stage` makes compact batches in the loader workers (reverse complement,
+tag dropout: seeded by seed, pass and window key) and `model_inputs` expands a compact batch where
+it is used (case folding, soft-mask weights).
 """
 
 from __future__ import annotations
@@ -11,15 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.format.manifest import stored_case
-from bionemo_wds.load.epochs import EpochState
-from bionemo_wds.load.model_inputs import check_soft_mask_weight, to_model_inputs
-from bionemo_wds.load.planned import assemble
+from bionemo_wds.load.batch.assemble import assemble
+from bionemo_wds.load.batch.model_inputs import check_soft_mask_weight, to_model_inputs
+from bionemo_wds.load.batch.schema import BatchSchema
+from bionemo_wds.load.plan.progress import EpochState
 
 
 @dataclass(frozen=True)
 class SampleOptions:
-    """Per-sample choices (see `GenomicWebDataModule` for each); checked when made."""
+    """Per-sample choices (see `GenomicDataset` for each); checked when made."""
 
     rc_prob: float = 0.5
     control_tags: bool = True
@@ -29,9 +31,9 @@ class SampleOptions:
 
     def __post_init__(self) -> None:
         if not 0 <= self.rc_prob <= 1:
-            raise ValueError(f"rc_prob must be in [0, 1], got {self.rc_prob}")
+            raise OptionError(f"rc_prob must be in [0, 1], got {self.rc_prob}")
         if not 0 <= self.tag_dropout <= 1:
-            raise ValueError(f"tag_dropout must be in [0, 1], got {self.tag_dropout}")
+            raise OptionError(f"tag_dropout must be in [0, 1], got {self.tag_dropout}")
         check_soft_mask_weight(self.soft_mask_weight)
 
     def unused(self, manifest: dict[str, Any]) -> list[str]:
@@ -47,17 +49,11 @@ class SampleOptions:
             problems.append(f"tag_dropout={self.tag_dropout} has no effect: {why}")
         return problems
 
-    def assemble_stage(self, params: dict[str, Any], seed: int, epoch: EpochState, train: bool) -> Any:
-        """The stage turning planned windows into compact batches for a split of a dataset with
-        manifest `params`: reverse complement and tag dropout for training only."""
-        return assemble(
-            params["window_length"],
-            params["max_tag_bytes"],
-            self.rc_prob if train else 0.0,
-            seed,
-            epoch,
-            self.tag_dropout if train else 0.0,
-        )
+    def assemble_stage(self, schema: BatchSchema, seed: int, epoch: EpochState, train: bool) -> Any:
+        """The stage turning planned windows into compact batches of `schema`: reverse complement
+        and tag dropout for training only."""
+        rc, drop = (self.rc_prob, self.tag_dropout) if train else (0.0, 0.0)
+        return assemble(schema, rc, seed, epoch, drop)
 
     def model_inputs(self, compact: dict[str, Any], seq_length: int) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids."""

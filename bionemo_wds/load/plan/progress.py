@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from bionemo_wds.load.plan import Consumed
+from bionemo_wds.load.plan.types import Consumed
 
 #: Version of the data module's checkpoint state (``state_dict``).
 STATE_VERSION = 1
+
+
+class EpochState:
+    """The epoch that seeds this pass, and the one the next pass gets when no trainer says otherwise."""
+
+    def __init__(self, epoch: int = 0):
+        self.epoch = epoch
+        self.next_epoch = epoch
 
 
 class TrainProgress:

@@ -1,0 +1,1 @@
+"""bionemo_wds.lightning."""

@@ -1,0 +1,86 @@
+"""The one assembly path: a planned batch's windows -> a compact batch, drawn and laid out.
+
+The reader (`load.reader`) hands over each batch as `PlannedRows` (every window's decoded record
+and row, its source and the pass its draws come from); `assemble` reverse-complements and drops
+tags as `draws` decides (training only) and writes the batch with `compact.compact_batch`, without
+a Python object per window. Every loader's batches are made here: the data module's, the plain
+`GenomicDataset`'s; the webdataset stages (`compat.stages`) use the same draws and writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+from webdataset.filters import pipelinefilter
+
+from bionemo_wds.load.batch.compact import compact_batch
+from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, row_flip
+from bionemo_wds.load.batch.schema import BatchSchema
+from bionemo_wds.load.plan.progress import EpochState
+from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
+from bionemo_wds.seeds import flip_salt, tag_salt
+
+
+class PlannedRows(NamedTuple):
+    """The windows of one planned batch: each one's record (`FILLER_ROWS` for filler) and row, the
+    dataset it comes from (0 for one dataset), and the (seed, pass) of its random draws when not
+    the pass's own (a mix's datasets draw by their own streams: `mixed.MixedRecords.resolve`)."""
+
+    blocks: list[BlockRows]
+    rows: list[int]
+    sources: list[int]
+    draws: list[tuple[int, int] | None]
+
+
+def _assemble(
+    src: Iterable[tuple[int, PlannedRows]],
+    schema: BatchSchema,
+    rc_prob: float,
+    seed: int,
+    epoch: EpochState,
+    tag_dropout: float = 0.0,
+) -> Iterator[dict[str, Any]]:
+    """(index, planned rows) -> the compact batch of `schema`, with its index (for putting workers'
+    batches back in order), reverse-complemented and with tags dropped (seeded by seed, pass and
+    window key: `draws`)."""
+    pass_draw = (seed, epoch.epoch)
+    rc_salts, drop_salts = Salts(flip_salt), Salts(tag_salt)
+    for index, planned in src:
+        blocks, rows = planned.blocks, planned.rows
+        filler = [block is FILLER_ROWS for block in blocks]
+        draws = [pass_draw if d is None else d for d in planned.draws]
+        keys = [block.keys[row] if not f else "" for block, row, f in zip(blocks, rows, filler)]
+        tags = [block.tag[row] for block, row in zip(blocks, rows)]
+        if rc_prob > 0:
+            rc = [
+                not f and row_flip(block, row, rc_prob, rc_salts[d])
+                for block, row, f, d in zip(blocks, rows, filler, draws)
+            ]
+        else:
+            rc = [False] * len(blocks)
+        if tag_dropout > 0:
+            tags = [
+                tag if f else dropped_tag(tag, key, tag_dropout, drop_salts[d])
+                for tag, key, f, d in zip(tags, keys, filler, draws)
+            ]
+            check_tag_room(tags, keys, schema.max_tag)
+        batch = compact_batch(
+            [block.bases(row) for block, row in zip(blocks, rows)],
+            rc,
+            tags,
+            rc,
+            [block.start[row] for block, row in zip(blocks, rows)],
+            [block.seq_id[row] for block, row in zip(blocks, rows)],
+            keys,
+            schema.window,
+            schema.max_tag,
+        )
+        batch["filler"] = np.array(filler, dtype=bool)
+        batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
+        batch["index"] = index
+        yield batch
+
+
+assemble = pipelinefilter(_assemble)

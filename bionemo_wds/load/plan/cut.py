@@ -1,0 +1,166 @@
+"""Cutting an epoch's sequence into ranks' batches, resuming it, and dealing batches to workers. Pure.
+
+1. The sequence is cut into ``steps = len // (micro * dp_size)`` global batches; rank ``r`` takes
+   the contiguous run ``[r * steps * micro, (r + 1) * steps * micro)`` and reads it in batches of
+   `micro`. The windows after ``steps * micro * dp_size`` (fewer than one global batch) are left
+   out of this epoch, and every rank yields exactly `steps` batches.
+2. A resume position lists the (dp_size, micro, batches) already consumed this epoch; what is left
+   is each rank's unconsumed run, in rank order, followed by the left-out tail, and it is cut again
+   for the current data-parallel size (elastic). With the same size this gives exactly the batches
+   the uninterrupted run would have yielded next.
+3. Evaluation splits are read in stored order, every window once over all ranks: rank ``r`` takes
+   ``ceil(n / dp_size)`` windows and every rank yields the same number of batches, padded with
+   `FILLER` (no bases, ``loss_mask`` all zero, flagged in the batch).
+4. Loader workers never change a rank's batches: batches are dealt to workers in units of
+   consecutive batches (unit ``u`` to worker ``u % workers``; at least `UNIT_BATCHES`, and a mixing
+   block's worth in the data module, so workers mostly read different records) and the main
+   process puts them back in order (`worker_units`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from bionemo_wds.errors import OptionError
+from bionemo_wds.load.plan.order import EpochOrder
+from bionemo_wds.load.plan.types import DEFAULT_MIX, FILLER, UNIT_BATCHES, Consumed, RankPlan, RecordTable
+
+#: Positions of an epoch's order as runs: (first position, length) arrays, in order.
+Runs = tuple[np.ndarray, np.ndarray]
+
+
+def cut_runs(runs: Runs, lo: int, hi: int) -> Runs:
+    """Positions ``[lo, hi)`` of the sequence the runs make, as runs."""
+    starts, lengths = runs
+    ends = np.cumsum(lengths)
+    begin = ends - lengths
+    keep = (ends > lo) & (begin < hi)
+    s, b, e = starts[keep], begin[keep], ends[keep]
+    head = np.maximum(lo - b, 0)
+    return s + head, np.minimum(e, hi) - b - head
+
+
+def run_positions(runs: Runs) -> np.ndarray:
+    """Every position of the runs, in order."""
+    starts, lengths = runs
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
+def rank_runs(runs: Runs, dp_size: int, micro: int) -> tuple[list[Runs], Runs]:
+    """Each rank's contiguous run of whole global batches, and the tail no rank gets."""
+    total = int(runs[1].sum())
+    per_rank = total // (micro * dp_size) * micro
+    ranks = [cut_runs(runs, r * per_rank, (r + 1) * per_rank) for r in range(dp_size)]
+    return ranks, cut_runs(runs, dp_size * per_rank, total)
+
+
+def remaining_runs(n: int, consumed: Sequence[Consumed]) -> Runs:
+    """The positions of an n-window epoch not yet consumed, after each segment in turn (each
+    rank's unconsumed run in rank order, then the tail), as runs: a few per segment, never one
+    entry per window."""
+    runs: Runs = (np.zeros(1, np.int64), np.array([n], np.int64))
+    for seg in consumed:
+        if seg.dp_size < 1 or seg.micro < 1 or seg.batches < 0:
+            raise OptionError(f"invalid resume segment {seg}")
+        ranks, tail = rank_runs(runs, seg.dp_size, seg.micro)
+        per_rank = int(ranks[0][1].sum())
+        taken = seg.batches * seg.micro
+        if taken > per_rank:
+            raise OptionError(
+                f"resume position says {seg.batches} batches were consumed, but the epoch has "
+                f"{per_rank // seg.micro} batches per rank at dp_size {seg.dp_size}"
+            )
+        pieces = [cut_runs(rank, taken, per_rank) for rank in ranks] + [tail]
+        runs = (np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
+    return runs
+
+
+def remaining_sequence(sequence: np.ndarray, consumed: Sequence[Consumed]) -> np.ndarray:
+    """The epoch's windows not yet consumed, after each segment in turn (rank order, then the tail)."""
+    return sequence[run_positions(remaining_runs(len(sequence), consumed))]
+
+
+def train_batches(n_windows: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = ()) -> int:
+    """Batches every rank yields in a training epoch (those consumed before a resume included):
+    `train_plan`'s ``total_batches`` by arithmetic alone, without ordering the epoch."""
+    done = sum(seg.batches for seg in consumed)
+    left = n_windows - sum(seg.batches * seg.micro * seg.dp_size for seg in consumed)
+    return done + left // (micro * dp_size)
+
+
+def train_plan(
+    table: RecordTable,
+    seed: int,
+    epoch: int,
+    dp_rank: int,
+    dp_size: int,
+    micro: int,
+    consumed: Sequence[Consumed] = (),
+    mix: int = DEFAULT_MIX,
+) -> RankPlan:
+    """Rank `dp_rank`'s batches for a training epoch (from the resume position `consumed`)."""
+    check_rank(dp_rank, dp_size, micro)
+    return plan_of_order(EpochOrder(table, seed, epoch, mix), table.n_windows, dp_rank, dp_size, micro, consumed)
+
+
+def plan_of_sequence(
+    full: np.ndarray, dp_rank: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = ()
+) -> RankPlan:
+    """Rank `dp_rank`'s batches of an epoch whose windows, in order, are `full` (from the resume
+    position `consumed`): every rank a contiguous run of whole global batches (steps 2-3 above)."""
+    return plan_of_order(full.__getitem__, len(full), dp_rank, dp_size, micro, consumed)
+
+
+def plan_of_order(
+    order: Callable[[np.ndarray], np.ndarray],
+    n: int,
+    dp_rank: int,
+    dp_size: int,
+    micro: int,
+    consumed: Sequence[Consumed] = (),
+) -> RankPlan:
+    """`plan_of_sequence` of an n-window epoch given as a function from positions to window ids
+    (`EpochOrder`): only this rank's positions are computed."""
+    check_rank(dp_rank, dp_size, micro)
+    ranks, tail = rank_runs(remaining_runs(n, consumed), dp_size, micro)
+    ids = np.asarray(order(run_positions(ranks[dp_rank])), dtype=np.int64)
+    done = sum(seg.batches for seg in consumed)
+    return RankPlan(
+        ids.reshape(-1, micro),
+        left_out=int(tail[1].sum()),
+        first_batch=done,
+        total_batches=done + len(ids) // micro,
+    )
+
+
+def eval_plan(n_windows: int, dp_rank: int, dp_size: int, micro: int) -> RankPlan:
+    """Rank `dp_rank`'s batches of an evaluation split: every window once over all ranks, in stored
+    order; every rank the same number of batches, the last ones padded with filler."""
+    check_rank(dp_rank, dp_size, micro)
+    share = -(-n_windows // dp_size)
+    n_batches = -(-share // micro)
+    ids = np.arange(dp_rank * share, min((dp_rank + 1) * share, n_windows), dtype=np.int64)
+    padded = np.full(n_batches * micro, FILLER, dtype=np.int64)
+    padded[: len(ids)] = ids
+    return RankPlan(padded.reshape(-1, micro), total_batches=n_batches)
+
+
+def worker_units(n_batches: int, worker: int, workers: int, unit: int = UNIT_BATCHES) -> list[int]:
+    """Indices of the batches (of a rank's pass) loader worker `worker` of `workers` produces, in order."""
+    workers = max(workers, 1)
+    return [
+        b
+        for u in range(worker, -(-n_batches // unit), workers)
+        for b in range(u * unit, min((u + 1) * unit, n_batches))
+    ]
+
+
+def check_rank(dp_rank: int, dp_size: int, micro: int) -> None:
+    """A data-parallel place and micro batch that make sense (an `OptionError` naming them)."""
+    if dp_size < 1 or not 0 <= dp_rank < dp_size:
+        raise OptionError(f"data-parallel rank {dp_rank} is not within a size of {dp_size}")
+    if micro < 1:
+        raise OptionError(f"micro_batch_size must be at least 1, got {micro}")
