@@ -30,7 +30,7 @@ from conftest import LAMBDA, shard_windows
 from torch.utils.data import DataLoader
 
 from bionemo_wds import GenomicDataset, GenomicIterableDataset
-from bionemo_wds.load.genomic import GenomicWebDataModule
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
