@@ -25,8 +25,8 @@ from bionemo_wds.seeds import flip_salt, tag_salt
 
 class PlannedRows(NamedTuple):
     """The windows of one planned batch: each one's record (`FILLER_ROWS` for filler) and row, the
-    dataset it comes from (0 for one dataset), and the (seed, pass) of its random draws when not
-    the pass's own (a mix's datasets draw by their own streams: `mixed.MixedRecords.resolve`)."""
+    dataset it comes from, and the (seed, pass) its random draws come from (its dataset's stream
+    seed and the pass of its virtual id: `records.SourceRecords.resolve`; None: the pass's own)."""
 
     blocks: list[BlockRows]
     rows: list[int]
