@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BlendError
 from bionemo_wds.storage.location import protocol_of
 
 #: Our split names, in order.
@@ -40,10 +40,6 @@ DATASET_OPTIONAL_KEYS = ("split", "name")
 #: Keys of an Evo2 YAML entry: required, then optional.
 EVO2_KEYS = ("dataset_prefix", "dataset_split", "dataset_weight")
 EVO2_OPTIONAL_KEYS = ("dataset_path",)
-
-
-class BlendError(BadInputError, ValueError):
-    """A blend that cannot be used as given (the CLI reports it as bad input, callers may catch ValueError)."""
 
 
 def split_name(split: str) -> str:

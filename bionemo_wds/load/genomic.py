@@ -26,6 +26,7 @@ import lightning as L
 import numpy as np
 import webdataset as wds
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.load.checked import open_dataset
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, as_split, check_arguments, check_stage, epoch_batches
@@ -37,7 +38,7 @@ from bionemo_wds.load.plan import Consumed, RankPlan, split_batches, split_plan
 from bionemo_wds.load.planned import PlannedBatches
 from bionemo_wds.load.resume import TrainProgress, position
 from bionemo_wds.load.samples import SampleOptions
-from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.shard_errors import Handler, ShardErrorPolicy
 from bionemo_wds.load.split_records import SplitRecords
 from bionemo_wds.load.transfer import BatchTransfer
 from bionemo_wds.load.world import World
@@ -68,7 +69,8 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         seed: seeds the epoch plan (record order, window mixing) and RC flips (with the epoch).
         num_workers: loader worker processes; a rank's batches are the same for any number.
         shuffle_buffer: training windows mixed together at once (after the seeded record order).
-        handler: "raise" on a damaged shard (naming it and the sample key) or "warn" to skip and count.
+        handler: "raise" on a damaged shard (naming it and the sample key), "warn" or "skip" (silently)
+            to skip and count, or a function ``(CorruptShardError) -> bool`` (`load.shard_errors`).
         fasta: FASTA inputs to prepare into `shards` when no complete manifest is there.
         prepare_options: further `PrepareOptions` for that (e.g. stride, tail, split, tags).
         pin_memory: pin loader memory (GPU training).
@@ -119,7 +121,7 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         seed: int = 42,
         num_workers: int = 0,
         shuffle_buffer: int = 1000,
-        handler: str = "raise",
+        handler: str | Handler = "raise",
         fasta: list[str] | None = None,
         prepare_options: dict[str, Any] | None = None,
         pin_memory: bool = False,
@@ -147,16 +149,16 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         self.mixture: Mixture | None = None
         if datasets is not None or blend is not None:
             if shards is not None:
-                raise ValueError("give one dataset (shards) or several (datasets= or blend=), not both")
+                raise OptionError("give one dataset (shards) or several (datasets= or blend=), not both")
             self.mixture = Mixture.from_arguments(self, datasets, blend, samples_per_epoch, dict(self.hparams))
             shards = self.mixture.first_path
         elif shards is None or samples_per_epoch is not None:
-            raise ValueError("give one dataset (shards) or several (datasets= or blend=, with samples_per_epoch)")
+            raise OptionError("give one dataset (shards) or several (datasets= or blend=, with samples_per_epoch)")
         self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
         check_cache_memory(cache_memory)
         self.cached_splits = {as_split(name, "cache_in_memory") for name in cache_in_memory}
         if Split.train in self.cached_splits:
-            raise ValueError("cache_in_memory is for val and test: the train order changes every epoch")
+            raise OptionError("cache_in_memory is for val and test: the train order changes every epoch")
         check_arguments(micro_batch_size, global_batch_size, epoch, fasta, seq_length, cache_limit)
         self.store = Store(shards, storage_options, RetryPolicy(retries, retry_backoff), what="shards")
         self.root = self.store.root
@@ -215,7 +217,7 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
         missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
         if missing and self.mixture is None:  # a mixture's val and test are its datasets' own
-            raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
+            raise OptionError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
         for split in splits:
             if split.name in self.manifest["splits"] and split not in self.datasets:
                 self.datasets[split] = self.build_dataset(split)
@@ -332,7 +334,7 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         from it, each pass that runs to its end moving on by one (one stopped early, such as a peek
         with ``next(iter(loader))``, is not counted: the next pass is that epoch again)."""
         if epoch < 0:
-            raise ValueError(f"epoch must be non-negative, got {epoch}")
+            raise OptionError(f"epoch must be non-negative, got {epoch}")
         for state in self.epochs.values():
             state.next_epoch = epoch
 

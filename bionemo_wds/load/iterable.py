@@ -19,6 +19,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.loaders import Split, as_split
@@ -63,7 +64,7 @@ class GenomicIterableDataset(IterableDataset):
         assert self.module.manifest is not None
         if self.split not in self.module.records:
             where = root if root is not None else "a blend"
-            raise ValueError(f"{where} has no {self.split.name} split here (a blend's val and test are per dataset)")
+            raise OptionError(f"{where} has no {self.split.name} split here (a blend's val and test are per dataset)")
         self.emit_model_inputs = model_inputs
         self.epoch = 0
         self.restored: tuple[int, list[Consumed]] | None = None  # (epoch, segments) from a checkpoint
@@ -74,7 +75,7 @@ class GenomicIterableDataset(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """The epoch of the next pass (seeds its order, reverse complement and tag dropout)."""
         if epoch < 0:
-            raise ValueError(f"epoch must be non-negative, got {epoch}")
+            raise OptionError(f"epoch must be non-negative, got {epoch}")
         self.epoch = epoch
 
     def consumed(self) -> list[Consumed]:

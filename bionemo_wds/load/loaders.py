@@ -13,6 +13,7 @@ from typing import Any
 
 import webdataset as wds
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.load.epochs import EpochLoader, EpochState, ResumableLoader
 from bionemo_wds.storage import list_shards
 from bionemo_wds.storage.streams import register_webdataset_opener
@@ -38,7 +39,7 @@ def as_split(key: Any, what: str = "split key") -> Split:
     name = key.name if isinstance(key, Enum) else key
     if isinstance(name, str) and name in Split.__members__:
         return Split[name]
-    raise ValueError(
+    raise OptionError(
         f"{what}: {key!r} is not a split; use Split.train, Split.val, Split.test or their names "
         f"{', '.join(repr(s) for s in Split.__members__)}"
     )
@@ -55,7 +56,7 @@ def by_split(mapping: Mapping[Any, Any] | None, what: str) -> dict[Split, Any]:
     for key, value in mapping.items():
         split = as_split(key, what)
         if split in out:
-            raise ValueError(f"{what} names the {split.name} split twice ({key!r})")
+            raise OptionError(f"{what} names the {split.name} split twice ({key!r})")
         out[split] = value
     return out
 
@@ -101,23 +102,23 @@ def check_arguments(
 ) -> None:
     """The data module's batch, epoch and cache arguments, checked before anything is read."""
     if epoch not in EPOCH_MODES:
-        raise ValueError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
+        raise OptionError(f"epoch must be one of {', '.join(EPOCH_MODES)}, got {epoch!r}")
     if micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
+        raise OptionError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
     if global_batch_size is not None and global_batch_size < 1:
-        raise ValueError(
+        raise OptionError(
             f"global_batch_size must be at least 1 (or None: micro x data-parallel size), got {global_batch_size}"
         )
     if fasta and seq_length is None:
-        raise ValueError("preparing from fasta needs seq_length")
+        raise OptionError("preparing from fasta needs seq_length")
     if cache_limit is not None and cache_limit < 0:
-        raise ValueError(f"cache_limit must be non-negative bytes, got {cache_limit}")
+        raise OptionError(f"cache_limit must be non-negative bytes, got {cache_limit}")
 
 
 def epoch_batches(n_samples: int, global_batch_size: int) -> int:
     """Batches in bionemo's pseudo-epoch: ``ceil(n_samples / global_batch_size)``."""
     if global_batch_size < 1:
-        raise ValueError(f"global_batch_size must be at least 1, got {global_batch_size}")
+        raise OptionError(f"global_batch_size must be at least 1, got {global_batch_size}")
     return math.ceil(n_samples / global_batch_size)
 
 

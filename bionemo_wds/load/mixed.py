@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds.errors import BlendError, OptionError
 from bionemo_wds.load.blend import BlendEntry, entries_for, parse_datasets, read_blend
 from bionemo_wds.load.loaders import Split
 from bionemo_wds.load.mixing import (
@@ -107,9 +108,9 @@ class Mixture:
         self.module, self.options = module, options
         self.entries = {split: entries_for(entries, split) for split in ("train", "val", "test")}
         if not self.entries["train"]:
-            raise ValueError("a blend needs at least one train dataset")
+            raise BlendError("a blend needs at least one train dataset")
         if samples_per_epoch is not None and samples_per_epoch < 1:
-            raise ValueError(f"samples_per_epoch must be at least 1, got {samples_per_epoch}")
+            raise OptionError(f"samples_per_epoch must be at least 1, got {samples_per_epoch}")
         # without val/test entries, each train dataset's own val/test split (where it has one) is read
         self.implicit = {split: not self.entries[split] for split in ("val", "test")}
         for split in ("val", "test"):
@@ -128,11 +129,11 @@ class Mixture:
     ) -> Mixture:
         """From the data module's ``datasets=`` or ``blend=`` (one of them) and its other arguments."""
         if datasets is not None and blend is not None:
-            raise ValueError("give datasets=[{'path': ..., 'weight': ...}, ...] or blend='blend.yaml', not both")
+            raise BlendError("give datasets=[{'path': ..., 'weight': ...}, ...] or blend='blend.yaml', not both")
         if options.get("fasta"):
-            raise ValueError("fasta= prepares one dataset; prepare each dataset of a blend first")
+            raise BlendError("fasta= prepares one dataset; prepare each dataset of a blend first")
         if options.get("epoch", "exact") != "exact":
-            raise ValueError('a mixed epoch has exact quotas: use epoch="exact" with samples_per_epoch')
+            raise BlendError('a mixed epoch has exact quotas: use epoch="exact" with samples_per_epoch')
         entries = parse_datasets(datasets) if datasets is not None else read_blend(str(blend))
         # the rest go to every dataset's own module (not LightningCLI's "_instantiator" and such)
         own = {k: v for k, v in options.items() if k not in MIXING_ARGUMENTS and not k.startswith("_")}
@@ -182,13 +183,13 @@ class Mixture:
             params = manifest["params"]
             for key in AGREE_PARAMS:
                 if params[key] != base[key]:
-                    raise ValueError(
+                    raise BlendError(
                         f"datasets of a blend must agree on {key}: {first.path} has {base[key]}, "
                         f"{entry.path} has {params[key]}"
                     )
             mine, theirs = tokenizer_of(base), tokenizer_of(params)
             if mine != theirs:
-                raise ValueError(
+                raise BlendError(
                     f"datasets of a blend must share a tokenizer: {first.path} has {mine}, {entry.path} has {theirs}"
                 )
 
@@ -200,7 +201,7 @@ class Mixture:
             if self.implicit[split.name]:  # the train datasets that have the split
                 self.entries[split.name] = [e for e in self.entries[split.name] if self.has_split(e, split)]
             if split is Split.test and not self.entries["test"]:
-                raise ValueError(f"no dataset of the blend has a test split, which stage {stage!r} needs")
+                raise BlendError(f"no dataset of the blend has a test split, which stage {stage!r} needs")
             for entry in self.entries[split.name]:
                 self.source(entry.path).setup("validate" if split is Split.val else "test")
 

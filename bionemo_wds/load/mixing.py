@@ -29,6 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from bionemo_wds.errors import BlendError
 from bionemo_wds.load.plan import DEFAULT_MIX, Consumed, EpochOrder, RankPlan, RecordTable, plan_of_sequence
 from bionemo_wds.seeds import numpy_rng, stream_seed
 
@@ -46,7 +47,7 @@ def quotas(weights: Sequence[float], length: int) -> np.ndarray:
     which float remainders (``2/3`` computed three ways) do not."""
     w = np.asarray(weights, dtype=np.float64)
     if len(w) == 0 or not np.all(np.isfinite(w)) or np.any(w <= 0):
-        raise ValueError(f"mixing weights must be finite and positive, got {list(weights)}")
+        raise BlendError(f"mixing weights must be finite and positive, got {list(weights)}")
     if length < 0:
         raise ValueError(f"an epoch cannot have {length} samples")
     exact = [Fraction(float(x)).limit_denominator(10**12) for x in w.tolist()]
@@ -92,7 +93,7 @@ def stream_windows(
     ``EpochOrder(table, seed, p, mix)``): (window ids, pass of each)."""
     n = table.n_windows
     if count and n == 0:
-        raise ValueError("a dataset with no windows cannot fill its quota")
+        raise BlendError("a dataset with no windows cannot fill its quota")
     ids, passes = [], []
     position, end = start, start + count
     while position < end:

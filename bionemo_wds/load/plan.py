@@ -36,6 +36,7 @@ from functools import cached_property
 
 import numpy as np
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.permutation import SeededPermutation
 
 #: Window id of a filler window (padding of an evaluation rank or a damaged record's place).
@@ -220,7 +221,7 @@ def remaining_runs(n: int, consumed: Sequence[Consumed]) -> Runs:
         per_rank = int(ranks[0][1].sum())
         taken = seg.batches * seg.micro
         if taken > per_rank:
-            raise ValueError(
+            raise OptionError(
                 f"resume position says {seg.batches} batches were consumed, but the epoch has "
                 f"{per_rank // seg.micro} batches per rank at dp_size {seg.dp_size}"
             )
@@ -314,7 +315,7 @@ def resampled_plan(
     _check_rank(dp_rank, dp_size, micro)
     steps = table.n_windows // (micro * dp_size)
     if steps == 0:
-        raise ValueError(f"{table.n_windows} windows cannot fill one global batch of {micro * dp_size}")
+        raise OptionError(f"{table.n_windows} windows cannot fill one global batch of {micro * dp_size}")
     start = pseudo_epoch * batches_per_epoch
     pieces, cached = [], {}
     for step in range(start, start + batches_per_epoch):
@@ -337,9 +338,9 @@ def worker_units(n_batches: int, worker: int, workers: int, unit: int = UNIT_BAT
 
 def _check_rank(dp_rank: int, dp_size: int, micro: int) -> None:
     if dp_size < 1 or not 0 <= dp_rank < dp_size:
-        raise ValueError(f"data-parallel rank {dp_rank} is not within a size of {dp_size}")
+        raise OptionError(f"data-parallel rank {dp_rank} is not within a size of {dp_size}")
     if micro < 1:
-        raise ValueError(f"micro_batch_size must be at least 1, got {micro}")
+        raise OptionError(f"micro_batch_size must be at least 1, got {micro}")
 
 
 def split_plan(
@@ -362,7 +363,7 @@ def split_plan(
     if resampled_batches is None:
         return train_plan(table, seed, epoch, dp_rank, dp_size, micro, consumed, mix=mix)
     if any((seg.dp_size, seg.micro) != (dp_size, micro) for seg in consumed):
-        raise ValueError('resuming with another data-parallel size or micro batch needs epoch="exact"')
+        raise OptionError('resuming with another data-parallel size or micro batch needs epoch="exact"')
     plan = resampled_plan(table, seed, epoch, dp_rank, dp_size, micro, resampled_batches, mix=mix)
     done = sum(seg.batches for seg in consumed)
     return RankPlan(plan.batches[done:], first_batch=done, total_batches=plan.total_batches)

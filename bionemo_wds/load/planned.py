@@ -22,6 +22,7 @@ import numpy as np
 from torch.utils.data import IterableDataset
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.format import WindowBlock
 from bionemo_wds.load.compact import compact_batch
 from bionemo_wds.load.epochs import EpochState
@@ -151,7 +152,7 @@ class PlannedBatches(IterableDataset):
         for record in records.tolist():
             block = cache.get(record)
             if block is MISSING:
-                report = self.policy.mode == "raise" or self.reporter(plan, record, worker.count) == worker.id
+                report = self.policy.raises or self.reporter(plan, record, worker.count) == worker.id
                 block = cache.put(record, self.records.read(record, self.policy, report))
             blocks.append(block if block is not None else FILLER_ROWS)
         row_list = [row if block is not FILLER_ROWS else 0 for row, block in zip(rows.tolist(), blocks)]
@@ -244,7 +245,7 @@ def check_tag_room(tags: list[bytes], keys: list[str], max_tag: int) -> None:
     lineage dropout exists, a dataset prepared before did not: say so instead of a layout error."""
     for tag, key in zip(tags, keys):
         if len(tag) > max_tag:
-            raise ValueError(
+            raise OptionError(
                 f"window {key}: its control tag after tag dropout ({tag.decode('ascii')!r}, {len(tag)} bytes) "
                 f"is longer than the {max_tag} bytes the dataset leaves for tags; prepare the dataset again "
                 "with this version (it leaves room for lineage dropout) or set tag_dropout=0"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.format.manifest import stored_case
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.model_inputs import check_soft_mask_weight, to_model_inputs
@@ -29,9 +30,9 @@ class SampleOptions:
 
     def __post_init__(self) -> None:
         if not 0 <= self.rc_prob <= 1:
-            raise ValueError(f"rc_prob must be in [0, 1], got {self.rc_prob}")
+            raise OptionError(f"rc_prob must be in [0, 1], got {self.rc_prob}")
         if not 0 <= self.tag_dropout <= 1:
-            raise ValueError(f"tag_dropout must be in [0, 1], got {self.tag_dropout}")
+            raise OptionError(f"tag_dropout must be in [0, 1], got {self.tag_dropout}")
         check_soft_mask_weight(self.soft_mask_weight)
 
     def unused(self, manifest: dict[str, Any]) -> list[str]:

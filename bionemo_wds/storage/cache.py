@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.format.atomic import TEMPORARY_GLOB, atomic_write
 from bionemo_wds.storage.stats import StorageStats
 
@@ -51,7 +52,7 @@ class RangeCache:
 
     def __init__(self, directory: str | os.PathLike[str], limit: int | None = None, stats: StorageStats | None = None):
         if limit is not None and limit < 0:
-            raise ValueError(f"cache_limit must be non-negative bytes, got {limit}")
+            raise OptionError(f"cache_limit must be non-negative bytes, got {limit}")
         self.directory = Path(directory)
         self.limit = limit
         self.stats = stats
