@@ -17,6 +17,7 @@ workers can be started with it).
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import warnings
 from collections.abc import Callable, Mapping
@@ -80,12 +81,22 @@ HANDLER_MODES = tuple(HANDLERS)
 
 
 def resolve_handler(handler: str | Handler) -> Handler:
-    """The handler function `handler` names (one of `HANDLER_MODES`), or `handler` itself when callable."""
+    """The handler function `handler` names: one of `HANDLER_MODES`, or an importable function's dotted
+    path (``my_pkg.handlers.log_and_skip``, as a YAML config or the command line gives it); `handler`
+    itself when callable."""
     if callable(handler):
         return handler
-    if handler not in HANDLERS:
-        raise OptionError(f"handler must be one of {HANDLER_MODES}, got {handler!r}")
-    return HANDLERS[handler]
+    if isinstance(handler, str) and handler in HANDLERS:
+        return HANDLERS[handler]
+    if isinstance(handler, str) and "." in handler:
+        module, _, name = handler.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise OptionError(f"handler {handler!r} cannot be imported: {exc}") from exc
+        if callable(found):
+            return found
+    raise OptionError(f"handler must be one of {HANDLER_MODES} or a function, got {handler!r}")
 
 
 def size_problem(url: str, size: int | None, listed: int, manifest_url: str) -> str:
