@@ -43,8 +43,9 @@ STALE_TEMPORARY_SECONDS = 3600
 WHOLE_NAME = "whole"
 
 
-class CacheTooSmall(ValueError):
-    """A whole shard larger than the cache limit (a server that ignores range requests needs room for one)."""
+class CacheTooSmall(OptionError):
+    """A whole shard larger than the cache limit (a server that ignores range requests needs room for one):
+    `cache_limit` is too small, an `OptionError` (a `ValueError`)."""
 
 
 class RangeCache:
