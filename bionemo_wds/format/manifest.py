@@ -39,7 +39,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from bionemo_wds.errors import ChecksumError, ManifestError
+from bionemo_wds.errors import ManifestError
 from bionemo_wds.format.index import RecordIndex, paused_gc
 from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, write_record_index
 from bionemo_wds.format.tar import index_shard
@@ -154,7 +154,7 @@ def complete_record_index(root: str | os.PathLike[str] | Store, manifest: dict[s
             with store.open(shard["path"]) as stream:
                 size, sha, index = index_shard(store.url(shard["path"]), stream)
             if (size, sha) != (shard["bytes"], shard["sha256"]):
-                raise ChecksumError(
+                raise ManifestError(
                     f"{store.url(shard['path'])}: {size} bytes, sha256 {sha[:12]}..., but the manifest "
                     f"entry being written says {shard['bytes']} bytes, sha256 {str(shard['sha256'])[:12]}..."
                 )
