@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from bionemo_wds.compat.stages import collate_compact
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.format import window_key
 from bionemo_wds.lineage import dropout_length
 from bionemo_wds.load.batch.model_inputs import to_model_inputs
@@ -65,21 +65,21 @@ def encode(
     """
     seqs = [s.encode("ascii", "replace") if isinstance(s, str) else bytes(s) for s in _as_list(sequences, "sequences")]
     if not seqs:
-        raise BadInputError("encode needs at least one sequence")
+        raise SourceError("encode needs at least one sequence")
     tag_list = [""] * len(seqs) if tags is None else _as_list(tags, "tags")
     if len(tag_list) == 1 and len(seqs) > 1:
         tag_list = tag_list * len(seqs)
     if len(tag_list) != len(seqs):
-        raise BadInputError(f"encode got {len(tag_list)} tags for {len(seqs)} sequences; give one per sequence")
+        raise OptionError(f"encode got {len(tag_list)} tags for {len(seqs)} sequences; give one per sequence")
     if tail not in TAIL_MODES:
-        raise BadInputError(f"tail must be one of {', '.join(TAIL_MODES)}, got {tail!r}")
+        raise OptionError(f"tail must be one of {', '.join(TAIL_MODES)}, got {tail!r}")
     tag_bytes = [encode_tag(t, f"#{i}") for i, t in enumerate(tag_list)]
     for i, seq in enumerate(seqs):
         if not seq:
-            raise BadInputError(f"sequence #{i} is empty")
+            raise SourceError(f"sequence #{i} is empty")
         bad = first_invalid(seq)
         if bad >= 0:
-            raise BadInputError(
+            raise SourceError(
                 f"sequence #{i} has {chr(seq[bad])!r} at position {bad}, which is not an IUPAC nucleotide code"
             )
     # the tag room prepare leaves (`Catalog.max_tag_bytes`), so windows fall where the dataset's do

@@ -1,8 +1,22 @@
-"""Errors the user can act on.
+"""Errors the user can act on, as one hierarchy.
 
 `BadInputError` marks input the user must fix (a file, a sequence, a parameter, an output
-directory). The CLI turns it into a one-line message and exit code 2; nothing else in the package
-should be caught that broadly.
+directory). The CLI turns it into a one-line message and exit code 2 (`cli.errors.EXIT_CODES` maps
+types, never traceback locations); nothing else in the package should be caught that broadly::
+
+    BadInputError
+        OptionError          (also ValueError) an argument, option or parameter
+        ManifestError        (also ValueError) a manifest.json or record index file
+        BlendError           (also ValueError) datasets=/blend YAML entries, weights, datasets that disagree
+        SourceError          (also ValueError) an input sequence file (FASTA, HDF5, Eden)
+        CorruptShardError    (also RuntimeError) a shard damaged or disagreeing with its manifest
+            ChecksumError        a record's crc32 or a shard's sha256 differs
+            TruncatedShardError  a shard or record cut short
+            ShardSizeError       a shard missing or not of its listed size
+    RemoteReadError          (a RuntimeError) a remote read that failed after every retry
+
+The `ValueError` / `RuntimeError` bases keep ``except ValueError`` (and ``pytest.raises``) that
+predate the hierarchy working. This module imports no other module of the package.
 """
 
 from __future__ import annotations
@@ -12,6 +26,53 @@ from collections.abc import Iterator
 
 class BadInputError(Exception):
     """Input, parameters or an output directory that cannot be used as given."""
+
+
+class OptionError(BadInputError, ValueError):
+    """An argument, option or parameter that is invalid or disagrees with the data (a batch size
+    below 1, another seq_length than the shards were cut for, an unknown epoch mode or split name)."""
+
+
+class BlendError(BadInputError, ValueError):
+    """A blend that cannot be used: ``datasets=`` / blend YAML entries, their weights, or blended
+    datasets that disagree (seq_length, tokenizer, splits)."""
+
+
+class SourceError(BadInputError, ValueError):
+    """An input sequence file that cannot be prepared (unreadable, unknown characters, duplicate
+    sequence ids, a FASTA/HDF5/Eden file of the wrong shape); the message names file and sequence."""
+
+
+class CorruptShardError(BadInputError, RuntimeError):
+    """A shard that is truncated, corrupt, or disagrees with its manifest; the message names the
+    shard (and the record or last good sample key where there is one)."""
+
+
+class ChecksumError(CorruptShardError):
+    """A record whose crc32, or a shard whose sha256, differs from what the manifest records."""
+
+
+class TruncatedShardError(CorruptShardError):
+    """A shard cut short: a truncated tar, a record past the end of the file, a short read."""
+
+
+class ShardSizeError(CorruptShardError):
+    """A shard missing, or not of the size its manifest lists."""
+
+
+class RemoteReadError(RuntimeError):
+    """A remote read that failed after every attempt (the URL, attempts and last cause are in the text).
+
+    Defined here (raised by `storage.retry`) so that the CLI and the loaders can name it without
+    importing storage."""
+
+    def __init__(self, url: str, attempts: int | None = None, cause: BaseException | None = None):
+        self.url, self.attempts, self.cause = url, attempts, cause
+        if attempts is None:  # re-raised from a message alone (a loader worker's error in the main process)
+            super().__init__(url)
+            return
+        detail = " ".join(f"{type(cause).__name__}: {cause}".split())
+        super().__init__(f"{url}: read failed after {attempts} attempt(s); last error {detail}")
 
 
 def exception_chain(exc: BaseException, suppressed: bool = False) -> Iterator[BaseException]:
@@ -26,14 +87,6 @@ def exception_chain(exc: BaseException, suppressed: bool = False) -> Iterator[Ba
         yield current
         hidden = current.__suppress_context__ and not suppressed
         current = current.__cause__ or (None if hidden else current.__context__)
-
-
-class OptionError(BadInputError, ValueError):
-    """An argument, option or parameter that is invalid or disagrees with the data it is used on."""
-
-
-class BlendError(BadInputError, ValueError):
-    """Several datasets that cannot be mixed as given (entries, weights, datasets that disagree)."""
 
 
 class ManifestError(BadInputError, ValueError):

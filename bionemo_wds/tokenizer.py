@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import SourceError
 
 EOS_ID = 0
 PAD_ID = 1
@@ -70,7 +70,7 @@ def encode_tag(tag: str, seq_id: str) -> bytes:
     """Tag text as token bytes; only printable ASCII, so no tag byte collides with a special."""
     data = tag.encode("utf-8")
     if any(b < 32 or b > 126 for b in data):
-        raise BadInputError(f"control tag of sequence {seq_id!r} has non-printable or non-ASCII characters: {tag!r}")
+        raise SourceError(f"control tag of sequence {seq_id!r} has non-printable or non-ASCII characters: {tag!r}")
     return data
 
 

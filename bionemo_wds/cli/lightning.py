@@ -11,9 +11,10 @@ A model named on the command line or in a config file starts from its own defaul
 init_args of the class named before it (`fit_args.separate_model_switches`). A user error (an
 unknown or abbreviated option, a model that cannot be imported, bad input, a missing file or
 manifest, an unreadable remote, a damaged shard, an option the data module or the model refuses)
-prints one line naming it and exits 2, as in the other subcommands; the command line's own mistakes
-are found before Lightning is imported (`fit_args.check_options`). Anything else (a bug) keeps its
-traceback.
+prints one line naming it and exits 2, as in the other subcommands (`exit_codes.EXIT_CODES`: by the
+error's type, found in the chain Lightning and jsonargparse wrap around it); the command line's own
+mistakes are found before Lightning is imported (`fit_args.check_options`). Anything else (a bug)
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from bionemo_wds.cli.exit_codes import report_error
 from bionemo_wds.cli.fit_args import DEFAULT_MODEL, FitArgError, check_options, one_line, separate_model_switches
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-PACKAGE = Path(__file__).resolve().parents[1]
 DESCRIPTION = (
     "Train or evaluate a LightningModule on bionemo-wds shards. The model is TinyDNALM unless --model "
     "names another (--model my_pkg.MyLM); `--model.help TinyDNALM` (or `--model.help my_pkg.MyLM`) lists "
@@ -84,11 +84,10 @@ def run(argv: Sequence[str]) -> int:
         print(f"bionemo-wds {argv[0]}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
-        culprit = user_error(exc)
-        if culprit is None:
+        code = report_error(argv[0], exc)  # by type, through the chain Lightning and jsonargparse wrap
+        if code is None:
             raise
-        print(f"bionemo-wds {argv[0]}: error: {culprit}", file=sys.stderr)
-        return 2
+        return code
     return 0
 
 
@@ -122,32 +121,3 @@ def first_dataset(config: Any) -> str | None:
     datasets = config.get("data.datasets")
     entries = parse_datasets(datasets) if datasets else read_blend(config.get("data.blend"))
     return entries_for(entries, "train")[0].path
-
-
-def user_error(exc: BaseException) -> BaseException | None:
-    """The user error behind `exc` (itself or one it was raised from), or None for anything else.
-
-    User errors: `BadInputError`, `RemoteReadError`, `CorruptShardError`, `FileNotFoundError`, and a
-    `ValueError` raised by bionemo_wds's own code (its option checks: the data module's, the model's);
-    a `ValueError` from torch or Lightning inside a step is a bug and keeps its traceback. Followed
-    through exception chains because jsonargparse wraps what a model's ``__init__`` raises."""
-    from bionemo_wds.errors import BadInputError, exception_chain
-    from bionemo_wds.load.shard_errors import CorruptShardError
-    from bionemo_wds.storage.retry import RemoteReadError
-
-    for error in exception_chain(exc):
-        if isinstance(error, (BadInputError, RemoteReadError, CorruptShardError, FileNotFoundError)):
-            return error
-        if isinstance(error, ValueError) and raised_in_package(error):
-            return error
-    return None
-
-
-def raised_in_package(exc: BaseException) -> bool:
-    """Whether the innermost frame of `exc`'s traceback is bionemo_wds's code."""
-    tb = exc.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return PACKAGE in Path(tb.tb_frame.f_code.co_filename).resolve().parents

@@ -14,14 +14,13 @@ import warnings
 from collections.abc import Sequence
 
 from bionemo_wds import __version__
+from bionemo_wds.cli.exit_codes import report_error
 from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
 from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
 from bionemo_wds.cli.precompute import add_precompute_parser, run_precompute
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, add_prepare_parser, run_prepare
 from bionemo_wds.cli.show import add_show_parser, run_show
-from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare.report import inspect_text, verify
-from bionemo_wds.storage.retry import RemoteReadError
 
 __all__ = ["BUNDLED_GENOME", "main"]
 
@@ -106,14 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{'ok' if report.ok else f'{len(report.problems)} problem(s)'}"
         )
         return 0 if report.ok else 1
-    except (BadInputError, RemoteReadError) as exc:
-        print(f"bionemo-wds {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ValueError) as exc:
-        if args.command == "prepare":
+    except Exception as exc:
+        code = report_error(args.command, exc)  # one line for a user error (`exit_codes.EXIT_CODES`)
+        if code is None:
             raise
-        print(f"bionemo-wds {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return code
     finally:
         warnings.formatwarning = shown
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import RECORD_SUFFIX, decode_record, iter_members, read_manifest, window_key
+from bionemo_wds.errors import BadInputError, CorruptShardError, TruncatedShardError
+from bionemo_wds.format import RECORD_SUFFIX, TarStreamError, decode_record, iter_members, read_manifest, window_key
 from bionemo_wds.storage.store import Store
 
 HELP = "print a split's first windows as text: key, sequence, start, strand, tag and the bases"
@@ -86,11 +86,15 @@ def shown_windows(dataset: str, split: str, n: int, storage_options: dict[str, A
 def _windows(store: Store, shards: list[dict[str, Any]]) -> Iterator[ShownWindow]:
     ending = f".{RECORD_SUFFIX}"
     for shard in shards:
+        url = store.url(shard["path"])
         with store.open(shard["path"]) as stream:
-            for name, data in iter_members(stream):
+            for name, data in _members(stream, url):
                 if not name.endswith(ending):
                     continue
-                block = decode_record(data)
+                try:
+                    block = decode_record(data)
+                except ValueError as exc:  # named as the loaders name it: a user error, exit 2
+                    raise CorruptShardError(f"shard {url}: record {name} cannot be decoded: {exc}") from exc
                 for i in range(len(block)):
                     yield ShownWindow(
                         block.seq_id[i],
@@ -101,6 +105,14 @@ def _windows(store: Store, shards: list[dict[str, Any]]) -> Iterator[ShownWindow
                         shard["path"],
                         name[: -len(ending)],
                     )
+
+
+def _members(stream: Any, url: str) -> Iterator[tuple[str, bytes]]:
+    """`iter_members`, a damaged tar named as the loaders name it (a user error, exit 2)."""
+    try:
+        yield from iter_members(stream)
+    except TarStreamError as exc:
+        raise TruncatedShardError(f"shard {url} is truncated or corrupt: {exc}") from exc
 
 
 def window_text(window: ShownWindow, width: int = WIDTH) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from webdataset import TarWriter
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.format import TAR_MTIME, atomic_write, remove_stale_temporaries
 
 
@@ -37,7 +38,7 @@ def pickles_to_tars(
     """
     suffixes = [input_suffix] if isinstance(input_suffix, str) else list(input_suffix)
     if min_num_shards is not None and min_num_shards <= 0:
-        raise ValueError(f"min_num_shards must be positive, got {min_num_shards}")
+        raise OptionError(f"min_num_shards must be positive, got {min_num_shards}")
     names = list(input_prefix_subset)
     per_shard = 100_000 if min_num_shards is None else max(1, len(names) // min_num_shards)
     os.makedirs(dir_output, exist_ok=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bionemo_wds.errors import ManifestError, OptionError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.storage.location import join
 
@@ -47,7 +48,7 @@ def prepared_remedy(directory: str, prefix: str, workers: dict[str, int]) -> str
     try:
         manifest = read_manifest(root)
         if manifest["params"].get("prefix", prefix) != prefix:
-            raise ValueError("the manifest is not about these shards")
+            raise ManifestError("the manifest is not about these shards")
         windows = {
             split: int(manifest["splits"][split]["n_samples"]) for split in workers if split in manifest["splits"]
         }
@@ -71,7 +72,7 @@ def check_shards_for_workers(
     """A clear `ValueError` when `split` has fewer shards (`urls`) than loader `workers`."""
     if workers <= len(urls):
         return
-    raise ValueError(
+    raise OptionError(
         f"the {split} split has {len(urls)} shard(s) ({join(directory, f'{prefix}-*.tar')}) but num_workers={workers}: "
         f"webdataset gives each loader worker whole shards, so a worker would have none; use num_workers={len(urls)} "
         f"or fewer, {remedy}"

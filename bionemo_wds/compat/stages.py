@@ -51,7 +51,7 @@ class Window(Mapping):
         self.block, self.row, self.rc = block, row, rc
         self._key: str | None = None
         self._tag: bytes | None = None  # set by tag dropout; None: the record's tag
-        self.source = 0  # the dataset it comes from (several are mixed in `load.mixing`)
+        self.source = 0  # the dataset it comes from (several are mixed in `load.plan.mixing`)
         # (seed, epoch) its random draws (RC coin, tag dropout) come from, when not the pass's own:
         # a mixed dataset's window draws by its stream's seed and pass, so each repeat draws afresh
         self.draw: tuple[int, int] | None = None

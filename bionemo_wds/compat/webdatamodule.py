@@ -25,6 +25,7 @@ import webdataset as wds
 from bionemo_wds.compat.pickles import pickles_to_tars
 from bionemo_wds.compat.pipelines import check_pipeline
 from bionemo_wds.compat.shard_count import check_shards_for_workers, needs_worker_shards, prepared_remedy
+from bionemo_wds.errors import OptionError
 from bionemo_wds.lightning.loaders import (
     STAGE_SPLITS,
     Invocations,
@@ -69,7 +70,7 @@ def extract_suffixes(src: Iterable[dict], suffixes: Sequence[str]) -> Iterator[t
                 if len(matches) != 1:
                     members = sorted(k for k in names if not k.startswith("__"))
                     problem = "no member" if not matches else f"several members ({matches})"
-                    raise ValueError(
+                    raise OptionError(
                         f"shard {sample.get('__url__')}: sample {sample.get('__key__')} has {problem} matching "
                         f"suffix key {suffix!r}; its members are {members}"
                     )
@@ -104,9 +105,9 @@ class WebDataModule(L.LightningDataModule):
         dirs_tars_wds = by_split(dirs_tars_wds, "dirs_tars_wds")
         n_samples = by_split(n_samples, "n_samples") if n_samples is not None else None
         if global_batch_size < 1:
-            raise ValueError(f"global_batch_size must be at least 1, got {global_batch_size}")
+            raise OptionError(f"global_batch_size must be at least 1, got {global_batch_size}")
         if n_samples is not None and set(n_samples) != set(dirs_tars_wds):
-            raise ValueError(
+            raise OptionError(
                 f"n_samples has splits {sorted(s.name for s in n_samples)} but dirs_tars_wds has "
                 f"{sorted(s.name for s in dirs_tars_wds)}; they must name the same splits"
             )
@@ -131,7 +132,7 @@ class WebDataModule(L.LightningDataModule):
     def shard_urls(self, split: Split) -> list[str]:
         """The split's shards, sorted; a clear error when the split or its shards are missing."""
         if split not in self._dirs_tars_wds:
-            raise ValueError(
+            raise OptionError(
                 f"no directory given for the {split.name} split (dirs_tars_wds has "
                 f"{', '.join(s.name for s in self._dirs_tars_wds) or 'none'})"
             )
@@ -214,7 +215,7 @@ class PickledSplits:
         self.names_subset = by_split(names_subset, "names_subset")
         missing = [split.name for split in self.names_subset if split not in self._dirs_tars_wds]
         if missing:
-            raise ValueError(
+            raise OptionError(
                 f"names_subset has the {', '.join(missing)} split(s) but dirs_tars_wds has "
                 f"{', '.join(s.name for s in self._dirs_tars_wds) or 'none'}; give a directory for each"
             )

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds.errors import ManifestError
+
 #: The index columns, in the order the manifest lists them.
 COLUMNS = ("offset", "size", "windows", "crc32")
 #: One row of the record index (little-endian, packed: 20 bytes), as the version-4 file stores it.
@@ -100,7 +102,7 @@ def _rows(columns: list[Any]) -> np.ndarray:
                 continue
         limit = np.iinfo(INDEX_DTYPE[name]).max
         if values is None or (len(values) and (values.min() < 0 or int(values.max()) > limit)):
-            raise ValueError(f"the record index is malformed: its {name} column holds a number outside 0..{limit}")
+            raise ManifestError(f"the record index is malformed: its {name} column holds a number outside 0..{limit}")
         rows[name] = values
     return rows
 
@@ -121,7 +123,7 @@ class RecordIndex:
     ):
         columns = [offset, size, windows, crc32]
         if len({len(column) for column in columns}) != 1:
-            raise ValueError("the record index is malformed: its columns have different lengths")
+            raise ManifestError("the record index is malformed: its columns have different lengths")
         self.rows: np.ndarray = _rows(columns)
 
     @classmethod
@@ -171,7 +173,7 @@ class RecordIndex:
         try:
             lists = _int_lists(columns) or [[int(v) for v in columns[name]] for name in COLUMNS]
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"the record index is malformed (needs columns {', '.join(COLUMNS)}): {exc!r}") from exc
+            raise ManifestError(f"the record index is malformed (needs columns {', '.join(COLUMNS)}): {exc!r}") from exc
         return cls(*lists)
 
     def disagreements(self, n: int, key: str, offset: int, data: bytes, windows: int | None) -> Iterator[str]:
@@ -250,4 +252,4 @@ def shard_json_index(shard: dict[str, Any]) -> RecordIndex | None:
     try:
         return index_of(shard)
     except ValueError as exc:
-        raise ValueError(f"{shard.get('path')}: {exc}") from exc
+        raise ManifestError(f"{shard.get('path')}: {exc}") from exc

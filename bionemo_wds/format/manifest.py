@@ -154,7 +154,7 @@ def complete_record_index(root: str | os.PathLike[str] | Store, manifest: dict[s
             with store.open(shard["path"]) as stream:
                 size, sha, index = index_shard(store.url(shard["path"]), stream)
             if (size, sha) != (shard["bytes"], shard["sha256"]):
-                raise ValueError(
+                raise ManifestError(
                     f"{store.url(shard['path'])}: {size} bytes, sha256 {sha[:12]}..., but the manifest "
                     f"entry being written says {shard['bytes']} bytes, sha256 {str(shard['sha256'])[:12]}..."
                 )

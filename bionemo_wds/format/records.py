@@ -38,6 +38,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from bionemo_wds.errors import OptionError
+
 #: Tar member suffix of a record.
 RECORD_SUFFIX = "msgpack"
 #: Record codecs: "none" (format version 1, or 3 with ``params.codec`` "none") or "zstd" (2, or 3 with "zstd").
@@ -114,7 +116,7 @@ def encode_record(
         record["codec"] = "zstd"
         tokens = _compressor(level).compress(tokens)
     elif codec != "none":
-        raise ValueError(f"unknown codec {codec!r}; use one of {CODECS}")
+        raise OptionError(f"unknown codec {codec!r}; use one of {CODECS}")
     record.update(
         tokens=tokens, lengths=[len(b) for b in bases], seq_id=seq_ids, start=starts, window=windows, tag=tags
     )

@@ -30,6 +30,7 @@ from bionemo_wds.load.dataset import GenomicDataset, check_options
 from bionemo_wds.load.plan import RankPlan
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress, position
 from bionemo_wds.load.records import SourceRecords
+from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World
@@ -92,7 +93,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         cache_in_memory: splits (val, test) whose batches this rank keeps in memory after the first
             pass, so later passes read no shard bytes; `cache_memory`: "plain", "pinned" or "shared".
         datasets: several prepared datasets to train on, mixed with exact quotas instead of `shards`:
-            ``[{"path": ..., "weight": ...}, ...]`` (paths may be URLs; see `load.mixed`).
+            ``[{"path": ..., "weight": ...}, ...]`` (paths may be URLs; see `load.sources`).
         blend: an Evo2-format blend YAML (``dataset_prefix``, ``dataset_split``, ``dataset_weight``)
             naming prepared datasets, instead of `shards` or `datasets`.
         samples_per_epoch: windows in a mixed epoch (default: the sum of the datasets' train splits).
@@ -109,7 +110,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         seed: int = 42,
         num_workers: int = 0,
         shuffle_buffer: int = 1000,
-        handler: str = "raise",
+        handler: str | Handler = "raise",
         fasta: list[str] | None = None,
         prepare_options: dict[str, Any] | None = None,
         pin_memory: bool = False,
@@ -139,6 +140,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         if fasta and seq_length is None:
             raise OptionError("preparing from fasta needs seq_length")
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
+        resolve_handler(handler)  # checked now, used when a dataset is opened
         self.entries = blend_entries(shards, datasets, blend)
         self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
         check_cache_memory(cache_memory)

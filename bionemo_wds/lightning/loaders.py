@@ -12,6 +12,7 @@ from typing import Any
 
 import webdataset as wds
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.lightning.epochs import EpochLoader, ResumableLoader
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.splits import Split
@@ -53,7 +54,7 @@ def shard_urls(directory: str, prefix: str, split: Split) -> list[str]:
 def epoch_batches(n_samples: int, global_batch_size: int) -> int:
     """Batches in bionemo's pseudo-epoch: ``ceil(n_samples / global_batch_size)``."""
     if global_batch_size < 1:
-        raise ValueError(f"global_batch_size must be at least 1, got {global_batch_size}")
+        raise OptionError(f"global_batch_size must be at least 1, got {global_batch_size}")
     return math.ceil(n_samples / global_batch_size)
 
 

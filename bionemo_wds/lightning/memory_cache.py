@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from bionemo_wds.errors import OptionError
+
 #: Where cached batches live: ordinary memory, page-locked (fast host-to-GPU copies), or shared
 #: memory (the tensors can be handed to other processes without copying).
 CACHE_MEMORY = ("plain", "pinned", "shared")
@@ -24,9 +26,9 @@ CACHE_MEMORY = ("plain", "pinned", "shared")
 def check_cache_memory(memory: str) -> None:
     """`memory` is one of `CACHE_MEMORY`, and page-locked memory has an accelerator to serve."""
     if memory not in CACHE_MEMORY:
-        raise ValueError(f"cache_memory must be one of {', '.join(CACHE_MEMORY)}, got {memory!r}")
+        raise OptionError(f"cache_memory must be one of {', '.join(CACHE_MEMORY)}, got {memory!r}")
     if memory == "pinned" and not accelerator_available():
-        raise ValueError(
+        raise OptionError(
             'cache_memory="pinned" needs an accelerator (page-locked memory speeds up copies to it) and none '
             'is available; use "plain" or "shared"'
         )

@@ -41,6 +41,7 @@ from bionemo_wds.load.plan.mixing import mixed_sequence, stream_positions
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress
 from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan
 from bionemo_wds.load.reader import PlannedBatches
+from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World, in_loader_worker
@@ -96,7 +97,7 @@ class GenomicDataset(IterableDataset):
         control_tags: bool = True,
         seed: int = 42,
         shuffle_buffer: int = 1000,
-        handler: Any = "raise",
+        handler: str | Handler = "raise",
         dp_rank: int | None = None,
         dp_size: int | None = None,
         epoch: str = "exact",
@@ -116,6 +117,7 @@ class GenomicDataset(IterableDataset):
         world = World.detect(None, dp_rank, dp_size)
         samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
+        resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)
         opening = OpenOptions(seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit)
         sources = Sources(entries, samples_per_epoch, seed, opening, world.rank, samples.unused)

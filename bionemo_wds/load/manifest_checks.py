@@ -17,15 +17,24 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.format import MANIFEST_NAME, read_manifest, unlisted_shards
-from bionemo_wds.load.shard_errors import CorruptShardError, ShardErrorPolicy, size_problem
+from bionemo_wds.load.shard_errors import (
+    CorruptShardError,
+    Handler,
+    ShardErrorPolicy,
+    ShardSizeError,
+    raise_on_error,
+    resolve_handler,
+    size_problem,
+)
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.stats import StorageStats
 from bionemo_wds.storage.store import Store
 
 
 def read_checked_manifest(
-    store: Store, seq_length: int | None, handler: str = "raise", warn_strays: bool = True
+    store: Store, seq_length: int | None, handler: str | Handler = "raise", warn_strays: bool = True
 ) -> tuple[dict[str, Any], dict[str, int | None]]:
     """(manifest, shard URL -> size found, None for a missing shard) of the dataset at `store`; clear
     errors for disagreements (a shard's size only under ``handler="raise"``). `warn_strays`: warn
@@ -35,14 +44,14 @@ def read_checked_manifest(
 
 
 def _read_checked(
-    store: Store, seq_length: int | None, handler: str, warn_strays: bool
+    store: Store, seq_length: int | None, handler: str | Handler, warn_strays: bool
 ) -> tuple[dict[str, Any], dict[str, int | None], dict[str, int]]:
     """`read_checked_manifest`, and shard URL -> windows the manifest lists (each URL made once)."""
     manifest = read_manifest(store)
     params = manifest["params"]
     where = store.url(MANIFEST_NAME)
     if seq_length is not None and seq_length != params["seq_length"]:
-        raise ValueError(
+        raise OptionError(
             f"{store.root} was cut for seq_length {params['seq_length']} (windows of {params['window_length']} "
             f"bases); seq_length={seq_length} was asked for. Use seq_length={params['seq_length']} or "
             f"prepare again with --seq-length {seq_length}"
@@ -75,8 +84,8 @@ def _read_checked(
                     size = store.size(shard["path"])
                 except FileNotFoundError:
                     size = None
-            if size != shard["bytes"] and handler == "raise":
-                raise CorruptShardError(size_problem(url, size, shard["bytes"], where))
+            if size != shard["bytes"] and resolve_handler(handler) is raise_on_error:
+                raise ShardSizeError(size_problem(url, size, shard["bytes"], where))
             sizes[url] = size
             expected[url] = shard["n_samples"]
     return manifest, sizes, expected
@@ -97,7 +106,7 @@ class OpenedDataset:
 def open_dataset(
     store: Store,
     seq_length: int | None,
-    handler: str,
+    handler: str | Handler,
     warn_strays: bool,
     cache_dir: str | None = None,
     cache_limit: int | None = None,

@@ -119,7 +119,7 @@ class PlannedBatches(IterableDataset):
         for record in records.tolist():
             block = cache.get(record)
             if block is MISSING:
-                report = self.policy.mode == "raise" or self.reporter(plan, record, worker.count) == worker.id
+                report = self.policy.raises or self.reporter(plan, record, worker.count) == worker.id
                 block = cache.put(record, self.records.read(record, self.policy, report))
             blocks.append(block if block is not None else FILLER_ROWS)
         row_list = [row if block is not FILLER_ROWS else 0 for row, block in zip(rows.tolist(), blocks)]

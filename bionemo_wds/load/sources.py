@@ -23,7 +23,7 @@ from bionemo_wds.load.blend_file import BlendEntry, entries_for, last_component,
 from bionemo_wds.load.manifest_checks import open_dataset
 from bionemo_wds.load.plan.mixing import describe_shares, quotas, repeat_warnings, source_seeds
 from bionemo_wds.load.records import SourceRecords, SplitRecords
-from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.shard_errors import Handler, ShardErrorPolicy
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.retry import RetryPolicy
@@ -42,7 +42,7 @@ class OpenOptions:
     """How a dataset is opened (see `GenomicDataset` for each)."""
 
     seq_length: int | None = None
-    handler: Any = "raise"
+    handler: str | Handler = "raise"
     storage_options: Mapping[str, Any] | None = None
     retries: int = 5
     retry_backoff: float = 0.5

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from bionemo_wds.errors import OptionError
+
 
 @dataclass(frozen=True)
 class World:
@@ -21,7 +23,7 @@ class World:
 
     def __post_init__(self) -> None:
         if self.size < 1 or not 0 <= self.rank < self.size:
-            raise ValueError(f"rank {self.rank} is not within a world of {self.size}")
+            raise OptionError(f"rank {self.rank} is not within a world of {self.size}")
 
     @classmethod
     def detect(cls, trainer: Any = None, dp_rank: int | None = None, dp_size: int | None = None) -> World:
@@ -35,7 +37,7 @@ class World:
         4. a single process.
         """
         if (dp_rank is None) != (dp_size is None):
-            raise ValueError(f"give dp_rank and dp_size together (got dp_rank={dp_rank}, dp_size={dp_size})")
+            raise OptionError(f"give dp_rank and dp_size together (got dp_rank={dp_rank}, dp_size={dp_size})")
         if dp_rank is not None and dp_size is not None:
             return cls(dp_rank, dp_size)
         if trainer is not None:

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bionemo_wds.errors import OptionError
+
 
 class TinyDNALM(L.LightningModule):
     """A small causal transformer over byte-level DNA tokens (the default model of `bionemo-wds fit`).
@@ -44,9 +46,9 @@ class TinyDNALM(L.LightningModule):
         dropout: float = 0.0,
     ):
         if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
+            raise OptionError(f"d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
         if max_len < 1:
-            raise ValueError(f"max_len must be at least 1, got {max_len}")
+            raise OptionError(f"max_len must be at least 1, got {max_len}")
         super().__init__()
         self.save_hyperparameters()
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -116,7 +118,7 @@ class Throughput(L.Callback):
 
     def __init__(self, log_every_n_steps: int = 10, print_every_n_steps: int = 0, window: int = 20):
         if window < 1:
-            raise ValueError(f"window must be at least 1 step, got {window}")
+            raise OptionError(f"window must be at least 1 step, got {window}")
         self.every = log_every_n_steps
         self.print_every = print_every_n_steps
         self.points: deque[tuple[float, int, int]] = deque(maxlen=window + 1)  # (train clock, samples, tokens)

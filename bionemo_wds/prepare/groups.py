@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.prepare.catalog import Catalog
 
 GROUP_RULES = ("sample-id", "regex:PATTERN", "tsv:FILE", "mmseqs:FILE")
@@ -116,13 +116,13 @@ def group_names(names: list[str], rule: str) -> list[str | None]:
         kind, path = rule.split(":", 1)
         table = read_group_tsv(path, member_first=kind == "tsv")
         return [table.get(n) for n in names]
-    raise BadInputError(f"--group-by must be one of {', '.join(GROUP_RULES)}, got {rule!r}")
+    raise OptionError(f"--group-by must be one of {', '.join(GROUP_RULES)}, got {rule!r}")
 
 
 def check_placed(unique: list[str], placed: int, rule: str) -> None:
     """Refuse a rule that places none of the sequences `unique` (`placed` of them are) in a group."""
     if placed == 0:
-        raise BadInputError(
+        raise OptionError(
             f"--group-by {rule} places none of the {len(unique)} sequences in a group "
             f"(first id: {unique[0]!r}); check the rule"
         )
@@ -142,7 +142,7 @@ def apply_groups(catalog: Catalog, rule: str | None) -> Catalog:
     else:
         problem = group_rule_problem(rule)
         if problem is not None:
-            raise BadInputError(f"--group-by {problem}, got {rule!r}")
+            raise OptionError(f"--group-by {problem}, got {rule!r}")
         unique = list(dict.fromkeys(names))
         found = dict(zip(unique, group_names(unique, rule)))
         labels = [found[n] for n in names]

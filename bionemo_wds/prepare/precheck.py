@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import OptionError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import check_placed, group_names
 from bionemo_wds.prepare.options import PrepareOptions
@@ -43,7 +43,7 @@ def check_before_scan(catalog: Catalog, opts: PrepareOptions) -> None:
         unit = "group" if opts.group_by or catalog.groups is not None else "sequence"
         problem = split_count_problem(_units(catalog, opts, names), opts.split, unit)
         if problem is not None:
-            raise BadInputError(problem)
+            raise OptionError(problem)
     for split in catalog.windows or {}:
         fixed_windows(catalog, split, window, stride)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from tqdm import tqdm
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid, shown_byte
 
@@ -67,9 +67,9 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
     With ``replace-N`` the bases the writers will replace are counted: ``notes["replaced"]`` holds
     their total, the sequences holding them and the count per input file (for the manifest)."""
     if on_invalid not in ON_INVALID:
-        raise BadInputError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+        raise OptionError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
     if split_at_n is not None and catalog.windows is not None:
-        raise BadInputError("--split-at-n cannot be combined with --window-db: the window databases fix the windows")
+        raise OptionError("--split-at-n cannot be combined with --window-db: the window databases fix the windows")
     reader = catalog.source.reader()
     keep: list[int] = []
     cut: list[tuple[int, int, int]] = []  # (row, start, end) when cutting
@@ -82,7 +82,7 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
     def read(seq: int, lo: int, hi: int) -> bytes:
         raw = reader.read(seq, lo, hi)
         if len(raw) != hi - lo:
-            raise BadInputError(f"{catalog.source.describe(seq)} is shorter than its index says")
+            raise SourceError(f"{catalog.source.describe(seq)} is shorter than its index says")
         return raw
 
     def check_row(row: int) -> None:
@@ -105,7 +105,7 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
             char = shown_byte(reader.read(seq, bad, bad + 1)[0])
             where = f"{catalog.source.describe(seq)} has {char} at position {bad} (0-based), not an IUPAC code"
             if on_invalid == "error":
-                raise BadInputError(f"{where}; use --on-invalid skip or replace-N to proceed")
+                raise SourceError(f"{where}; use --on-invalid skip or replace-N to proceed")
             if on_invalid == "skip":
                 skipped = {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": where}
                 catalog.skipped.append(skipped)
@@ -162,10 +162,10 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
         kept.notes["replaced"] = {"bases": total, "sequences": replaced_seqs, "by_file": replaced}
     if catalog.windows is not None:
         if len(kept) != len(catalog):
-            raise BadInputError("--on-invalid skip dropped sequences that the --window-db windows name")
+            raise OptionError("--on-invalid skip dropped sequences that the --window-db windows name")
         kept.windows = catalog.windows
     if len(kept) == 0:
-        raise BadInputError("no usable sequences in the inputs (all were skipped)")
+        raise SourceError("no usable sequences in the inputs (all were skipped)")
     return kept
 
 

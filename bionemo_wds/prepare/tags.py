@@ -23,7 +23,7 @@ import re
 import warnings
 from collections.abc import Callable
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.lineage import find_lineage
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import read_id_tsv, regex_problem
@@ -72,7 +72,7 @@ def tagger(rule: str) -> Callable[[str], str]:
     for a rule that `reads_headers`, else the sequence id. A ``tsv:`` table is read here, once."""
     problem = tag_rule_problem(rule)
     if problem is not None:
-        raise BadInputError(f"--tags {problem}, got {rule!r}")
+        raise OptionError(f"--tags {problem}, got {rule!r}")
     if rule == "none":
         return lambda text: ""
     if rule == "sharded-eden":  # as the sharded-Eden loader builds it: <ctrl_{first '__' field, lower case}>
@@ -124,6 +124,6 @@ def note_untagged(catalog: Catalog, rule: str, strict: bool = False) -> Catalog:
     if untagged:
         what = f"--tags {rule} gave no tag to {len(untagged)} of {len(names)} sequences (first: {untagged[0]!r})"
         if strict:
-            raise BadInputError(f"{what}; --strict-tags refuses untagged sequences")
+            raise SourceError(f"{what}; --strict-tags refuses untagged sequences")
         warnings.warn(f"{what}; they get an empty tag", stacklevel=2)
     return catalog

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.permutation import SeededPermutation
 from bionemo_wds.tokenizer import N_SPECIALS_PER_SAMPLE
 
@@ -47,7 +47,7 @@ def check_stride(stride: int, window: int, seq_length: int, max_tag_bytes: int) 
 def window_counts(lengths: np.ndarray, window: int, stride: int, tail: str = "end") -> np.ndarray:
     """Number of windows cut from each sequence length."""
     if tail not in TAIL_MODES:
-        raise ValueError(f"tail must be one of {TAIL_MODES}, got {tail!r}")
+        raise OptionError(f"tail must be one of {TAIL_MODES}, got {tail!r}")
     lengths = np.asarray(lengths, dtype=np.int64)
     excess = np.maximum(lengths - window, 0)
     counts = 1 + excess // stride

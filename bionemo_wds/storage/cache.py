@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.format.atomic import TEMPORARY_GLOB, atomic_write
 from bionemo_wds.storage.stats import StorageStats
 
@@ -42,8 +43,9 @@ STALE_TEMPORARY_SECONDS = 3600
 WHOLE_NAME = "whole"
 
 
-class CacheTooSmall(ValueError):
-    """A whole shard larger than the cache limit (a server that ignores range requests needs room for one)."""
+class CacheTooSmall(OptionError):
+    """A whole shard larger than the cache limit (a server that ignores range requests needs room for one):
+    `cache_limit` is too small, an `OptionError` (a `ValueError`)."""
 
 
 class RangeCache:
@@ -51,7 +53,7 @@ class RangeCache:
 
     def __init__(self, directory: str | os.PathLike[str], limit: int | None = None, stats: StorageStats | None = None):
         if limit is not None and limit < 0:
-            raise ValueError(f"cache_limit must be non-negative bytes, got {limit}")
+            raise OptionError(f"cache_limit must be non-negative bytes, got {limit}")
         self.directory = Path(directory)
         self.limit = limit
         self.stats = stats

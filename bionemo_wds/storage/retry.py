@@ -15,7 +15,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from bionemo_wds.errors import exception_chain
+from bionemo_wds.errors import OptionError, RemoteReadError, exception_chain
+
+__all__ = [
+    "RangeIgnored",
+    "RemoteReadError",
+    "RetryPolicy",
+    "ShortRead",
+    "is_transient",
+    "retrying",
+]
 
 T = TypeVar("T")
 
@@ -32,18 +41,6 @@ _TRANSIENT_ERRNOS = {
 }
 #: Error codes S3-compatible services send for "try again".
 _RETRY_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling", "503", "500"}
-
-
-class RemoteReadError(RuntimeError):
-    """A remote read that failed after every attempt (the URL, attempts and last cause are in the text)."""
-
-    def __init__(self, url: str, attempts: int | None = None, cause: BaseException | None = None):
-        self.url, self.attempts, self.cause = url, attempts, cause
-        if attempts is None:  # re-raised from a message alone (a loader worker's error in the main process)
-            super().__init__(url)
-            return
-        detail = " ".join(f"{type(cause).__name__}: {cause}".split())
-        super().__init__(f"{url}: read failed after {attempts} attempt(s); last error {detail}")
 
 
 class ShortRead(IOError):
@@ -72,9 +69,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
-            raise ValueError(f"retries must allow at least 1 attempt, got {self.attempts}")
+            raise OptionError(f"retries must allow at least 1 attempt, got {self.attempts}")
         if self.backoff < 0:
-            raise ValueError(f"retry backoff must be non-negative, got {self.backoff}")
+            raise OptionError(f"retry backoff must be non-negative, got {self.backoff}")
 
     def waits(self) -> Iterator[float]:
         """Seconds to wait before each retry (``attempts - 1`` of them)."""

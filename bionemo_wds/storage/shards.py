@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from bionemo_wds.storage.cache import RangeCache
-from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError
+from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError, ShortRead
 from bionemo_wds.storage.store import Store
 
 #: Ranges fetched ahead and not yet read, at most (about a mixing block of 8 kb windows' records).
@@ -68,7 +68,7 @@ class LocalShards:
             self._files[shard] = os.open(self.urls[shard], os.O_RDONLY)
         data = os.pread(self._files[shard], size, offset)
         if len(data) != size:
-            raise OSError(f"read {len(data)} of {size} bytes at offset {offset}: truncated")
+            raise ShortRead(f"read {len(data)} of {size} bytes at offset {offset}: truncated")
         return data
 
     def prefetch(self, ranges: Iterable[tuple[int, int, int]]) -> None:

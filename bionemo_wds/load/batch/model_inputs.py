@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 #: The smallest lower-case letter: a base id at or above it is soft-masked.
@@ -128,7 +129,7 @@ def to_model_inputs(
 def check_soft_mask_weight(weight: float | None) -> None:
     """A soft-mask weight is None (no distinction) or a finite number in [0, 1]."""
     if weight is not None and not (isinstance(weight, (int, float)) and 0.0 <= float(weight) <= 1.0):
-        raise ValueError(f"soft_mask_weight must be None or a number in [0, 1], got {weight!r}")
+        raise OptionError(f"soft_mask_weight must be None or a number in [0, 1], got {weight!r}")
 
 
 def soft_masked(bases: np.ndarray) -> np.ndarray | None:
@@ -150,7 +151,7 @@ def _layout(lengths: np.ndarray, tag_lengths: np.ndarray, seq_length: int, contr
     if len(lengths):
         needed = int((prefix + lengths).max()) + 1
         if needed > seq_length:
-            raise ValueError(f"a sample needs {needed} tokens but seq_length is {seq_length}")
+            raise OptionError(f"a sample needs {needed} tokens but seq_length is {seq_length}")
     return prefix
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import OptionError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.tags import note_untagged
 
@@ -45,7 +45,7 @@ def input_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
         from bionemo_wds.prepare.sources.hdf5 import hdf5_input_files
 
         return hdf5_input_files(inputs, opts)
-    raise BadInputError(f"unknown --source {opts.source!r}")
+    raise OptionError(f"unknown --source {opts.source!r}")
 
 
 def source_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
@@ -64,4 +64,4 @@ def source_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path)
         from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5
 
         return catalog_hdf5(inputs, opts)
-    raise BadInputError(f"unknown --source {opts.source!r}")
+    raise OptionError(f"unknown --source {opts.source!r}")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, SourceError
 
 #: The columns a split list must have (Eden's SEQUENCE_ID_COLUMN_NAME and SEQUENCE_LENGTH_COLUMN_NAME).
 PARQUET_COLUMNS = ("contig_id", "length")
@@ -40,10 +40,10 @@ def read_split_parquet(path: str) -> tuple[list[str], np.ndarray]:
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowException) as exc:
-        raise BadInputError(f"split Parquet {path} cannot be read: {exc}") from exc
+        raise SourceError(f"split Parquet {path} cannot be read: {exc}") from exc
     missing = [c for c in PARQUET_COLUMNS if c not in schema.names]
     if missing:
-        raise BadInputError(
+        raise SourceError(
             f"split Parquet {path} lacks column(s) {', '.join(missing)}: a split list needs columns "
             f"{', '.join(PARQUET_COLUMNS)} (it has: {', '.join(schema.names) or 'none'})"
         )
@@ -51,27 +51,27 @@ def read_split_parquet(path: str) -> tuple[list[str], np.ndarray]:
     if pa.types.is_dictionary(id_type):
         id_type = id_type.value_type
     if not (pa.types.is_string(id_type) or pa.types.is_large_string(id_type)):
-        raise BadInputError(f"split Parquet {path}: column contig_id must hold strings, not {id_type}")
+        raise SourceError(f"split Parquet {path}: column contig_id must hold strings, not {id_type}")
     if not pa.types.is_integer(length_type):
-        raise BadInputError(f"split Parquet {path}: column length must hold integers, not {length_type}")
+        raise SourceError(f"split Parquet {path}: column length must hold integers, not {length_type}")
     try:
         table = pq.read_table(path, columns=list(PARQUET_COLUMNS))
     except (OSError, pa.ArrowException) as exc:
-        raise BadInputError(f"split Parquet {path} cannot be read: {exc}") from exc
+        raise SourceError(f"split Parquet {path} cannot be read: {exc}") from exc
     for column in PARQUET_COLUMNS:
         nulls = table.column(column).null_count
         if nulls:
-            raise BadInputError(f"split Parquet {path}: column {column} has {nulls} empty (null) value(s)")
+            raise SourceError(f"split Parquet {path}: column {column} has {nulls} empty (null) value(s)")
     ids = [str(x) for x in table.column("contig_id").to_pylist()]
     lengths = np.asarray(table.column("length").to_numpy(), dtype=np.int64)
     if len(lengths) and int(lengths.min()) < 0:
         bad = int(np.argmin(lengths))
-        raise BadInputError(f"split Parquet {path}: contig {ids[bad]!r} has a negative length {int(lengths[bad])}")
+        raise SourceError(f"split Parquet {path}: contig {ids[bad]!r} has a negative length {int(lengths[bad])}")
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
         for contig in ids:
             if contig in seen:
-                raise BadInputError(f"split Parquet {path} lists contig {contig!r} twice")
+                raise SourceError(f"split Parquet {path} lists contig {contig!r} twice")
             seen.add(contig)
     return ids, lengths
 
@@ -85,7 +85,7 @@ def read_split_lists(named: Mapping[str, str]) -> dict[str, tuple[list[str], np.
         for contig in ids:
             other = where.setdefault(contig, split)
             if other != split:
-                raise BadInputError(
+                raise SourceError(
                     f"contig {contig!r} is listed for both {other} ({named[other]}) and {split} ({path}); "
                     "a contig belongs to one split"
                 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import SourceError
 from bionemo_wds.prepare.sources.eden_windows import read_only
 
 
@@ -74,10 +74,10 @@ class EdenReader:
             if raw is None:
                 raw = self._substr(conn, name, path, start, end)
         except sqlite3.Error as exc:
-            raise BadInputError(f"cannot read contig {name!r} from {path}: {exc}") from exc
+            raise SourceError(f"cannot read contig {name!r} from {path}: {exc}") from exc
         if not raw.isascii():
             bad = next(i for i, b in enumerate(raw) if b >= 128)
-            raise BadInputError(
+            raise SourceError(
                 f"contig {name!r} in {path} holds non-ASCII text at position {start + bad} (0-based); "
                 "nt_sequence must be ASCII bases"
             )
@@ -98,14 +98,14 @@ class EdenReader:
     def _substr(self, conn: sqlite3.Connection, name: str, path: str, start: int, end: int) -> bytes:
         found = conn.execute(self.QUERY, (start + 1, end - start, name)).fetchone()
         if found is None or found[0] is None:
-            raise BadInputError(f"contig {name!r} is not in {path}")
+            raise SourceError(f"contig {name!r} is not in {path}")
         text = found[0]
         if isinstance(text, bytes):  # stored as a BLOB: substr counted bytes
             return text
         try:
             return text.encode("ascii")
         except UnicodeEncodeError as exc:
-            raise BadInputError(
+            raise SourceError(
                 f"contig {name!r} in {path} holds non-ASCII text {text[exc.start]!r} at "
                 f"position {start + exc.start} (0-based); nt_sequence must be ASCII bases"
             ) from exc
@@ -121,4 +121,4 @@ def connect_sample_db(path: str) -> sqlite3.Connection:
     try:
         return read_only(path)
     except sqlite3.Error as exc:
-        raise BadInputError(f"sample database {path} cannot be opened: {exc}") from exc
+        raise SourceError(f"sample database {path} cannot be opened: {exc}") from exc

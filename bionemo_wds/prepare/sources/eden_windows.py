@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OptionError, SourceError
 from bionemo_wds.format.atomic import atomic_path
 
 #: Metadata keys a window database must have for `prepare` (Eden's loader checks the same two).
@@ -76,7 +76,7 @@ def _query(conn: sqlite3.Connection, path: str, sql: str) -> sqlite3.Cursor:
     try:
         return conn.execute(sql)
     except sqlite3.DatabaseError as exc:  # no such table / column, not a database, unreadable
-        raise BadInputError(
+        raise SourceError(
             f"window database {path} cannot be read as an Eden window database ({exc}); expected tables "
             "metadata(key, value) and window_mappings(window_idx, sequence_id, window_in_seq_idx), "
             "as `bionemo-wds precompute-windows` writes them"
@@ -94,18 +94,18 @@ def _open(path: str) -> sqlite3.Connection:
     try:
         return read_only(path)
     except sqlite3.Error as exc:
-        raise BadInputError(f"window database {path} cannot be opened: {exc}") from exc
+        raise SourceError(f"window database {path} cannot be opened: {exc}") from exc
 
 
 def _meta(conn: sqlite3.Connection, path: str) -> dict[str, int]:
     meta: dict[str, int] = {}
     for key, value in _query(conn, path, "SELECT key, value FROM metadata").fetchall():
         if not isinstance(value, int):
-            raise BadInputError(f"window database {path}: metadata {key!r} is {value!r}, not an integer")
+            raise SourceError(f"window database {path}: metadata {key!r} is {value!r}, not an integer")
         meta[str(key)] = value
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
-        raise BadInputError(f"window database {path}: its metadata table lacks {', '.join(missing)}")
+        raise SourceError(f"window database {path}: its metadata table lacks {', '.join(missing)}")
     return meta
 
 
@@ -116,7 +116,7 @@ def check_window_meta(path: str, meta: dict[str, int], seq_length: int, stride: 
     start every ``stride`` bases, so both must equal `prepare`'s ``--seq-length`` and ``--stride``.
     """
     if meta["window_size"] != seq_length or meta["stride"] != stride:
-        raise BadInputError(
+        raise OptionError(
             f"window database {path} was made with window_size {meta['window_size']} and stride "
             f"{meta['stride']}, but this run has --seq-length {seq_length} and --stride {stride}; they must be "
             f"equal (make it with `bionemo-wds precompute-windows ... --window-size {seq_length} --stride {stride}` "
@@ -142,10 +142,10 @@ def read_window_db(path: str, row_of: Callable[[str], int], seq_length: int, str
             for contig, number in batch:
                 if contig != last:  # windows of one contig are consecutive: one lookup per contig
                     if not isinstance(contig, str):
-                        raise BadInputError(f"window database {path}: sequence_id {contig!r} is not text")
+                        raise SourceError(f"window database {path}: sequence_id {contig!r} is not text")
                     row, last = row_of(contig), contig
                 if not isinstance(number, int) or number < 0:
-                    raise BadInputError(
+                    raise SourceError(
                         f"window database {path}: contig {contig!r} has window_in_seq_idx {number!r}, "
                         "not a whole number >= 0"
                     )
@@ -154,7 +154,7 @@ def read_window_db(path: str, row_of: Callable[[str], int], seq_length: int, str
     out = WindowDb(path, meta, np.frombuffer(rows, dtype=np.int64), np.frombuffer(numbers, dtype=np.int64))
     total = meta.get("total_windows")
     if total is not None and total != len(out.rows):
-        raise BadInputError(
+        raise SourceError(
             f"window database {path} holds {len(out.rows)} windows but its metadata says total_windows {total}"
         )
     _refuse_repeats(out)
@@ -169,7 +169,7 @@ def _refuse_repeats(db: WindowDb) -> None:
     unique, first = np.unique(keys, return_index=True)
     if len(unique) != len(keys):
         again = np.setdiff1d(np.arange(len(keys)), first)[0]
-        raise BadInputError(
+        raise SourceError(
             f"window database {db.path} lists window {int(db.numbers[again])} of one contig twice "
             f"(window_idx {int(again)})"
         )
@@ -220,7 +220,7 @@ def write_window_db(
     removed first.
     """
     if window_size < 1 or stride < 1 or min_length < 0:
-        raise BadInputError(
+        raise OptionError(
             f"window size and stride must be at least 1 and the minimum length at least 0, got "
             f"window size {window_size}, stride {stride}, minimum length {min_length}"
         )

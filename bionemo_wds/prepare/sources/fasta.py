@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OptionError, SourceError
 from bionemo_wds.format.atomic import atomic_path, atomic_write
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.scan import ON_INVALID, scan
@@ -50,22 +50,22 @@ def find_fasta_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
         if path.is_dir():
             inside = sorted(p for p in path.rglob("*") if p.is_file() and _is_fasta_name(p))
             if not inside:
-                raise BadInputError(
+                raise SourceError(
                     f"directory {path} holds no FASTA files ({', '.join(FASTA_SUFFIXES)}, optionally .gz)"
                 )
             found.extend(inside)
         elif path.exists():
             if not os.access(path, os.R_OK):
-                raise BadInputError(f"input {path} is not readable (permission denied)")
+                raise SourceError(f"input {path} is not readable (permission denied)")
             found.append(path)
         else:
-            raise BadInputError(f"input {path} does not exist")
+            raise SourceError(f"input {path} does not exist")
     if not found:
-        raise BadInputError("no input FASTA given")
+        raise OptionError("no input FASTA given")
     resolved = [p.resolve() for p in found]
     dupes = {p for p in resolved if resolved.count(p) > 1}
     if dupes:
-        raise BadInputError(f"input given more than once: {sorted(map(str, dupes))[0]}")
+        raise OptionError(f"input given more than once: {sorted(map(str, dupes))[0]}")
     return found
 
 
@@ -103,7 +103,7 @@ class _GzipReads:
         try:
             return self.src.read(size)
         except (OSError, EOFError, zlib.error) as exc:
-            raise BadInputError(f"input {self.path} is not a readable gzip file: {exc}") from exc
+            raise SourceError(f"input {self.path} is not a readable gzip file: {exc}") from exc
 
 
 def _cache_write_error(exc: OSError, target: Path, path: Path) -> str:
@@ -131,8 +131,8 @@ def _index(origin: Path, local: Path, number: int, cache_dir: Path, keep_headers
         table = build_fai(local, keep_headers)
     except FastaFormatError as exc:
         if "binary" in str(exc):
-            raise BadInputError(f"input {origin} is not FASTA text ({exc})") from exc
-        raise BadInputError(f"input {origin} is not valid FASTA: {exc}") from exc
+            raise SourceError(f"input {origin} is not FASTA text ({exc})") from exc
+        raise SourceError(f"input {origin} is not valid FASTA: {exc}") from exc
     try:
         with atomic_path(fai) as tmp:
             write_fai(table, tmp)
@@ -225,7 +225,7 @@ def index_fasta(
     no base is read (`scan` checks them)."""
     problem = tag_rule_problem(tag_mode)
     if problem is not None:
-        raise BadInputError(f"--tags {problem}, got {tag_mode!r}")
+        raise OptionError(f"--tags {problem}, got {tag_mode!r}")
     headers = reads_headers(tag_mode)
     tag_of = None if tag_mode == "none" else tagger(tag_mode)  # a tsv: table is read once
     files = find_fasta_files(inputs)
@@ -240,16 +240,14 @@ def index_fasta(
         table = _index(origin, local, number, cache_dir, keep_headers=headers)
         locals_.append(str(local))
         if not len(table):
-            raise BadInputError(f"input {origin} holds no sequences")
+            raise SourceError(f"input {origin} holds no sequences")
         if not seen.keys().isdisjoint(table.names):  # whole lists at a time: millions of contigs
             name = next(n for n in table.names if n in seen)
-            raise BadInputError(
-                f"sequence name {name!r} appears in both {seen[name]} and {origin}; names must be unique"
-            )
+            raise SourceError(f"sequence name {name!r} appears in both {seen[name]} and {origin}; names must be unique")
         seen.update(dict.fromkeys(table.names, origin))
         if 0 in table.lengths:
             name = table.names[table.lengths.index(0)]
-            raise BadInputError(f"sequence {name!r} in {origin} is empty (length 0)")
+            raise SourceError(f"sequence {name!r} in {origin} is empty (length 0)")
         if tag_of is None:
             tags.extend([""] * len(table))
         else:
@@ -274,5 +272,5 @@ def catalog_fasta(
 ) -> Catalog:
     """Index and check every input sequence; refuse bad input before anything is written."""
     if on_invalid not in ON_INVALID:
-        raise BadInputError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
+        raise OptionError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
     return scan(index_fasta(inputs, cache_dir, tag_mode, progress), on_invalid, None, progress)

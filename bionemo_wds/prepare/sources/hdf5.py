@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.sources.hdf5_reader import RAGGED_MAX_ROWS, Hdf5Source, h5py_module
 from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_tag
@@ -91,13 +91,13 @@ def _dataset(f: Any, path: str, key: str, option: str) -> Any:
     try:
         obj = f.get(key)
     except (KeyError, OSError, ValueError) as exc:  # a dangling link, an unreadable object
-        raise BadInputError(f"{option} {key!r} in {path} cannot be opened: {exc}") from exc
+        raise SourceError(f"{option} {key!r} in {path} cannot be opened: {exc}") from exc
     if obj is None:
-        raise BadInputError(f"{option} {key!r} is not in {path}; datasets there: {_listing(f)}")
+        raise SourceError(f"{option} {key!r} is not in {path}; datasets there: {_listing(f)}")
     if isinstance(obj, h5py.Group):
-        raise BadInputError(f"{option} {key!r} in {path} is a group, not a dataset; datasets in it: {_listing(obj)}")
+        raise SourceError(f"{option} {key!r} in {path} is a group, not a dataset; datasets in it: {_listing(obj)}")
     if not isinstance(obj, h5py.Dataset):
-        raise BadInputError(f"{option} {key!r} in {path} is not a dataset ({type(obj).__name__})")
+        raise SourceError(f"{option} {key!r} in {path} is not a dataset ({type(obj).__name__})")
     return obj
 
 
@@ -121,14 +121,14 @@ def _x_layout(h5py: Any, x: Any, path: str, key: str) -> tuple[str, np.dtype, in
     vlen = h5py.check_vlen_dtype(x.dtype) if h5py.check_string_dtype(x.dtype) is None else None
     if vlen is not None:
         if not isinstance(vlen, np.dtype) or not np.issubdtype(vlen, np.integer):
-            raise BadInputError(f"--x-key {key!r} in {path} holds {_dtype_text(h5py, x.dtype)}; {need}")
+            raise SourceError(f"--x-key {key!r} in {path} holds {_dtype_text(h5py, x.dtype)}; {need}")
         if x.ndim != 1:
-            raise BadInputError(f"--x-key {key!r} in {path} is a {shape} dataset of variable-length arrays; {need}")
+            raise SourceError(f"--x-key {key!r} in {path} is a {shape} dataset of variable-length arrays; {need}")
         return "ragged", vlen, None, None
     if not np.issubdtype(x.dtype, np.integer):
-        raise BadInputError(f"--x-key {key!r} in {path} has dtype {_dtype_text(h5py, x.dtype)}; {need}")
+        raise SourceError(f"--x-key {key!r} in {path} has dtype {_dtype_text(h5py, x.dtype)}; {need}")
     if x.ndim != 2:
-        raise BadInputError(f"--x-key {key!r} in {path} has shape {shape}; {need}")
+        raise SourceError(f"--x-key {key!r} in {path} has shape {shape}; {need}")
     return "fixed", x.dtype, int(x.shape[1]), int(x.chunks[0]) if x.chunks else None
 
 
@@ -136,15 +136,15 @@ def _check_y(h5py: Any, y: Any, path: str, x_key: str, y_key: str, rows: int) ->
     """Refuse a y dataset that is not one integer, float or string label per row of x."""
     if not (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
         shape = "x".join(str(n) for n in y.shape) or "scalar"
-        raise BadInputError(f"--y-key {y_key!r} in {path} has shape {shape}; it must hold one label per row (1-D)")
+        raise SourceError(f"--y-key {y_key!r} in {path} has shape {shape}; it must hold one label per row (1-D)")
     if y.shape[0] != rows:
-        raise BadInputError(
+        raise SourceError(
             f"--y-key {y_key!r} in {path} has {y.shape[0]} rows but --x-key {x_key!r} has {rows}; "
             "it must hold one label per row of x"
         )
     label = h5py.check_string_dtype(y.dtype) is not None or y.dtype.kind in "iufbS"
     if not label:
-        raise BadInputError(
+        raise SourceError(
             f"--y-key {y_key!r} in {path} has dtype {_dtype_text(h5py, y.dtype)}; labels must be integers, "
             "floats or strings"
         )
@@ -154,10 +154,10 @@ def _open(h5py: Any, path: str) -> Any:
     """`path` opened read-only, or a `BadInputError` saying it is not a readable HDF5 file."""
     try:
         if not h5py.is_hdf5(path):
-            raise BadInputError(f"input {path} is not an HDF5 file (--source hdf5 reads one FILE.h5)")
+            raise SourceError(f"input {path} is not an HDF5 file (--source hdf5 reads one FILE.h5)")
         return h5py.File(path, "r")
     except OSError as exc:
-        raise BadInputError(f"input {path} is not a readable HDF5 file: {exc}") from exc
+        raise SourceError(f"input {path} is not a readable HDF5 file: {exc}") from exc
 
 
 def inspect_hdf5(path: str, opts: PrepareOptions) -> Hdf5Layout:
@@ -165,13 +165,13 @@ def inspect_hdf5(path: str, opts: PrepareOptions) -> Hdf5Layout:
     h5py = h5py_module()
     x_key = opts.x_key
     if not x_key:
-        raise BadInputError("--source hdf5 needs --x-key: the dataset of token ids, one sample per row")
+        raise OptionError("--source hdf5 needs --x-key: the dataset of token ids, one sample per row")
     with _open(h5py, path) as f:
         x = _dataset(f, path, x_key, "--x-key")
         layout, dtype, width, chunk_rows = _x_layout(h5py, x, path, x_key)
         rows = int(x.shape[0])
         if rows == 0:
-            raise BadInputError(f"--x-key {x_key!r} in {path} has no rows")
+            raise SourceError(f"--x-key {x_key!r} in {path} has no rows")
         if opts.y_key:
             _check_y(h5py, _dataset(f, path, opts.y_key, "--y-key"), path, x_key, opts.y_key, rows)
     return Hdf5Layout(path, x_key, opts.y_key or None, layout, dtype, rows, width, chunk_rows)
@@ -180,16 +180,16 @@ def inspect_hdf5(path: str, opts: PrepareOptions) -> Hdf5Layout:
 def _checked_input(inputs: Sequence[str], opts: PrepareOptions) -> Hdf5Layout:
     """The run's one HDF5 input, its datasets checked; bad inputs and options refused."""
     if len(inputs) != 1:
-        raise BadInputError(f"--source hdf5 takes exactly one input FILE.h5, got {len(inputs)}")
+        raise OptionError(f"--source hdf5 takes exactly one input FILE.h5, got {len(inputs)}")
     path = Path(inputs[0])
     if not path.exists():
-        raise BadInputError(f"input {path} does not exist")
+        raise SourceError(f"input {path} does not exist")
     if path.is_dir():
-        raise BadInputError(f"input {path} is a directory; --source hdf5 takes one FILE.h5")
+        raise SourceError(f"input {path} is a directory; --source hdf5 takes one FILE.h5")
     if not os.access(path, os.R_OK):
-        raise BadInputError(f"input {path} is not readable (permission denied)")
+        raise SourceError(f"input {path} is not readable (permission denied)")
     if opts.tags != "none":
-        raise BadInputError(
+        raise OptionError(
             f"--tags {opts.tags} does not apply to --source hdf5: control tags come from --y-key (one label per row)"
         )
     return inspect_hdf5(str(path), opts)
@@ -214,7 +214,7 @@ def _first_bad_id(ids: np.ndarray) -> int:
 
 
 def _bad_id(where: str, row: int, col: int, value: int) -> BadInputError:
-    return BadInputError(
+    return SourceError(
         f"row {row} of {where} has token id {value} at position {col} (0-based, as stored): ids must be 0-255, "
         "a base's byte (the specials BOS=2 leading and EOS=0/PAD=1 trailing are dropped)"
     )
@@ -315,12 +315,12 @@ def _labels(y: Any, info: Hdf5Layout, keep: np.ndarray) -> list[str]:
             try:
                 tag = _label(values[i])
             except UnicodeDecodeError as exc:
-                raise BadInputError(f"{where}: the label of row {row} is not ASCII text: {values[i]!r}") from exc
+                raise SourceError(f"{where}: the label of row {row} is not ASCII text: {values[i]!r}") from exc
             if tag not in checked:
                 try:
                     encode_tag(tag, str(row))
                 except BadInputError as exc:
-                    raise BadInputError(
+                    raise SourceError(
                         f"{where}: the label of row {row}, {tag!r}, has non-printable or non-ASCII characters; "
                         "control tags are printable ASCII"
                     ) from exc
@@ -342,7 +342,7 @@ def catalog_hdf5(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
         for row in np.flatnonzero(lengths == 0).tolist():
             reason = f"row {row} of {info.x_key!r} in {path} holds no bases (only the specials BOS, EOS, PAD)"
             if opts.on_invalid != "skip":
-                raise BadInputError(f"{reason}; use --on-invalid skip to leave such rows out")
+                raise SourceError(f"{reason}; use --on-invalid skip to leave such rows out")
             skipped.append({"seq_id": str(row), "file": path, "reason": reason})
         names = [str(row) for row in keep.tolist()]
         tags = _labels(f[info.y_key], info, keep) if info.y_key else [""] * len(keep)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import sample_id
 from bionemo_wds.prepare.sources.eden_parquet import read_split_lists
@@ -58,19 +58,19 @@ def find_sample_dbs(inputs: Sequence[str]) -> tuple[Path, dict[str, Path]]:
     a directory with no sample at all is an error.
     """
     if len(inputs) != 1:
-        raise BadInputError(f"--source sharded-eden takes exactly one SEQUENCE_DB_DIR, got {len(inputs)} inputs")
+        raise OptionError(f"--source sharded-eden takes exactly one SEQUENCE_DB_DIR, got {len(inputs)} inputs")
     root = Path(inputs[0])
     if not root.exists():
-        raise BadInputError(f"input {root} does not exist")
+        raise SourceError(f"input {root} does not exist")
     if not root.is_dir():
-        raise BadInputError(f"input {root} is not a directory; --source sharded-eden takes one SEQUENCE_DB_DIR")
+        raise SourceError(f"input {root} is not a directory; --source sharded-eden takes one SEQUENCE_DB_DIR")
     found = {}
     for sub in sorted(p for p in root.iterdir() if p.is_dir()):
         path = sample_db_path(root, sub.name)
         if path.is_file():
             found[sub.name] = path
     if not found:
-        raise BadInputError(
+        raise SourceError(
             f"SEQUENCE_DB_DIR {root} holds no sample databases: "
             f"expected {root}/<sample_id>/glm_dataset_<sample_id>.sqlite"
         )
@@ -81,13 +81,13 @@ def check_eden_options(opts: PrepareOptions) -> None:
     """Refuse option values that do not fit sharded-Eden input (options of other sources are refused
     for every source by `PrepareOptions.check_source`)."""
     if opts.tags in HEADER_TAGS:
-        raise BadInputError(
+        raise OptionError(
             f"--tags {opts.tags} reads FASTA header lines, which --source sharded-eden does not have; "
             "use --tags sharded-eden (<ctrl_X> from a contig id X__...), regex:PATTERN (on the contig id), "
             "tsv:FILE or none"
         )
     if opts.split_lists and opts.split_parquet:
-        raise BadInputError("--split-list and --split-parquet both fix the split; give one of them")
+        raise OptionError("--split-list and --split-parquet both fix the split; give one of them")
 
 
 def eden_input_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
@@ -106,7 +106,7 @@ def _sample_db(path: Path) -> Iterator[sqlite3.Connection]:
     try:
         yield conn
     except sqlite3.DatabaseError as exc:
-        raise BadInputError(
+        raise SourceError(
             f"sample database {path} cannot be read ({exc}); expected a table "
             "sequences(contig_id TEXT PRIMARY KEY, nt_sequence TEXT NOT NULL)"
         ) from exc
@@ -127,7 +127,7 @@ def _all_contigs(dbs: dict[str, Path]) -> tuple[list[str], list[int], list[int]]
                 "SELECT contig_id, length(nt_sequence) FROM sequences ORDER BY contig_id"
             ):
                 if contig in seen:
-                    raise BadInputError(
+                    raise SourceError(
                         f"contig {contig!r} is in both {paths[seen[contig]]} and {path}; contig ids must be unique"
                     )
                 seen[contig] = number
@@ -140,7 +140,7 @@ def _all_contigs(dbs: dict[str, Path]) -> tuple[list[str], list[int], list[int]]
 def _length(value: object, contig: str, path: Path) -> int:
     """``length(nt_sequence)`` of a contig; NULL (a table that does not enforce NOT NULL) is an error."""
     if not isinstance(value, int):
-        raise BadInputError(f"contig {contig!r} in {path} has no nt_sequence ({value!r})")
+        raise SourceError(f"contig {contig!r} in {path} has no nt_sequence ({value!r})")
     return value
 
 
@@ -189,13 +189,13 @@ def _listed_contigs(opts: PrepareOptions) -> tuple[_Listed, dict[str, tuple[np.n
             row = listed.row.get(contig)
             if row is None:
                 if split in parquet:
-                    raise BadInputError(
+                    raise SourceError(
                         f"contig {contig!r} of the {split} window database {path} is not in the {split} "
                         f"Parquet {parquet[split]}"
                     )
                 return listed.add(contig, code, -1, f"the {split} window database {path}")
             if listed.split[row] != code:
-                raise BadInputError(
+                raise SourceError(
                     f"contig {contig!r} of the {split} window database {path} is in the "
                     f"{SPLIT_NAMES[listed.split[row]]} split ({listed.named_in[row]}); a contig belongs to one split"
                 )
@@ -227,9 +227,9 @@ def _lengths_from_dbs(listed: _Listed, root: Path, dbs: dict[str, Path]) -> tupl
     for row, contig in enumerate(listed.names):
         sample = sample_id(contig)
         if sample is None:
-            raise BadInputError(f"contig {contig!r} of {listed.named_in[row]} has no sample id in it ({ID_FORM})")
+            raise SourceError(f"contig {contig!r} of {listed.named_in[row]} has no sample id in it ({ID_FORM})")
         if sample not in dbs:
-            raise BadInputError(
+            raise SourceError(
                 f"contig {contig!r} of {listed.named_in[row]}: its sample database "
                 f"{sample_db_path(root, sample)} does not exist"
             )
@@ -246,7 +246,7 @@ def _lengths_from_dbs(listed: _Listed, root: Path, dbs: dict[str, Path]) -> tupl
                 got = dict(conn.execute(sql, ids).fetchall())
                 for row, contig in zip(part, ids):
                     if contig not in got:
-                        raise BadInputError(
+                        raise SourceError(
                             f"contig {contig!r} of {listed.named_in[row]} is not in its sample database {dbs[sample]}"
                         )
                     lengths[row] = _length(got[contig], contig, dbs[sample])
@@ -260,7 +260,7 @@ def _refuse_disagreeing_lengths(listed: _Listed, lengths: np.ndarray, where: np.
     bad = np.flatnonzero((given >= 0) & (given != lengths))
     if len(bad):
         row = int(bad[0])
-        raise BadInputError(
+        raise SourceError(
             f"contig {listed.names[row]!r} has length {int(given[row])} in {listed.named_in[row]} but "
             f"{int(lengths[row])} bases in {paths[int(where[row])]}"
             + (f" ({len(bad)} contigs disagree)" if len(bad) > 1 else "")
@@ -285,7 +285,7 @@ def catalog_sharded_eden(inputs: Sequence[str], opts: PrepareOptions) -> Catalog
     if opts.split_parquet or opts.window_db:
         listed, fixed, window_notes = _listed_contigs(opts)
         if not listed.names:
-            raise BadInputError("the split lists and window databases name no contig")
+            raise SourceError("the split lists and window databases name no contig")
         names = listed.names
         lengths, where = _lengths_from_dbs(listed, root, dbs)
         _refuse_disagreeing_lengths(listed, lengths, where, list(dbs.values()))
@@ -297,7 +297,7 @@ def catalog_sharded_eden(inputs: Sequence[str], opts: PrepareOptions) -> Catalog
     else:
         names, length_list, where_list = _all_contigs(dbs)
         if not names:
-            raise BadInputError(f"the sample databases under {root} hold no contigs")
+            raise SourceError(f"the sample databases under {root} hold no contigs")
         lengths = np.asarray(length_list, dtype=np.int64)
         where = np.asarray(where_list, dtype=np.int64)
         if opts.group_by is None:  # keep each sample in one split (`prepare.groups` sets groups otherwise)
@@ -307,7 +307,7 @@ def catalog_sharded_eden(inputs: Sequence[str], opts: PrepareOptions) -> Catalog
     empty = np.flatnonzero(lengths == 0)
     if len(empty):
         seq = int(empty[0])
-        raise BadInputError(
+        raise SourceError(
             f"contig {names[seq]!r} in {list(dbs.values())[int(where[seq])]} is empty (length 0); remove it"
             + (" or leave it out of the split lists" if split is not None else "")
         )
