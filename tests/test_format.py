@@ -40,7 +40,7 @@ from bionemo_wds.format import (
     shard_indexes,
     write_shard,
 )
-from bionemo_wds.format.atomic import atomic_path, atomic_write, remove_stale_temporaries
+from bionemo_wds.storage.atomic import atomic_path, atomic_write, remove_stale_temporaries
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.sources.fasta import catalog_fasta
 from bionemo_wds.storage.store import Store
@@ -182,7 +182,7 @@ def test_atomic_write_fsyncs_the_file_then_the_directory(tmp_path, monkeypatch):
 
 SLOW_ATOMIC_WRITER = """
 import sys, time
-from bionemo_wds.format.atomic import atomic_write
+from bionemo_wds.storage.atomic import atomic_write
 with atomic_write(sys.argv[1]) as a, atomic_write(sys.argv[2]) as b:
     a.write(b"new " * 10000); b.write(b"new " * 10000)
     a.flush(); b.flush()

@@ -7,10 +7,11 @@
 - `index_file`: a split's record index, read for versions 3 and 4 (`shard_indexes`), and its file
   ``<split>/record-index.npy`` (version 4: written by `write_manifest`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
-- `atomic`: `atomic_write` / `atomic_path` (every file this package writes goes through them) and hashing.
+- `atomic_write`, `atomic_path` and the hashing wrappers are re-exported from `storage.atomic` (every
+  file this package writes goes through them; format sits above storage).
 """
 
-from bionemo_wds.format.atomic import (
+from bionemo_wds.storage.atomic import (
     HashingReader,
     HashingWriter,
     atomic_path,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.format.atomic import HashingReader, HashingWriter
+from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
 from bionemo_wds.storage.store import Store
 

@@ -16,7 +16,7 @@ from typing import IO, NamedTuple, Protocol
 
 import numpy as np
 
-from bionemo_wds.format.atomic import HashingReader, HashingWriter, atomic_write
+from bionemo_wds.storage.atomic import HashingReader, HashingWriter, atomic_write
 from bionemo_wds.format.index import RecordIndex, RecordIndexBuilder
 from bionemo_wds.format.records import RECORD_SUFFIX, WindowBlock, decode_record
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bionemo_wds.format.atomic import TEMPORARY_GLOB, atomic_write
+from bionemo_wds.storage.atomic import TEMPORARY_GLOB, atomic_write
 from bionemo_wds.storage.stats import StorageStats
 
 #: The cache-wide lock (eviction).

@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format.atomic import atomic_path, atomic_write
+from bionemo_wds.storage.atomic import atomic_path, atomic_write
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.scan import ON_INVALID, scan
 from bionemo_wds.prepare.sources.fai import FaiTable, FastaFormatError, build_fai, read_fai, write_fai
