@@ -28,7 +28,6 @@ from bionemo_wds.format import (
     RecordIndex,
     RecordIndexBuilder,
     TarStreamError,
-    atomic,
     decode_record,
     encode_record,
     file_sha256,
@@ -40,9 +39,10 @@ from bionemo_wds.format import (
     shard_indexes,
     write_shard,
 )
-from bionemo_wds.storage.atomic import atomic_path, atomic_write, remove_stale_temporaries
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.sources.fasta import catalog_fasta
+from bionemo_wds.storage import atomic
+from bionemo_wds.storage.atomic import atomic_path, atomic_write, remove_stale_temporaries
 from bionemo_wds.storage.store import Store
 
 

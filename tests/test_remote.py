@@ -31,13 +31,13 @@ from servers import HTTPServer, S3Server
 from bionemo_wds import Split, WebDataModule
 from bionemo_wds.cli.main import main as cli_main
 from bionemo_wds.format import MANIFEST_NAME, read_manifest, read_split_index
-from bionemo_wds.storage.atomic import atomic_write
 from bionemo_wds.format.manifest import ManifestError
 from bionemo_wds.load.genomic import GenomicWebDataModule
 from bionemo_wds.load.shard_errors import CorruptShardError
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.outdir import PLAN_NAME
 from bionemo_wds.prepare.report import verify
+from bionemo_wds.storage.atomic import atomic_write
 from bionemo_wds.storage.retry import RemoteReadError
 from bionemo_wds.storage.store import Store
 

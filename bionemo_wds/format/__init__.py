@@ -11,14 +11,6 @@
   file this package writes goes through them; format sits above storage).
 """
 
-from bionemo_wds.storage.atomic import (
-    HashingReader,
-    HashingWriter,
-    atomic_path,
-    atomic_write,
-    file_sha256,
-    remove_stale_temporaries,
-)
 from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, index_of, record_crc32
 from bionemo_wds.format.index_file import (
     INDEX_FILE_FORMAT_VERSION,
@@ -45,7 +37,15 @@ from bionemo_wds.format.manifest import (
     unlisted_shards,
     write_manifest,
 )
-from bionemo_wds.format.records import CODECS, RECORD_SUFFIX, WindowBlock, decode_record, encode_record, window_key
+from bionemo_wds.format.records import (
+    CODECS,
+    RECORD_SUFFIX,
+    WindowBlock,
+    decode_record,
+    encode_record,
+    record_key,
+    window_key,
+)
 from bionemo_wds.format.tar import (
     TAR_MTIME,
     TarStreamError,
@@ -56,6 +56,15 @@ from bionemo_wds.format.tar import (
     iter_record_members,
     iter_records,
     write_shard,
+    write_tar,
+)
+from bionemo_wds.storage.atomic import (
+    HashingReader,
+    HashingWriter,
+    atomic_path,
+    atomic_write,
+    file_sha256,
+    remove_stale_temporaries,
 )
 
 __all__ = [
@@ -98,6 +107,7 @@ __all__ = [
     "read_split_index",
     "record_crc32",
     "record_index_path",
+    "record_key",
     "remove_stale_temporaries",
     "shard_indexes",
     "shard_name",
@@ -106,4 +116,5 @@ __all__ = [
     "window_key",
     "write_manifest",
     "write_shard",
+    "write_tar",
 ]

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
+from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.storage.store import Store
 
 #: The version whose record index is a file per split (`RECORD_INDEX_NAME`).

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.format import MANIFEST_NAME, decode_record
+from bionemo_wds.format import MANIFEST_NAME, decode_record, record_key
 from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
 from bionemo_wds.format.index_file import SplitIndex, read_split_index
 from bionemo_wds.format.tar import decode_named, iter_record_members
@@ -126,10 +126,10 @@ class SplitRecords:
             if bad is not None and sized:  # the file has its listed size, but the index points past its end
                 row = index.rows[int(index.first[number]) + bad[0]]
                 exc = OSError(
-                    f"record {_key(number, bad[0])} ends at byte {int(row['offset']) + int(row['size'])}, "
+                    f"record {record_key(number, bad[0])} ends at byte {int(row['offset']) + int(row['size'])}, "
                     f"past the end of the file ({size or 0} bytes)"
                 )
-                policy.damaged_shard(url, exc, _key(number, bad[0] - 1) if bad[0] else None)
+                policy.damaged_shard(url, exc, record_key(number, bad[0] - 1) if bad[0] else None)
             if windows[number] != shard["n_samples"]:
                 policy.check_count(url, int(windows[number]))
         if index is None or scanned:  # the scanned shards' indexes in their places
@@ -151,7 +151,7 @@ class SplitRecords:
 
     def key(self, record: int) -> str:
         """The record's member key, as prepare names it."""
-        return f"{int(self.table.shard[record]):06d}-{self.local(record):06d}"
+        return record_key(int(self.table.shard[record]), self.local(record))
 
     def span(self, record: int) -> tuple[int, int, int]:
         """(shard, offset, size) of the record's bytes."""
@@ -212,10 +212,6 @@ class SplitRecords:
 
     def close(self) -> None:
         self.shards.close()
-
-
-def _key(shard: int, record: int) -> str:
-    return f"{shard:06d}-{record:06d}"
 
 
 #: Rows checked at once (`_shard_checks`): about 4M, ~100 MB of temporaries.
