@@ -7,6 +7,8 @@
 - `index_file`: a split's record index, read for versions 3 and 4 (`shard_indexes`), and its file
   ``<split>/record-index.npy`` (version 4: written by `write_manifest`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
+- `manifest_types`: the typed manifest (`Manifest`, `Params`, `SplitInfo`, `ShardInfo`) and its
+  reader per format version (`READERS`);
 - `atomic_write`, `atomic_path` and the hashing wrappers are re-exported from `storage.atomic` (every
   file this package writes goes through them; format sits above storage).
 """
@@ -29,9 +31,15 @@ from bionemo_wds.format.manifest import (
     INDEXED_FORMAT_VERSION,
     MANIFEST_NAME,
     READABLE_VERSIONS,
+    READERS,
+    Manifest,
+    Params,
+    RecordIndexEntry,
     ShardInfo,
+    SplitInfo,
     has_record_index,
     read_manifest,
+    reader,
     shard_name,
     stored_case,
     unlisted_shards,
@@ -79,15 +87,20 @@ __all__ = [
     "INDEX_FILE_FORMAT_VERSION",
     "MANIFEST_NAME",
     "READABLE_VERSIONS",
+    "READERS",
     "RECORD_INDEX_NAME",
     "RECORD_SUFFIX",
     "TAR_MTIME",
     "HashingReader",
     "HashingWriter",
+    "Manifest",
+    "Params",
+    "RecordIndexEntry",
     "RecordIndex",
     "RecordIndexBuilder",
     "ShardInfo",
     "SplitIndex",
+    "SplitInfo",
     "TarStreamError",
     "WindowBlock",
     "WrittenShard",
@@ -104,6 +117,7 @@ __all__ = [
     "iter_record_members",
     "iter_records",
     "read_manifest",
+    "reader",
     "read_split_index",
     "record_crc32",
     "record_index_path",
