@@ -182,14 +182,12 @@ def _json_index(shards: Sequence[ShardInfo], problems: list[str] | None) -> Spli
 def _record_counts(store: Store, shards: Sequence[ShardInfo], split: str) -> np.ndarray:
     """Each shard entry's ``n_records`` (version 4); a `ManifestError` for one without a count."""
     try:
-        counts = np.fromiter((shard.n_records for shard in shards), dtype=np.int64, count=len(shards))  # type: ignore[misc]
+        counts = np.fromiter((shard.n_records for shard in shards), dtype=np.int64, count=len(shards))
     except (TypeError, ValueError, OverflowError):
         counts = None
     if counts is None or (len(counts) and counts.min() < 0):
         bad = next(
-            n
-            for n, shard in enumerate(shards)
-            if not (isinstance(shard.n_records, int) and shard.n_records >= 0)
+            n for n, shard in enumerate(shards) if not (isinstance(shard.n_records, int) and shard.n_records >= 0)
         )
         raise ManifestError(
             f"{store.url('manifest.json')} is damaged: splits.{split}.shards[{bad}].n_records is not a record "

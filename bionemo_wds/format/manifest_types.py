@@ -222,7 +222,7 @@ class Manifest:
         if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
             raise ManifestError(f"{where} is not a bionemo-wds manifest")
         version = obj.get("format_version")
-        read = READERS.get(version) if isinstance(version, (int, float)) else None  # type: ignore[call-overload]
+        read = READERS.get(int(version)) if isinstance(version, int | float) and version == int(version) else None
         if read is None:
             raise ManifestError(
                 f"{where} has format version {version}; this bionemo-wds reads versions "

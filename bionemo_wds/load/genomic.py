@@ -26,6 +26,7 @@ import lightning as L
 import numpy as np
 import webdataset as wds
 
+from bionemo_wds.format import Manifest
 from bionemo_wds.load.checked import open_dataset
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.loaders import Split, as_split, check_arguments, check_stage, epoch_batches
@@ -172,7 +173,7 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         self.fasta, self.prepare_options = list(fasta or []), dict(prepare_options or {})
         self.pin_memory = pin_memory
         self.transfer_bytes, self.transfer_timeout = transfer_bytes, transfer_timeout
-        self.manifest: dict[str, Any] | None = None
+        self.manifest: Manifest | None = None
         self.dp_rank, self.dp_size, self.epoch_mode = dp_rank, dp_size, epoch
         self.world = World.detect(None, dp_rank, dp_size)  # checked now; detected again in setup()
         self.global_batch_size = global_batch_size or micro_batch_size
@@ -211,18 +212,18 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         if self.manifest is None:  # once; later stages reuse the datasets built so far
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
             self.manifest = self.open_data(stage)
-            self.seq_length = self.manifest["params"]["seq_length"]
+            self.seq_length = self.manifest.params.seq_length
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
-        missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest["splits"]]
+        missing = [name for name in REQUIRED_SPLITS[stage] if name not in self.manifest.splits]
         if missing and self.mixture is None:  # a mixture's val and test are its datasets' own
             raise ValueError(f"{self.root} has no {', '.join(missing)} split, which stage {stage!r} needs")
         for split in splits:
-            if split.name in self.manifest["splits"] and split not in self.datasets:
+            if split.name in self.manifest.splits and split not in self.datasets:
                 self.datasets[split] = self.build_dataset(split)
         if self.mixture is not None:
             self.mixture.setup_eval(splits, stage)
 
-    def open_data(self, stage: str) -> dict[str, Any]:
+    def open_data(self, stage: str) -> Manifest:
         """Read and check the dataset (once): its manifest, with the policy, counters and cache set
         (a mixture's: its datasets', and a manifest of the mix)."""
         if self.mixture is not None:
@@ -256,10 +257,10 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         """The split's dataset: the batches the epoch plan deals this rank's loader workers, assembled
         from records read by their index (`planned`), reverse-complemented when training."""
         assert self.manifest is not None
-        params = self.manifest["params"]
+        params = self.manifest.params
         self.records[split] = self.split_records(split)
         workers = self.num_workers
-        window, max_tag = params["window_length"], params["max_tag_bytes"]
+        window, max_tag = params.window_length, params.max_tag_bytes
         stages: list[Any] = self.batch_stages(split, partial(self.current_plan, split), self.epochs[split])
         kwargs: dict[str, Any] = {"batch_size": None, "num_workers": workers, "collate_fn": keep_numpy}
         if workers:
@@ -282,7 +283,7 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         assert self.manifest is not None
         records, micro, mix = self.records[split], self.micro_batch_size, self.shuffle_buffer
         planned = PlannedBatches(records, self.policy, current, mix, micro, unit)
-        return [planned, self.samples.assemble_stage(self.manifest["params"], self.seed, epoch, split is Split.train)]
+        return [planned, self.samples.assemble_stage(self.manifest.params, self.seed, epoch, split is Split.train)]
 
     # -- the epoch plan -------------------------------------------------------------------------------
 
@@ -308,7 +309,7 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         assert self.manifest is not None
         if self.epoch_mode != "resampled":
             return None
-        return epoch_batches(self.manifest["splits"]["train"]["n_samples"], self.global_batch_size)
+        return epoch_batches(self.manifest.splits["train"].n_samples, self.global_batch_size)
 
     def train_dataloader(self) -> wds.WebLoader:
         return self.loader(Split.train)
@@ -319,7 +320,7 @@ class GenomicWebDataModule(PassLoaders, L.LightningDataModule):
         assert self.manifest is not None, "setup() first"
         if self.mixture is not None:
             return self.mixture.eval_loaders(Split.val)
-        return self.loader(Split.val) if "val" in self.manifest["splits"] else []
+        return self.loader(Split.val) if "val" in self.manifest.splits else []
 
     def test_dataloader(self) -> Any:
         return self.mixture.eval_loaders(Split.test) if self.mixture is not None else self.loader(Split.test)

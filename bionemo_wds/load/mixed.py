@@ -12,6 +12,7 @@ source's loss is visible; batches carry ``dataset``, the index of each window's 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds.format import Manifest, Params, SplitInfo
 from bionemo_wds.load.blend import BlendEntry, entries_for, parse_datasets, read_blend
 from bionemo_wds.load.loaders import Split
 from bionemo_wds.load.mixing import (
@@ -152,7 +154,7 @@ class Mixture:
             self.sources[path] = type(module)(path, module.micro_batch_size, **options)
         return self.sources[path]
 
-    def open(self) -> dict[str, Any]:
+    def open(self) -> Manifest:
         """Open the train datasets (and check they agree), set the quotas, log the shares; the
         manifest returned describes the mix (its seq_length, widest window and tag room)."""
         train, manifests = self.entries["train"], []
@@ -161,9 +163,12 @@ class Mixture:
             source.setup("fit")
             manifests.append(source.manifest)
         self.check_agreement(train, manifests)
-        params = dict(manifests[0]["params"])
-        params["window_length"] = max(m["params"]["window_length"] for m in manifests)
-        params["max_tag_bytes"] = max(m["params"]["max_tag_bytes"] for m in manifests)
+        window_length = max(m.params.window_length for m in manifests)
+        params = dataclasses.replace(
+            manifests[0].params,
+            window_length=window_length,
+            max_tag_bytes=max(m.params.max_tag_bytes for m in manifests),
+        )
         sizes = [table.n_windows for table in self.tables()]
         length = self.samples_per_epoch or sum(sizes)
         self.quotas = quotas([e.weight for e in train], length)
@@ -173,18 +178,19 @@ class Mixture:
             log.warning("%s", describe_shares(self.names, weights, self.quotas, sizes))
             for line in repeat_warnings(self.names, [e.path for e in train], weights, self.quotas, sizes):
                 warnings.warn(line, stacklevel=2)
-        return {"params": params, "splits": {"train": {"n_samples": int(length)}}}
+        train_split = SplitInfo(n_samples=int(length), shards=())
+        return Manifest(format_version=manifests[0].format_version, params=params, splits={"train": train_split})
 
-    def check_agreement(self, entries: list[BlendEntry], manifests: list[dict[str, Any]]) -> None:
+    def check_agreement(self, entries: list[BlendEntry], manifests: list[Manifest]) -> None:
         """Datasets of one blend must agree on seq_length and tokenizer: a clear error naming both."""
-        first, base = entries[0], manifests[0]["params"]
+        first, base = entries[0], manifests[0].params
         for entry, manifest in zip(entries[1:], manifests[1:]):
-            params = manifest["params"]
+            params = manifest.params
             for key in AGREE_PARAMS:
-                if params[key] != base[key]:
+                if getattr(params, key) != getattr(base, key):
                     raise ValueError(
-                        f"datasets of a blend must agree on {key}: {first.path} has {base[key]}, "
-                        f"{entry.path} has {params[key]}"
+                        f"datasets of a blend must agree on {key}: {first.path} has {getattr(base, key)}, "
+                        f"{entry.path} has {getattr(params, key)}"
                     )
             mine, theirs = tokenizer_of(base), tokenizer_of(params)
             if mine != theirs:
@@ -207,7 +213,7 @@ class Mixture:
     def has_split(self, entry: BlendEntry, split: Split) -> bool:
         """Whether the (opened) dataset of `entry` has `split`."""
         manifest = self.source(entry.path).manifest
-        return manifest is not None and split.name in manifest["splits"]
+        return manifest is not None and split.name in manifest.splits
 
     def train_records(self) -> MixedRecords:
         """Every train dataset's records as one `MixedRecords`."""
@@ -308,9 +314,9 @@ class Mixture:
             )
 
 
-def tokenizer_of(params: dict[str, Any]) -> dict[str, Any]:
+def tokenizer_of(params: Params) -> dict[str, Any]:
     """A dataset's tokenizer, without the stored case (the loader folds case, so it may differ)."""
-    return {k: v for k, v in params.get("tokenizer", {}).items() if k != "case"}
+    return {k: v for k, v in (params.tokenizer or {}).items() if k != "case"}
 
 
 def unique_names(names: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bionemo_wds.format.manifest import stored_case
+from bionemo_wds.format.manifest import Manifest, Params, stored_case
 from bionemo_wds.load.epochs import EpochState
 from bionemo_wds.load.model_inputs import check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.planned import assemble
@@ -34,7 +34,7 @@ class SampleOptions:
             raise ValueError(f"tag_dropout must be in [0, 1], got {self.tag_dropout}")
         check_soft_mask_weight(self.soft_mask_weight)
 
-    def unused(self, manifest: dict[str, Any]) -> list[str]:
+    def unused(self, manifest: Manifest) -> list[str]:
         """The options that can have no effect on the dataset of `manifest`, and why (to warn about)."""
         problems = []
         if self.soft_mask_weight is not None and stored_case(manifest) == "upper":
@@ -42,17 +42,17 @@ class SampleOptions:
                 f"soft_mask_weight={self.soft_mask_weight} has no effect: the dataset was prepared with "
                 "--case upper, so no base is soft-masked (prepare with --case keep)"
             )
-        if self.tag_dropout > 0 and (not self.control_tags or not manifest["params"].get("max_tag_bytes")):
+        if self.tag_dropout > 0 and (not self.control_tags or not manifest.params.max_tag_bytes):
             why = "control_tags is False" if not self.control_tags else "the dataset has no control tags"
             problems.append(f"tag_dropout={self.tag_dropout} has no effect: {why}")
         return problems
 
-    def assemble_stage(self, params: dict[str, Any], seed: int, epoch: EpochState, train: bool) -> Any:
+    def assemble_stage(self, params: Params, seed: int, epoch: EpochState, train: bool) -> Any:
         """The stage turning planned windows into compact batches for a split of a dataset with
         manifest `params`: reverse complement and tag dropout for training only."""
         return assemble(
-            params["window_length"],
-            params["max_tag_bytes"],
+            params.window_length,
+            params.max_tag_bytes,
             self.rc_prob if train else 0.0,
             seed,
             epoch,
