@@ -398,7 +398,14 @@ def test_every_shard_has_its_record_index(kleb_small):
         assert (entry.bytes, entry.sha256) == file_sha256(kleb_small / entry.path)
         assert entry.records == sum(shard.n_records for shard in info.shards)
         for k, shard in enumerate(info.shards):
-            assert list(written["splits"][split]["shards"][k]) == ["path", "n_samples", "n_tokens", "bytes", "sha256", "n_records"]
+            assert list(written["splits"][split]["shards"][k]) == [
+                "path",
+                "n_samples",
+                "n_tokens",
+                "bytes",
+                "sha256",
+                "n_records",
+            ]
             index = shard_index(kleb_small, split, k)
             assert len(index) == shard.n_records and int(index.windows.sum()) == shard.n_samples
             assert index.windows.max() == 7 and all(0 < w <= 7 for w in index.windows.tolist())
