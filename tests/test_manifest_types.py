@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ def test_a_manifest_of_each_version_round_trips(pristine: dict[int, Path], versi
     assert manifest.to_json() == json.loads(text)
     assert dumps_manifest(manifest.to_json()) == text  # key order too: the file, byte for byte
     assert Manifest.from_json(manifest.to_json(), "x") == manifest
+    assert pickle.loads(pickle.dumps(manifest)) == manifest  # a data module's manifest goes to spawned workers
     params = manifest.params
     assert (params.seq_length, params.window_length, params.max_tag_bytes, params.prefix) == (1024, 1021, 0, "wdshards")
     assert params.codec == ("zstd" if version == 2 else "none") and params.tokenizer is not None

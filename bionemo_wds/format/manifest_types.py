@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from types import MappingProxyType
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
@@ -53,7 +52,6 @@ _INDEX_FILE_SHARD_KEYS = frozenset((*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY))
 #: Keys written even when their value is null (`prepare` always writes them); any other optional
 #: key whose value is None is left out.
 _ALWAYS = frozenset(("group_by", "split_at_n"))
-_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
 
 
 def _known(cls: type) -> tuple[str, ...]:
@@ -72,11 +70,11 @@ def _json_of(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def _split_known(obj: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], Mapping[str, Any]]:
+def _split_known(obj: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the known keys of a JSON object, the others: ``extra``)."""
     known = {name: obj[name] for name in names if name in obj}
     if len(known) == len(obj):
-        return known, _NO_EXTRA
+        return known, {}
     return known, {key: value for key, value in obj.items() if key not in known}
 
 
@@ -97,13 +95,13 @@ class Params:
     windows_per_record: int
     records_by: str | None = None
     prefix: str
-    codec: str | None = None
+    codec: str = "none"  # every version has it
     length_buckets: list[int] | None = None
     source: dict[str, Any] | None = None
     group_by: str | None = None
     split_at_n: dict[str, Any] | None = None
     tokenizer: dict[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Params:
@@ -127,7 +125,7 @@ class ShardInfo:
     sha256: str
     records: Any = None
     n_records: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> ShardInfo:
@@ -175,7 +173,7 @@ class SplitInfo:
     samples_per_shard: int | None = None
     record_index: RecordIndexEntry | None = None
     shards: tuple[ShardInfo, ...]
-    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> SplitInfo:
@@ -212,7 +210,7 @@ class Manifest:
     splits: dict[str, SplitInfo]
     skipped: list[Any] | None = None
     unassigned_sequences: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Manifest:
