@@ -169,12 +169,12 @@ _EXTRA = st.dictionaries(st.text(min_size=1, max_size=8).map(lambda k: f"x_{k}")
             "seed": _INT,
             "windows_per_record": _INT,
             "prefix": _TEXT,
+            "codec": st.sampled_from(["none", "zstd"]),  # every version has it (read as "none" when absent)
         },
         optional={
             "case": st.sampled_from(["keep", "upper"]),
             "samples_per_shard": _INT,
             "records_by": st.sampled_from(["bases", "windows"]),
-            "codec": st.sampled_from(["none", "zstd"]),
             "length_buckets": st.lists(_INT, max_size=3),
             "tokenizer": st.fixed_dictionaries({"kind": st.just("byte"), "eos": _INT}),
         },
