@@ -15,7 +15,6 @@ Run it with ``python examples/classic_webdatamodule.py`` (about 15 s on 2 CPU co
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import torch
 import webdataset as wds
 
 from bionemo_wds import Split, WebDataModule
+from bionemo_wds.format import Manifest, read_manifest
 from bionemo_wds.pipeline import batch, decode_sample, reverse_complement, shuffle, to_model_inputs, untuple
 
 SEQ_LENGTH = 1024  # tokens per sample: BOS + bases + EOS, padded
@@ -37,7 +37,7 @@ WORKERS = 2
 SEED = 42
 
 
-def prepare(out: Path) -> dict:
+def prepare(out: Path) -> Manifest:
     """`bionemo-wds prepare` the bundled genome into `out`; returns its manifest."""
     genome = files("bionemo_wds") / "data" / "klebsiella_fragmented_assembly.fa.gz"
     # the same as: bionemo-wds prepare GENOME --out OUT --seq-length 1024 --stride 1000 --samples-per-shard 250
@@ -48,13 +48,13 @@ def prepare(out: Path) -> dict:
         *("--samples-per-shard", "250", "--quiet"),
     ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return json.loads((out / "manifest.json").read_text())
+    return read_manifest(out)
 
 
-def data_module(root: Path, manifest: dict) -> WebDataModule:
+def data_module(root: Path, manifest: Manifest) -> WebDataModule:
     """bionemo's first-release `WebDataModule` signature; the pipelines are lists of stages."""
     splits = (Split.train, Split.val)
-    windows = {split: manifest["splits"][split.name]["n_samples"] for split in splits}
+    windows = {split: manifest.splits[split.name].n_samples for split in splits}
     # compact uint8 batches cross from the loader workers; the main process expands them into the
     # model's int64 tokens, labels and loss_mask (8x larger: they never cross a process boundary)
     expand = wds.map(partial(to_model_inputs, seq_length=SEQ_LENGTH))
@@ -118,7 +118,7 @@ def main() -> None:
         # 1. one pass over the validation pseudo-epoch, read by two loader workers
         dm.setup("validate")
         batches = list(dm.val_dataloader())
-        tokens, n_val = batches[0]["tokens"], manifest["splits"]["val"]["n_samples"]
+        tokens, n_val = batches[0]["tokens"], manifest.splits["val"].n_samples
         inputs = sorted(k for k in batches[0] if not k.startswith("__"))
         shape = tuple(tokens.shape)
         print(f"val: {len(batches)} batches of {n_val} windows, tokens {shape} {tokens.dtype}, keys {inputs}")

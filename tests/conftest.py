@@ -80,11 +80,11 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 def shard_windows(root: Path) -> dict[str, list[tuple[str, int, int, bytes, str]]]:
     """split -> [(seq_id, start, window, bases, tag)] read back from a prepared dataset's shards via its manifest."""
     out = {}
-    for split, info in read_manifest(root)["splits"].items():
+    for split, info in read_manifest(root).splits.items():
         rows = []
-        for shard in info["shards"]:
-            with open(root / shard["path"], "rb") as fh:
-                for _, block in iter_records(fh, shard["path"]):
+        for shard in info.shards:
+            with open(root / shard.path, "rb") as fh:
+                for _, block in iter_records(fh, shard.path):
                     for i in range(len(block)):
                         seq_id, tag = block.seq_id[i], block.tag[i]
                         rows.append((seq_id, int(block.start[i]), int(block.window[i]), block.bases(i).tobytes(), tag))

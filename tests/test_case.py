@@ -8,6 +8,7 @@ FASTA slice, case included (`keep`), or its upper-cased slice (`upper`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -82,9 +83,9 @@ def test_every_window_is_the_fasta_slice_in_the_chosen_case(tmp_path, masked_fa,
     lower_windows = sum(bases != bases.upper() for *_, bases, _ in rows)
     # windows 0, 1, 2, 19, 20, 29, 30 and the end-aligned last one hold soft-masked bases
     assert lower_windows == (0 if case == "upper" else 8)
-    params = read_manifest(out)["params"]
-    assert params["case"] == params["tokenizer"]["case"] == (case or "keep")
-    assert read_manifest(out)["request"]["case"] == (case or "keep")
+    params = read_manifest(out).params
+    assert params.case == params.tokenizer["case"] == (case or "keep")
+    assert read_manifest(out).request["case"] == (case or "keep")
 
 
 @pytest.mark.parametrize("case", ["keep", "upper"])
@@ -121,7 +122,7 @@ def test_invalid_lower_case_byte_is_still_refused_with_keep(tmp_path, masked, ca
 def test_split_at_n_finds_runs_of_either_case_and_pieces_keep_their_case(tmp_path, masked_fa, masked):
     out = tmp_path / "out"
     prepare([masked_fa], out, PrepareOptions(**OPTS, split_at_n=10))
-    assert read_manifest(out)["params"]["source"]["split_at_n"] == {"min_run": 10, "pieces": 3, "sequences_cut": 1}
+    assert read_manifest(out).params.source["split_at_n"] == {"min_run": 10, "pieces": 3, "sequences_cut": 1}
     rows = windows_of(out)
     for _, start, _, bases, _ in rows:
         assert bases == masked[start : start + len(bases)].encode()
@@ -139,8 +140,8 @@ def test_upper_reproduces_todays_bytes_on_upper_case_input(tmp_path, lambda_seq)
     shards = {case: {p.relative_to(o): p.read_bytes() for p in sorted(o.rglob("*.tar"))} for case, o in outs.items()}
     assert shards["keep"] == shards["upper"] and shards["keep"]
     keep, upper = (read_manifest(o) for o in outs.values())
-    assert keep["splits"] == upper["splits"]
-    assert (keep["params"]["case"], upper["params"]["case"]) == ("keep", "upper")
+    assert keep.splits == upper.splits
+    assert (keep.params.case, upper.params.case) == ("keep", "upper")
 
 
 def test_changed_case_on_an_existing_output_is_refused(tmp_path, masked_fa, capsys):
@@ -155,7 +156,7 @@ def test_changed_case_on_an_existing_output_is_refused(tmp_path, masked_fa, caps
     assert "case: 'keep' -> 'upper'" in err and "--overwrite" in err
     assert read_manifest(out) == before
     assert main([*argv, "--case", "upper", "--overwrite"]) == 0
-    assert read_manifest(out)["params"]["case"] == "upper"
+    assert read_manifest(out).params.case == "upper"
 
 
 def test_inspect_prints_the_case_and_old_manifests_read_as_upper(tmp_path, masked_fa, capsys):
@@ -166,9 +167,10 @@ def test_inspect_prints_the_case_and_old_manifests_read_as_upper(tmp_path, maske
     manifest = read_manifest(out)
     assert stored_case(manifest) == "keep"
     # a manifest written before --case existed: no params.case, tokenizer case "upper"
-    del manifest["params"]["case"]
-    manifest["params"]["tokenizer"]["case"] = "upper"
-    write_manifest(out / "manifest.json", manifest)
+    tokenizer = {**(manifest.params.tokenizer or {}), "case": "upper"}
+    params = dataclasses.replace(manifest.params, case=None, tokenizer=tokenizer)
+    write_manifest(out / "manifest.json", dataclasses.replace(manifest, params=params))
+    assert "case" not in json.loads((out / "manifest.json").read_text())["params"]  # None: left out
     assert stored_case(read_manifest(out)) == "upper"
     assert main(["inspect", str(out)]) == 0
     assert "case upper" in capsys.readouterr().out

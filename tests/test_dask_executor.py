@@ -51,7 +51,7 @@ def test_a_local_cluster_writes_the_bytes_of_the_local_executor(tmp_path, cluste
     out = tmp_path / "dask"
     result = prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, executor="dask", scheduler=cluster.scheduler_address))
     assert result.status == "written" and result.shards_written == len(
-        [sh for s in read_manifest(local_kleb)["splits"].values() for sh in s["shards"]]
+        [sh for s in read_manifest(local_kleb).splits.values() for sh in s.shards]
     )
     assert result.shards_written > 20
     assert tree_bytes(out) == tree_bytes(local_kleb)
@@ -175,7 +175,7 @@ def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path):
     again = prepare([KLEBSIELLA], out, PrepareOptions(**SLOW, executor="dask", workers=2))
     assert again.status == "resumed" and again.shards_reused == done
     assert again.shards_written + again.shards_reused == len(
-        [sh for s in read_manifest(local)["splits"].values() for sh in s["shards"]]
+        [sh for s in read_manifest(local).splits.values() for sh in s.shards]
     )
     assert tree_bytes(out) == tree_bytes(local)
     assert verify(out, progress=False).ok

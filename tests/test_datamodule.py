@@ -72,11 +72,11 @@ def test_every_split_read_exactly_once_and_disjoint(dataset, workers):
     for split, loader in (("val", dm.val_dataloader()), ("test", dm.test_dataloader())):
         batches = list(loader)
         keys = [k for b in batches for k, filler in zip(b["keys"], b["filler"].tolist()) if not filler]
-        assert len(keys) == len(set(keys)) == manifest["splits"][split]["n_samples"]
+        assert len(keys) == len(set(keys)) == manifest.splits[split].n_samples
         assert all(k == "" for b in batches for k, f in zip(b["keys"], b["filler"].tolist()) if f)
         seen[split] = keys
     train = [k for b in dm.train_dataloader() for k in b["keys"]]
-    n_train = manifest["splits"]["train"]["n_samples"]
+    n_train = manifest.splits["train"].n_samples
     # an exact epoch: every window at most once, fewer than one batch of them left out
     assert len(train) == len(set(train)) == n_train // 16 * 16
     seen["train"] = train
@@ -88,7 +88,7 @@ def test_every_split_read_exactly_once_and_disjoint(dataset, workers):
 def test_keys_lead_back_to_the_fasta(dataset, klebsiella_seqs, workers):
     dm = make(dataset, rc_prob=0.5, num_workers=workers)
     dm.setup("fit")
-    window = read_manifest(dataset)["params"]["window_length"]
+    window = read_manifest(dataset).params.window_length
     flipped = 0
     for i, b in enumerate(dm.train_dataloader()):
         for j, key in enumerate(b["keys"]):
@@ -164,7 +164,7 @@ def _prepare_in_process(root: str, q) -> None:
         prepare_options={"stride": 1000, "samples_per_shard": 400, "windows_per_record": 8, "progress": False},
     )
     dm.prepare_data()
-    q.put(read_manifest(Path(root))["splits"]["train"]["shards"][0]["sha256"])
+    q.put(read_manifest(Path(root)).splits["train"].shards[0].sha256)
 
 
 def test_fasta_to_training_in_one_call_and_concurrent_prepare(tmp_path, dataset):
@@ -180,7 +180,7 @@ def test_fasta_to_training_in_one_call_and_concurrent_prepare(tmp_path, dataset)
     hashes = {q.get(timeout=5) for _ in procs}
     assert len(hashes) == 1
     # same windows and order as the fixture (which used the same options, except workers)
-    assert hashes == {read_manifest(dataset)["splits"]["train"]["shards"][0]["sha256"]}
+    assert hashes == {read_manifest(dataset).splits["train"].shards[0].sha256}
     dm = GenomicWebDataModule(
         str(root),
         seq_length=SEQ,
@@ -283,7 +283,7 @@ def test_prepare_options_may_carry_the_seed(tmp_path):
         prepare_options={"stride": 1000, "split": [1, 0, 0], "seed": 9, "progress": False},
     )
     dm.prepare_data()
-    assert read_manifest(tmp_path / "ds")["params"]["seed"] == 9
+    assert read_manifest(tmp_path / "ds").params.seed == 9
 
 
 # --- the manifest is the list -------------------------------------------------------------------
@@ -301,7 +301,7 @@ def test_a_stray_copy_of_a_shard_is_not_read(dataset, tmp_path):
     ):
         dm.setup("fit")
     keys = [k for b in dm.train_dataloader() for k in b["keys"]]
-    assert len(keys) == len(set(keys)) == read_manifest(root)["splits"]["train"]["n_samples"] // 16 * 16
+    assert len(keys) == len(set(keys)) == read_manifest(root).splits["train"].n_samples // 16 * 16
 
 
 @pytest.mark.parametrize("factor", [2, 0])
@@ -313,7 +313,7 @@ def test_a_split_count_that_disagrees_with_its_shards_is_refused(dataset, tmp_pa
 
     root = tmp_path / "ds"
     shutil.copytree(dataset, root)
-    manifest = read_manifest(root)
+    manifest = read_manifest(root).to_json()
     held = manifest["splits"]["train"]["n_samples"]
     manifest["splits"]["train"]["n_samples"] = held * factor
     (root / "manifest.json").write_text(json.dumps(manifest))
@@ -382,7 +382,7 @@ def test_trainer_knows_the_epoch_and_a_one_cycle_schedule_runs_to_the_end(datase
     dm = make(dataset, micro_batch_size=64)
     trainer = quiet_trainer(max_epochs=2, val_check_interval=0.5, limit_val_batches=2, num_sanity_val_steps=0)
     trainer.fit(OneCycle(), datamodule=dm)
-    per_epoch = read_manifest(dataset)["splits"]["train"]["n_samples"] // 64
+    per_epoch = read_manifest(dataset).splits["train"].n_samples // 64
     assert trainer.num_training_batches == per_epoch
     assert trainer.estimated_stepping_batches == trainer.global_step == 2 * per_epoch
 
@@ -427,7 +427,7 @@ def test_a_finished_epoch_is_saved_as_the_start_of_the_next(dataset):
 def test_elastic_resume_reads_exactly_the_windows_not_yet_consumed(dataset):
     """2 ranks (micro 12) consume 5 batches each; 3 ranks (micro 8, the same global batch) finish the
     epoch: no window twice, and everything but the logged remainder read."""
-    n = read_manifest(dataset)["splits"]["train"]["n_samples"]
+    n = read_manifest(dataset).splits["train"].n_samples
     consumed, states = [], []
     for rank in range(2):
         dm = _fit(make(dataset, micro_batch_size=12, dp_rank=rank, dp_size=2))
@@ -452,7 +452,7 @@ def test_resampled_epochs_resume_too(dataset):
         return _fit(make(dataset, epoch="resampled", **kw))
 
     full = _epoch(module())
-    n = read_manifest(dataset)["splits"]["train"]["n_samples"]
+    n = read_manifest(dataset).splits["train"].n_samples
     assert len(full) == -(-n // 16)  # bionemo's pseudo-epoch
     first = module()
     it = iter(first.train_dataloader())

@@ -199,7 +199,7 @@ def windows(dataset) -> dict[str, list[str]]:
     out = {}
     for split, loader in (("train", dm.train_dataloader()), ("val", dm.val_dataloader())):
         keys = [k for b in loader for k in b["keys"]]
-        assert len(keys) == len(set(keys)) == manifest["splits"][split]["n_samples"] and "" not in keys
+        assert len(keys) == len(set(keys)) == manifest.splits[split].n_samples and "" not in keys
         out[split] = keys
     return out
 
@@ -349,7 +349,7 @@ def one_shard_per_split(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ddp_one") / "lambda_kleb"
     options = PrepareOptions(seq_length=2048, stride=1900, samples_per_shard=100_000, progress=False, workers=1)
     prepare([LAMBDA, KLEBSIELLA], out, options)
-    assert all(len(info["shards"]) == 1 for info in read_manifest(out)["splits"].values())
+    assert all(len(info.shards) == 1 for info in read_manifest(out).splits.values())
     return out
 
 
@@ -364,7 +364,7 @@ def test_lightning_ddp_validates_on_both_ranks_with_one_val_shard(script, one_sh
     proc = start(cmd, log, cwd=out, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     run_group([proc], [log])
     ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
-    per_epoch = read_manifest(one_shard_per_split)["splits"]["train"]["n_samples"] // (4 * 2)
+    per_epoch = read_manifest(one_shard_per_split).splits["train"].n_samples // (4 * 2)
     assert [r["global_step"] for r in ranks] == [2 * per_epoch] * 2
     assert [r["estimated"] for r in ranks] == [2 * per_epoch] * 2
     assert ranks[0]["val_batches"] == ranks[1]["val_batches"] > 0

@@ -114,7 +114,7 @@ def test_a_lineage_tag_gets_the_windows_prepare_gives_it(tmp_path, lambda_seq):
     fasta = write_fasta(tmp_path / "lambda.fa", {"lambda": lambda_seq}, {"lambda": tag})
     opts = PrepareOptions(seq_length=512, stride=300, split=(1, 0, 0), tags="lineage", progress=False)
     prepare([fasta], tmp_path / "out", opts)
-    assert read_manifest(tmp_path / "out")["params"]["max_tag_bytes"] > len(tag)  # room for o__None;f__None
+    assert read_manifest(tmp_path / "out").params.max_tag_bytes > len(tag)  # room for o__None;f__None
     shards = sorted((window, start, bases) for _, start, window, bases, _ in shard_windows(tmp_path / "out")["train"])
     out = encode(lambda_seq, 512, tags=tag, stride=300)
     p = len(tag) + 2

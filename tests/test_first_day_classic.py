@@ -86,7 +86,7 @@ def test_a_partial_of_a_curried_filter_runs_as_the_filter_called(several_shards,
     partial_ = val_keys(
         module(several_shards, [untuple, decode_sample(), partial(filter_, bufsize=50, **again)], workers)
     )
-    n_val = read_manifest(several_shards)["splits"]["val"]["n_samples"]
+    n_val = read_manifest(several_shards).splits["val"].n_samples
     assert partial_ == called
     assert len(called) == len(set(called)) == n_val  # every window once
     assert called != sorted(called, key=lambda k: (k.split("/")[0], int(k.split("/")[1])))  # shuffled
@@ -151,7 +151,7 @@ def test_fewer_shards_than_workers_says_the_samples_per_shard_that_fixes_it(one_
     assert f"the train split has 1 shard(s) ({one_shard}/train/wdshards-*.tar) but num_workers=2" in message
     assert "use num_workers=1 or fewer" in message and "\n" not in message
     per_shard = int(re.search(r"--samples-per-shard (\d+) or fewer", message).group(1))
-    windows = {s: read_manifest(one_shard)["splits"][s]["n_samples"] for s in ("train", "val")}
+    windows = {s: read_manifest(one_shard).splits[s].n_samples for s in ("train", "val")}
     smallest = min(windows, key=windows.get)
     assert f"the {smallest} split has {windows[smallest]} windows for num_workers=2" in message
     # the value given is the largest that gives every split a shard per worker
@@ -165,9 +165,9 @@ def test_fewer_shards_than_workers_says_the_samples_per_shard_that_fixes_it(one_
 
 
 def test_as_many_workers_as_shards_is_fine(several_shards):
-    n_shards = len(read_manifest(several_shards)["splits"]["val"]["shards"])
+    n_shards = len(read_manifest(several_shards).splits["val"].shards)
     keys = val_keys(module(several_shards, [untuple, decode_sample()], workers=n_shards))
-    assert len(keys) == len(set(keys)) == read_manifest(several_shards)["splits"]["val"]["n_samples"]
+    assert len(keys) == len(set(keys)) == read_manifest(several_shards).splits["val"].n_samples
 
 
 def test_resampled_shards_need_no_shard_per_worker(one_shard):

@@ -28,7 +28,6 @@ from bionemo_wds.format import (
     RecordIndex,
     RecordIndexBuilder,
     TarStreamError,
-    atomic,
     decode_record,
     encode_record,
     file_sha256,
@@ -40,9 +39,10 @@ from bionemo_wds.format import (
     shard_indexes,
     write_shard,
 )
-from bionemo_wds.format.atomic import atomic_path, atomic_write, remove_stale_temporaries
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.sources.fasta import catalog_fasta
+from bionemo_wds.storage import atomic
+from bionemo_wds.storage.atomic import atomic_path, atomic_write, remove_stale_temporaries
 from bionemo_wds.storage.store import Store
 
 
@@ -182,7 +182,7 @@ def test_atomic_write_fsyncs_the_file_then_the_directory(tmp_path, monkeypatch):
 
 SLOW_ATOMIC_WRITER = """
 import sys, time
-from bionemo_wds.format.atomic import atomic_write
+from bionemo_wds.storage.atomic import atomic_write
 with atomic_write(sys.argv[1]) as a, atomic_write(sys.argv[2]) as b:
     a.write(b"new " * 10000); b.write(b"new " * 10000)
     a.flush(); b.flush()
@@ -407,22 +407,22 @@ def test_record_index_agrees_with_the_shards(genomes, name, version, tmp_path):
         root = tmp_path / "v3"
         as_format_version_3(root)
     manifest = read_manifest(root)
-    assert manifest["format_version"] == version and FORMAT_VERSION == 4
+    assert manifest.format_version == version and FORMAT_VERSION == 4
     n_records = 0
-    for split, info in manifest["splits"].items():
+    for split, info in manifest.splits.items():
         indexes = shard_indexes(Store(root), manifest, split)
-        assert indexes is not None and len(indexes) == len(info["shards"])
-        for shard, index in zip(info["shards"], indexes):
-            path = root / shard["path"]
+        assert indexes is not None and len(indexes) == len(info.shards)
+        for shard, index in zip(info.shards, indexes):
+            path = root / shard.path
             assert index is not None
             if version == 3:
-                assert index == index_of(shard)
+                assert index == index_of(shard.to_json())
             else:
-                assert "records" not in shard and shard["n_records"] == len(index)
+                assert shard.records is None and shard.n_records == len(index)
             keys, found = record_layout(path)
             assert found == index
-            assert sum(index.windows) == shard["n_samples"]
-            assert index_shard(path) == (shard["bytes"], shard["sha256"], index)
+            assert sum(index.windows) == shard.n_samples
+            assert index_shard(path) == (shard.bytes, shard.sha256, index)
             shard_no = int(path.stem.rsplit("-", 1)[1])
             assert keys == [f"{shard_no:06d}-{n:06d}" for n in range(len(index))]
             with tarfile.open(path) as tar:
@@ -447,7 +447,7 @@ def test_a_version_3_manifest_lists_the_index_columns_on_one_line_each(genomes, 
     text = (root / "manifest.json").read_text()
     columns = [line.strip() for line in text.splitlines() if line.strip().startswith(('"offset"', '"crc32"'))]
     assert columns and all(line.endswith(("],", "]")) for line in columns)
-    assert json.loads(text) == read_manifest(root)
+    assert json.loads(text) == read_manifest(root).to_json()
     v4 = (genomes["klebsiella"] / "manifest.json").read_text()  # version 4: no columns in the manifest
     assert '"offset"' not in v4 and '"records": {' not in v4 and '"n_records"' in v4
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import read_manifest
+from bionemo_wds.format import Manifest, read_manifest
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import (
     apply_groups,
@@ -302,18 +302,18 @@ def prepare_args(out: Path, rule: str, *extra: str, fasta: Path = KLEBSIELLA) ->
     ]
 
 
-def splits_of(manifest: dict) -> dict[str, str]:
+def splits_of(manifest: Manifest) -> dict[str, str]:
     """seq_id -> its split, from the manifest's per-split seq_ids (each id in one split only)."""
     out: dict[str, str] = {}
-    for split, info in manifest["splits"].items():
-        assert len(info["seq_ids"]) == info["n_sequences"]
-        for seq_id in info["seq_ids"]:
+    for split, info in manifest.splits.items():
+        assert len(info.seq_ids) == info.n_sequences
+        for seq_id in info.seq_ids:
             assert seq_id not in out, seq_id
             out[seq_id] = split
     return out
 
 
-def assert_groups_whole(manifest: dict, group_of: dict[str, str]) -> None:
+def assert_groups_whole(manifest: Manifest, group_of: dict[str, str]) -> None:
     where: dict[str, set[str]] = {}
     for seq_id, split in splits_of(manifest).items():
         where.setdefault(group_of[seq_id], set()).add(split)
@@ -329,12 +329,12 @@ def test_regex_groups_never_span_two_splits(tmp_path, kleb_ids):
     manifest = read_manifest(out)
     assert set(splits_of(manifest)) == set(kleb_ids)
     assert_groups_whole(manifest, {i: str(node(i) % 10) for i in kleb_ids})
-    assert set(manifest["splits"]) == {"train", "val", "test"}
-    assert manifest["params"]["group_by"] == RULE
-    assert manifest["request"]["group_by"] == RULE
-    assert manifest["params"]["source"]["group_by"] == {"rule": RULE, "groups": 10, "ungrouped_sequences": 0}
+    assert set(manifest.splits) == {"train", "val", "test"}
+    assert manifest.params.group_by == RULE
+    assert manifest.request["group_by"] == RULE
+    assert manifest.params.source["group_by"] == {"rule": RULE, "groups": 10, "ungrouped_sequences": 0}
     # the split differs from the ungrouped one: contigs ending in one digit go together
-    val_digits = {node(i) % 10 for i in manifest["splits"]["val"]["seq_ids"]}
+    val_digits = {node(i) % 10 for i in manifest.splits["val"].seq_ids}
     assert len(val_digits) < 10
 
 
@@ -348,12 +348,12 @@ def test_tsv_groups_never_span_two_splits_and_ungrouped_are_counted(tmp_path, kl
         assert main(prepare_args(out, f"tsv:{table}")) == 0
     manifest = read_manifest(out)
     assert_groups_whole(manifest, {i: group_of[i] if i not in left_out else i for i in kleb_ids})
-    assert manifest["params"]["source"]["group_by"] == {
+    assert manifest.params.source["group_by"] == {
         "rule": f"tsv:{table}",
         "groups": 10 + 7,
         "ungrouped_sequences": 7,
     }
-    assert manifest["request"]["group_file"]["path"] == str(table.resolve())
+    assert manifest.request["group_file"]["path"] == str(table.resolve())
 
 
 def test_mmseqs_clusters_never_span_two_splits(tmp_path, kleb_ids):
@@ -367,7 +367,7 @@ def test_mmseqs_clusters_never_span_two_splits(tmp_path, kleb_ids):
     assert main(prepare_args(out, f"mmseqs:{table}")) == 0
     manifest = read_manifest(out)
     assert_groups_whole(manifest, rep_of)
-    assert manifest["params"]["source"]["group_by"]["groups"] == 12
+    assert manifest.params.source["group_by"]["groups"] == 12
 
 
 def test_group_by_with_split_lists_is_refused(tmp_path, kleb_ids, capsys):
@@ -435,7 +435,7 @@ def test_too_few_groups_for_the_splits_exits_2(tmp_path, capsys):
     assert not out.exists()
     # with the empty splits' ratios at 0 one group is fine
     assert main(prepare_args(out, "regex:^(NODE)_", "--split", "1,0,0")) == 0
-    assert set(read_manifest(out)["splits"]) == {"train"}
+    assert set(read_manifest(out).splits) == {"train"}
 
 
 def test_pieces_cut_at_n_follow_their_sequence_into_its_group(tmp_path):
@@ -459,6 +459,6 @@ def test_pieces_cut_at_n_follow_their_sequence_into_its_group(tmp_path):
     assert main(args) == 0
     manifest = read_manifest(out)
     assert_groups_whole(manifest, group_of)
-    assert manifest["params"]["source"]["split_at_n"] == {"min_run": 10, "pieces": 36, "sequences_cut": 12}
-    assert manifest["params"]["source"]["group_by"] == {"rule": f"tsv:{table}", "groups": 4, "ungrouped_sequences": 0}
-    assert sum(info["n_sequences"] for info in manifest["splits"].values()) == 12
+    assert manifest.params.source["split_at_n"] == {"min_run": 10, "pieces": 36, "sequences_cut": 12}
+    assert manifest.params.source["group_by"] == {"rule": f"tsv:{table}", "groups": 4, "ungrouped_sequences": 0}
+    assert sum(info.n_sequences for info in manifest.splits.values()) == 12

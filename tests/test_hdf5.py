@@ -73,7 +73,7 @@ def test_fixed_width_rows_round_trip_one_window_each(tmp_path, lambda_h5, lambda
         prepare_h5(lambda_h5, out, "--x-key", key, "--seq-length", SEQ, "--stride", SEQ - 3, "--workers", workers) == 0
     )
     manifest = read_manifest(out)
-    source = manifest["params"]["source"]
+    source = manifest.params.source
     dtype = "uint8" if key == "x_u8" else "int64"
     width = ROW if key == "x_u8" else ROW + 2
     assert source == {
@@ -94,7 +94,7 @@ def test_fixed_width_rows_round_trip_one_window_each(tmp_path, lambda_h5, lambda
             assert (start, window, tag) == (0, 0, "")
             assert bases == lambda_rows[int(seq_id)].upper().encode()
     for split, rows in found.items():
-        assert manifest["splits"][split]["seq_ids"] == sorted((r[0] for r in rows), key=int)
+        assert manifest.splits[split].seq_ids == sorted((r[0] for r in rows), key=int)
     assert main(["verify", str(out), "-q"]) == 0
 
 
@@ -110,9 +110,9 @@ def test_ragged_contigs_are_windowed_like_fasta(tmp_path, klebsiella_seqs):
     out = tmp_path / "out"
     assert prepare_h5(h5, out, "--x-key", "tokens", "--seq-length", 4096, "--stride", 4000, "--workers", 2) == 0
     manifest = read_manifest(out)
-    assert manifest["params"]["source"]["layout"] == "ragged"
-    assert manifest["params"]["source"]["dtype"] == "int16"
-    window = manifest["params"]["window_length"]
+    assert manifest.params.source["layout"] == "ragged"
+    assert manifest.params.source["dtype"] == "int16"
+    window = manifest.params.window_length
     covered = [np.zeros(len(c), bool) for c in contigs]
     per_row = np.zeros(len(contigs), np.int64)
     for rows in shard_windows(out).values():
@@ -131,7 +131,7 @@ def test_labels_become_the_windows_tags_and_the_data_module_yields_the_rows(tmp_
     out = tmp_path / "out"
     assert prepare_h5(lambda_h5, out, "--x-key", "x_i64", "--y-key", "y_str", "--seq-length", SEQ, "--stride", 900) == 0
     manifest = read_manifest(out)
-    assert manifest["params"]["max_tag_bytes"] == len("phage-0")
+    assert manifest.params.max_tag_bytes == len("phage-0")
     for rows in shard_windows(out).values():
         for seq_id, _, _, _, tag in rows:
             assert tag == f"phage-{int(seq_id) % 4}"
@@ -157,8 +157,8 @@ def test_labels_become_the_windows_tags_and_the_data_module_yields_the_rows(tmp_
                 assert (tokens[j, len(expect) :] == PAD_ID).all()
                 seen[split].add(seq_id)
     for split in ("val", "test"):
-        assert seen[split] == set(manifest["splits"][split]["seq_ids"])
-    assert seen["train"] <= set(manifest["splits"]["train"]["seq_ids"]) and len(seen["train"]) >= 36
+        assert seen[split] == set(manifest.splits[split].seq_ids)
+    assert seen["train"] <= set(manifest.splits["train"].seq_ids) and len(seen["train"]) >= 36
 
 
 @pytest.mark.parametrize("y_key, label", [("y_int", lambda i: str(i % 3)), ("y_float", None)])
@@ -183,7 +183,7 @@ def test_split_lists_of_row_numbers_and_ratio_split(tmp_path, lambda_h5):
     assert prepare_h5(lambda_h5, out, "--x-key", "x_i64", "--seq-length", SEQ, "--stride", 1000, *args) == 0
     found = shard_windows(out)
     assert {split: sorted(int(r[0]) for r in rows) for split, rows in found.items()} == lists
-    assert read_manifest(out)["unassigned_sequences"] == 49 - 8
+    assert read_manifest(out).unassigned_sequences == 49 - 8
     ratio = tmp_path / "ratio"
     assert (
         prepare_h5(
@@ -288,8 +288,8 @@ def test_empty_rows_are_skipped_when_asked(tmp_path, lambda_rows):
     args = ["--x-key", "x_empty_row", "--seq-length", SEQ, "--stride", 1000, "--on-invalid", "skip"]
     assert prepare_h5(h5, out, *args) == 0
     manifest = read_manifest(out)
-    assert [s["seq_id"] for s in manifest["skipped"]] == ["4"]
-    assert manifest["skipped"][0]["file"] == str(h5) and "holds no bases" in manifest["skipped"][0]["reason"]
+    assert [s["seq_id"] for s in manifest.skipped] == ["4"]
+    assert manifest.skipped[0]["file"] == str(h5) and "holds no bases" in manifest.skipped[0]["reason"]
     kept = sorted((r[0] for rows in shard_windows(out).values() for r in rows), key=int)
     assert kept == [str(i) for i in range(10) if i != 4]
 

@@ -90,25 +90,25 @@ def test_prepare_writes_each_splits_index_file_before_the_manifest(tmp_path, mon
     monkeypatch.setattr(manifest_module, "write_record_index", spy)
     prepare([KLEBSIELLA], out, PrepareOptions(**OPTS))
     manifest = read_manifest(out)
-    assert manifest["format_version"] == 4 and written == list(manifest["splits"]) == ["train", "val", "test"]
-    for split, info in manifest["splits"].items():
-        entry = info["record_index"]
-        data = (out / entry["path"]).read_bytes()
+    assert manifest.format_version == 4 and written == list(manifest.splits) == ["train", "val", "test"]
+    for split, info in manifest.splits.items():
+        entry = info.record_index
+        data = (out / entry.path).read_bytes()
         # every shard's index as its shard file gives it, in shard order, saved as numpy.save saves it
-        rows = np.concatenate([index_shard(out / shard["path"])[2].rows for shard in info["shards"]])
+        rows = np.concatenate([index_shard(out / shard.path)[2].rows for shard in info.shards])
         saved = io.BytesIO()
         np.save(saved, rows)
         assert data == saved.getvalue() and np.load(io.BytesIO(data)).dtype == INDEX_DTYPE == rows.dtype
         header = len(data) - len(rows) * 20  # 20 bytes per record after a header padded to 64 bytes
         assert INDEX_DTYPE.itemsize == 20 and header % 64 == 0 and header <= 256
-        assert entry == {
+        assert entry is not None and entry.to_json() == {
             "path": f"{split}/record-index.npy",
             "records": len(rows),
             "bytes": len(data),
-            "sha256": file_sha256(out / entry["path"])[1],
+            "sha256": file_sha256(out / entry.path)[1],
         }
-        assert [shard["n_records"] for shard in info["shards"]] == [
-            len(index_shard(out / shard["path"])[2]) for shard in info["shards"]
+        assert [shard.n_records for shard in info.shards] == [
+            len(index_shard(out / shard.path)[2]) for shard in info.shards
         ]
     assert verify(out, progress=False).ok
 
@@ -116,9 +116,11 @@ def test_prepare_writes_each_splits_index_file_before_the_manifest(tmp_path, mon
 def test_rewriting_a_manifest_as_read_leaves_the_index_files_alone(root):
     before = {p: p.read_bytes() for p in root.glob("*/record-index.npy")}
     manifest = read_manifest(root)
-    manifest["request"]["note"] = "edited"
+    manifest.request["note"] = "edited"  # a dict in the (frozen) manifest
     write_manifest(root / "manifest.json", manifest)
-    assert read_manifest(root) == manifest and '"records":' not in json.dumps(manifest["splits"]["train"]["shards"])
+    assert read_manifest(root) == manifest and '"records":' not in json.dumps(
+        manifest.to_json()["splits"]["train"]["shards"]
+    )
     assert {p: p.read_bytes() for p in root.glob("*/record-index.npy")} == before
 
 
@@ -143,7 +145,7 @@ def test_versions_4_3_and_1_give_the_same_batches(root, tmp_path):
     shutil.copytree(root, v1)
     as_format_version_3(v3)
     as_format_version_1(v1)
-    assert read_manifest(v3)["format_version"] == 3 and not list(v3.glob("*/record-index.npy"))
+    assert read_manifest(v3).format_version == 3 and not list(v3.glob("*/record-index.npy"))
     for split in ("train", "val"):
         want = batches(root, split)
         assert_same(batches(v3, split), want)
@@ -174,14 +176,14 @@ def test_the_index_file_is_no_stray_shard_and_overwrite_replaces_it(root, capsys
         warnings.simplefilter("error")  # no "ignoring file(s) not listed" warning
         GenomicWebDataModule(str(root), micro_batch_size=16).setup("fit")
     assert main(["inspect", str(root)]) == 0
-    entry = read_manifest(root)["splits"]["train"]["record_index"]
-    assert f"record index: train/record-index.npy {entry['bytes'] / 1000:.1f} kB ({entry['records']:,} records)" in (
+    entry = read_manifest(root).splits["train"].record_index
+    assert f"record index: train/record-index.npy {entry.bytes / 1000:.1f} kB ({entry.records:,} records)" in (
         capsys.readouterr().out
     )
     result = prepare([KLEBSIELLA], root, PrepareOptions(**{**OPTS, "windows_per_record": 2}, overwrite=True))
     assert result.status == "written" and verify(root, progress=False).ok
     rows = np.load(root / INDEX)
-    assert len(rows) == result.manifest["splits"]["train"]["record_index"]["records"] and rows["windows"].max() == 2
+    assert len(rows) == result.manifest.splits["train"].record_index.records and rows["windows"].max() == 2
 
 
 # --- a damaged index file ---------------------------------------------------------------------------
@@ -219,7 +221,7 @@ def test_a_missing_index_file_is_named(root):
 def test_a_changed_index_file_fails_verify_and_the_record_it_describes(root):
     """One crc32 changed in place (same size): verify names the file (its sha256) and the record;
     the loader reads the file unhashed (memory-mapped) and fails on that record."""
-    listed = read_manifest(root)["splits"]["train"]["record_index"]["sha256"]
+    listed = read_manifest(root).splits["train"].record_index.sha256
     old = edit_record_index(root, "train", 3, 2, "crc32", 12345)
     manifest = json.loads((root / "manifest.json").read_text())
     manifest["splits"]["train"]["record_index"]["sha256"] = listed  # the manifest as written

@@ -62,7 +62,7 @@ def test_same_batches_as_the_data_module(dataset, split, workers):
             assert torch.equal(a[name], b[name]), name
     if split == "train":
         assert any(b["rc"].any() for b in got) and not all(b["rc"].all() for b in got)
-        n = read_manifest(dataset)["splits"]["train"]["n_samples"]
+        n = read_manifest(dataset).splits["train"].n_samples
         assert len(got) == n // MICRO
 
 

@@ -61,18 +61,18 @@ def test_synthetic_manifest_is_what_prepare_writes(tmp_path: Path, extra: tuple[
     _write(tmp_path, *extra, "--format-version", version)
     text = (tmp_path / MANIFEST_NAME).read_text()
     manifest = read_manifest(tmp_path)  # accepted: format, version, every required key
-    assert manifest["format_version"] == int(version)
-    assert dumps_manifest(manifest) == text  # streamed shard by shard, byte for byte the writer's text
-    for split, info in manifest["splits"].items():
-        assert info["n_samples"] == sum(shard["n_samples"] for shard in info["shards"])
+    assert manifest.format_version == int(version)
+    assert dumps_manifest(manifest.to_json()) == text  # streamed shard by shard, byte for byte the writer's text
+    for split, info in manifest.splits.items():
+        assert info.n_samples == sum(shard.n_samples for shard in info.shards)
         indexes = shard_indexes(Store(tmp_path), manifest, split)
         assert indexes is not None
         if version == "4":  # the file `write_manifest` writes: numpy.save's bytes of every shard's rows
-            entry, rows = info["record_index"], np.concatenate([index.rows for index in indexes])
+            entry, rows = info.record_index, np.concatenate([index.rows for index in indexes])
             saved = io.BytesIO()
             np.save(saved, rows.astype(INDEX_DTYPE))
-            assert (tmp_path / entry["path"]).read_bytes() == saved.getvalue()
-            assert entry == {
+            assert (tmp_path / entry.path).read_bytes() == saved.getvalue()
+            assert entry is not None and entry.to_json() == {
                 "path": f"{split}/record-index.npy",
                 "records": len(rows),
                 "bytes": len(saved.getvalue()),
@@ -80,10 +80,10 @@ def test_synthetic_manifest_is_what_prepare_writes(tmp_path: Path, extra: tuple[
             }
         else:
             assert not list(tmp_path.glob("*/record-index.npy"))
-        for shard, index in zip(info["shards"], indexes):
-            assert index is not None and int(index.windows.sum()) == shard["n_samples"]
+        for shard, index in zip(info.shards, indexes):
+            assert index is not None and int(index.windows.sum()) == shard.n_samples
             ends = (index.offset + index.size).tolist()
-            assert all(end <= shard["bytes"] for end in ends)
+            assert all(end <= shard.bytes for end in ends)
             assert all(a + 512 <= b for a, b in zip(ends, index.offset[1:].tolist()))  # a tar header between records
 
 
@@ -101,7 +101,7 @@ def test_data_module_setup_matches_the_entries(tmp_path: Path) -> None:
     dm = GenomicWebDataModule(str(tmp_path), seq_length=args.seq_length, micro_batch_size=8, num_workers=0)
     dm.setup("fit")
     for split in (Split.train, Split.val):
-        records, shards = dm.records[split], manifest["splits"][split.name]["shards"]
+        records, shards = dm.records[split], manifest.splits[split.name].shards
         indexes = shard_indexes(Store(tmp_path), manifest, split.name)
         assert indexes is not None and all(index is not None for index in indexes)
         table, local = _old_table(indexes)  # type: ignore[arg-type]
@@ -111,7 +111,7 @@ def test_data_module_setup_matches_the_entries(tmp_path: Path) -> None:
         np.testing.assert_array_equal(records.table.windows, table.windows)
         assert [records.local(r) for r in range(len(records.table))] == local.tolist()
         assert records.index.indexes() == indexes and records.damaged == set()
-        assert records.table.n_windows == manifest["splits"][split.name]["n_samples"]
+        assert records.table.n_windows == manifest.splits[split.name].n_samples
         record = len(records.table) - 1
         last = indexes[-1]
         assert last is not None
@@ -119,7 +119,7 @@ def test_data_module_setup_matches_the_entries(tmp_path: Path) -> None:
         assert all(type(v) is int for v in records.span(record))
         assert records.key(record) == f"{len(shards) - 1:06d}-{len(last) - 1:06d}"
     plan = train_plan(dm.records[Split.train].table, 42, 0, 0, 1, 8)
-    assert len(plan) == manifest["splits"]["train"]["n_samples"] // 8
+    assert len(plan) == manifest.splits["train"].n_samples // 8
     # the pieces alone, without shard files: every shard taken to have its listed size
     direct = SplitRecords.from_manifest(Store(tmp_path), manifest, "train", ShardErrorPolicy("raise"), {})
     np.testing.assert_array_equal(direct.table.windows, dm.records[Split.train].table.windows)
@@ -129,12 +129,12 @@ def test_records_past_a_short_shard_are_damaged(tmp_path: Path) -> None:
     _write(tmp_path, "--shards", "6", "--records-per-shard", "5", "--seq-length", "512")
     manifest = read_manifest(tmp_path)
     ms.make_sparse_shards(tmp_path, manifest)
-    shards = manifest["splits"]["train"]["shards"]
+    shards = manifest.splits["train"].shards
     index = shard_indexes(Store(tmp_path), manifest, "train")[3]  # type: ignore[index]
     assert index is not None
     cut = int(index.offset[2]) + 10  # records 2, 3 and 4 of shard 3 end past it
-    (tmp_path / shards[3]["path"]).write_bytes(b"")
-    (tmp_path / shards[3]["path"]).open("r+b").truncate(cut)
+    (tmp_path / shards[3].path).write_bytes(b"")
+    (tmp_path / shards[3].path).open("r+b").truncate(cut)
     dm = GenomicWebDataModule(str(tmp_path), micro_batch_size=8, handler="warn")
     with pytest.warns(UserWarning, match="wdshards-000003.tar has .* bytes but the manifest lists"):
         dm.setup("fit")
@@ -148,9 +148,9 @@ def test_open_dataset_expects_what_the_manifest_lists(tmp_path: Path) -> None:
     ms.make_sparse_shards(tmp_path, manifest)
     store = Store(tmp_path)
     opened = open_dataset(store, None, "raise", True)
-    want = {store.url(sh["path"]): sh["n_samples"] for info in manifest["splits"].values() for sh in info["shards"]}
+    want = {store.url(sh.path): sh.n_samples for info in manifest.splits.values() for sh in info.shards}
     assert opened.policy.expected == want
-    sizes = {store.url(sh["path"]): sh["bytes"] for info in manifest["splits"].values() for sh in info["shards"]}
+    sizes = {store.url(sh.path): sh.bytes for info in manifest.splits.values() for sh in info.shards}
     assert read_checked_manifest(store, None)[1] == opened.shard_sizes == sizes
 
 

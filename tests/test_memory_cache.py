@@ -47,7 +47,7 @@ def module(root: Path, **kw) -> GenomicWebDataModule:
 
 
 def val_records(root: Path) -> int:
-    return read_manifest(root)["splits"]["val"]["record_index"]["records"]
+    return read_manifest(root).splits["val"].record_index.records
 
 
 def same_batches(a: list[dict], b: list[dict]) -> bool:

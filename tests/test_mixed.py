@@ -588,7 +588,7 @@ def test_a_damaged_record_of_one_dataset_becomes_filler_marked_minus_one(roots, 
 
     damaged = tmp_path / "lam"
     shutil.copytree(roots["lam"], damaged)
-    rel = read_manifest(damaged)["splits"]["train"]["shards"][0]["path"]
+    rel = read_manifest(damaged).splits["train"].shards[0].path
     n_bad = next(iter(record_windows(damaged / rel).values()))
     bad_keys = set(windows["lam"]["train"][:n_bad])  # the first shard's first record
     corrupt_first_record(damaged, rel)

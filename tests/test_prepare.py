@@ -50,7 +50,7 @@ def kleb_small(tmp_path_factory) -> Path:
 def test_every_window_is_the_fasta_substring(tmp_path, klebsiella_seqs, tail):
     out = tmp_path / "out"
     prepare([KLEBSIELLA], out, PrepareOptions(**{**SMALL, "tail": tail}, workers=1))
-    window = read_manifest(out)["params"]["window_length"]
+    window = read_manifest(out).params.window_length
     assert window == 2048 - 3
     seen = 0
     covered = {name: np.zeros(len(s), bool) for name, s in klebsiella_seqs.items()}
@@ -88,9 +88,9 @@ def test_no_sequence_in_two_splits_and_length_mix(kleb_small, klebsiella_seqs):
             share = sum(lengths[n] for n in members if bucket_of[n] == bucket) / total
             assert abs(share - ratios[split]) < 0.03, (bucket, split, share)
         # the manifest's length mix says the same thing
-    for split, info in manifest["splits"].items():
-        assert info["n_sequences"] == len(seqs_by_split[split])
-        assert info["n_bases"] == sum(lengths[n] for n in seqs_by_split[split])
+    for split, info in manifest.splits.items():
+        assert info.n_sequences == len(seqs_by_split[split])
+        assert info.n_bases == sum(lengths[n] for n in seqs_by_split[split])
 
 
 def test_windows_are_in_seeded_global_order(kleb_small):
@@ -103,7 +103,7 @@ def test_windows_are_in_seeded_global_order(kleb_small):
 def test_same_bytes_for_one_and_two_workers(tmp_path, kleb_small):
     one = tmp_path / "one"
     prepare([KLEBSIELLA], one, PrepareOptions(**SMALL, workers=1))
-    assert len(read_manifest(one)["splits"]["train"]["shards"]) > 3
+    assert len(read_manifest(one).splits["train"].shards) > 3
     assert tree_bytes(one) == tree_bytes(kleb_small)
 
 
@@ -139,9 +139,9 @@ def test_lineage_tags_shrink_the_window_and_travel_with_each_window(tmp_path, la
     out = tmp_path / "out"
     with pytest.warns(UserWarning, match="gave no tag to 1 of 2 sequences"):  # lam2
         prepare([fa], out, PrepareOptions(seq_length=1024, stride=900, tags="lineage", split=(1, 0, 0), progress=False))
-    params = read_manifest(out)["params"]
-    assert params["max_tag_bytes"] == len(tag) + 2
-    assert params["window_length"] == 1024 - 3 - len(tag) - 2
+    params = read_manifest(out).params
+    assert params.max_tag_bytes == len(tag) + 2
+    assert params.window_length == 1024 - 3 - len(tag) - 2
     tags = {r[0]: r[4] for r in shard_windows(out)["train"]}
     assert tags == {"lam1": f"|{tag}|", "lam2": ""}
 
@@ -170,7 +170,7 @@ def test_rerun_is_a_no_op_and_other_options_are_refused(tmp_path, capsys):
     assert main([*args, "--stride", "900"]) == 2
     assert "stride" in capsys.readouterr().err
     assert main([*args, "--stride", "900", "--overwrite"]) == 0
-    assert read_manifest(out)["params"]["stride"] == 900
+    assert read_manifest(out).params.stride == 900
 
 
 def test_verify_catches_flipped_byte_and_truncation(tmp_path, kleb_small, capsys):
@@ -237,8 +237,8 @@ def test_config_file_and_command_line_precedence(tmp_path):
     cfg.write_text(f"inputs: [{LAMBDA}]\nseq_length: 1024\nstride: 1000\nsplit: [1, 0, 0]\nseed: 7\n")
     out = tmp_path / "out"
     assert main(["prepare", "--config", str(cfg), "--out", str(out), "--stride", "800", "--quiet"]) == 0
-    params = read_manifest(out)["params"]
-    assert (params["seq_length"], params["stride"], params["seed"]) == (1024, 800, 7)
+    params = read_manifest(out).params
+    assert (params.seq_length, params.stride, params.seed) == (1024, 800, 7)
     bad = tmp_path / "bad.yaml"
     bad.write_text("seq_lenght: 10\n")
     assert main(["prepare", "--config", str(bad), "--out", str(tmp_path / "x"), "--quiet"]) == 2
@@ -277,13 +277,13 @@ def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, 
         PrepareOptions(**{**SMALL, "samples_per_shard": 5000, "windows_per_record": 64}, workers=2, compress="zstd"),
     )
     manifest = read_manifest(out)
-    assert manifest["format_version"] == 4 and manifest["params"]["codec"] == "zstd"
+    assert manifest.format_version == 4 and manifest.params.codec == "zstd"
     assert shard_windows(out) == shard_windows(kleb_small)
     size = sum(p.stat().st_size for p in out.rglob("*.tar"))
     assert size / sum(len(s) for s in klebsiella_seqs.values()) < 0.35
     assert verify(out, progress=False).ok
     plain = read_manifest(kleb_small)
-    assert plain["format_version"] == 4 and plain["params"]["codec"] == "none"
+    assert plain.format_version == 4 and plain.params.codec == "none"
 
 
 # --- regressions found in review ---------------------------------------------------------------
@@ -356,8 +356,8 @@ def test_shard_bytes_are_those_of_format_version_1(tmp_path, kleb_small, case):
     shards = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*.tar")}
     assert shards == PINNED_DEFAULT_SHARDS
     manifest = read_manifest(out)
-    assert manifest["params"]["case"] == manifest["params"]["tokenizer"]["case"] == (case or "keep")
-    assert {sh["path"]: sh["sha256"] for s in manifest["splits"].values() for sh in s["shards"]} == shards
+    assert manifest.params.case == manifest.params.tokenizer["case"] == (case or "keep")
+    assert {sh.path: sh.sha256 for s in manifest.splits.values() for sh in s.shards} == shards
     lines = [
         f"{p.relative_to(kleb_small)} {hashlib.sha256(p.read_bytes()).hexdigest()}"
         for p in sorted(kleb_small.rglob("*.tar"))
@@ -371,13 +371,13 @@ def test_default_records_are_cut_by_bases(tmp_path):
     out = tmp_path / "o"
     prepare([KLEBSIELLA], out, PrepareOptions(split=(1, 0, 0), progress=False, workers=1))
     manifest = read_manifest(out)
-    window, per_record = manifest["params"]["window_length"], manifest["params"]["windows_per_record"]
-    assert per_record == 16 and manifest["params"]["records_by"] == "bases"
+    window, per_record = manifest.params.window_length, manifest.params.windows_per_record
+    assert per_record == 16 and manifest.params.records_by == "bases"
     budget = per_record * window
     counts = []
-    for k, shard in enumerate(manifest["splits"]["train"]["shards"]):
-        with open(out / shard["path"], "rb") as fh:
-            lengths = [len(block.bases(i)) for _, block in iter_records(fh, shard["path"]) for i in range(len(block))]
+    for k, shard in enumerate(manifest.splits["train"].shards):
+        with open(out / shard.path, "rb") as fh:
+            lengths = [len(block.bases(i)) for _, block in iter_records(fh, shard.path) for i in range(len(block))]
         bounds = [0, *itertools.accumulate(shard_index(out, "train", k).windows.tolist())]
         for lo, hi in itertools.pairwise(bounds):
             first_bases = [sum(lengths[:i]) for i in range(lo, hi)]
@@ -390,18 +390,26 @@ def test_default_records_are_cut_by_bases(tmp_path):
 
 def test_every_shard_has_its_record_index(kleb_small):
     manifest = read_manifest(kleb_small)
-    for split, info in manifest["splits"].items():
-        assert list(info)[-2:] == ["record_index", "shards"]
-        entry = info["record_index"]
-        assert entry["path"] == f"{split}/record-index.npy"
-        assert (entry["bytes"], entry["sha256"]) == file_sha256(kleb_small / entry["path"])
-        assert entry["records"] == sum(shard["n_records"] for shard in info["shards"])
-        for k, shard in enumerate(info["shards"]):
-            assert list(shard) == ["path", "n_samples", "n_tokens", "bytes", "sha256", "n_records"]
+    written = json.loads((kleb_small / "manifest.json").read_text())  # the keys in the file's order
+    for split, info in manifest.splits.items():
+        assert list(written["splits"][split])[-2:] == ["record_index", "shards"]
+        entry = info.record_index
+        assert entry.path == f"{split}/record-index.npy"
+        assert (entry.bytes, entry.sha256) == file_sha256(kleb_small / entry.path)
+        assert entry.records == sum(shard.n_records for shard in info.shards)
+        for k, shard in enumerate(info.shards):
+            assert list(written["splits"][split]["shards"][k]) == [
+                "path",
+                "n_samples",
+                "n_tokens",
+                "bytes",
+                "sha256",
+                "n_records",
+            ]
             index = shard_index(kleb_small, split, k)
-            assert len(index) == shard["n_records"] and int(index.windows.sum()) == shard["n_samples"]
+            assert len(index) == shard.n_records and int(index.windows.sum()) == shard.n_samples
             assert index.windows.max() == 7 and all(0 < w <= 7 for w in index.windows.tolist())
-            assert index_shard(kleb_small / shard["path"]) == (shard["bytes"], shard["sha256"], index)
+            assert index_shard(kleb_small / shard.path) == (shard.bytes, shard.sha256, index)
 
 
 def resume_from(done: Path, out: Path, keep: int | None) -> None:
@@ -434,7 +442,7 @@ def test_a_resumed_run_indexes_the_shards_it_reuses(tmp_path, kleb_small, keep):
 def test_write_manifest_refuses_to_index_a_shard_that_is_not_the_listed_one(tmp_path, kleb_small):
     out = tmp_path / "out"
     shutil.copytree(kleb_small, out)
-    manifest = read_manifest(out)
+    manifest = read_manifest(out).to_json()
     del manifest["splits"]["train"]["record_index"]  # a split whose index is still to be written
     shard = manifest["splits"]["train"]["shards"][0]
     shard["sha256"] = "0" * 64
@@ -454,7 +462,7 @@ def test_verify_names_the_record_whose_bytes_changed(tmp_path, kleb_small, capsy
     index can tell, and verify names shard and record."""
     ds = tmp_path / "ds"
     shutil.copytree(kleb_small, ds)
-    manifest = read_manifest(ds)
+    manifest = read_manifest(ds).to_json()
     shard = manifest["splits"]["train"]["shards"][2]
     index = shard_index(ds, "train", 2)
     path = ds / shard["path"]
@@ -479,7 +487,7 @@ def test_verify_names_the_record_whose_bytes_changed(tmp_path, kleb_small, capsy
 def test_verify_checks_offsets_sizes_and_windows_against_the_index_file(tmp_path, kleb_small):
     ds = tmp_path / "ds"
     shutil.copytree(kleb_small, ds)
-    shards = read_manifest(ds)["splits"]["train"]["shards"]
+    shards = read_manifest(ds).splits["train"].shards
     offset = edit_record_index(ds, "train", 0, 1, "offset", int(shard_index(ds, "train", 0).offset[1]) + 512)
     size = edit_record_index(ds, "train", 1, 0, "size", int(shard_index(ds, "train", 1).size[0]) - 1)
     edit_record_index(ds, "train", 2, 4, "windows", 6)
@@ -487,10 +495,10 @@ def test_verify_checks_offsets_sizes_and_windows_against_the_index_file(tmp_path
     n3 = len(rows[3]) - 1
     write_record_index_rows(ds, "train", [*rows[:3], rows[3][:-1], *rows[4:]])  # one record fewer, listed so
     assert verify(ds, progress=False).problems == [
-        f"{shards[0]['path']}: record 000000-000001 starts at byte {offset}, the record index says {offset + 512}",
-        f"{shards[1]['path']}: record 000001-000000 has {size} bytes, the record index says {size - 1}",
-        f"{shards[2]['path']}: record 000002-000004 holds 7 windows, the record index says 6",
-        f"{shards[3]['path']}: record 000003-{n3:06d} is record {n3 + 1} of the shard but the record index lists {n3}",
+        f"{shards[0].path}: record 000000-000001 starts at byte {offset}, the record index says {offset + 512}",
+        f"{shards[1].path}: record 000001-000000 has {size} bytes, the record index says {size - 1}",
+        f"{shards[2].path}: record 000002-000004 holds 7 windows, the record index says 6",
+        f"{shards[3].path}: record 000003-{n3:06d} is record {n3 + 1} of the shard but the record index lists {n3}",
     ]
 
 
@@ -498,7 +506,7 @@ def test_verify_checks_a_version_3_manifests_index_columns(tmp_path, kleb_small)
     ds = tmp_path / "ds"
     shutil.copytree(kleb_small, ds)
     as_format_version_3(ds)
-    manifest = read_manifest(ds)
+    manifest = read_manifest(ds).to_json()
     shards = manifest["splits"]["train"]["shards"]
     shards[0]["records"]["offset"][1] += 512
     shards[1]["records"]["size"][0] -= 1
@@ -525,7 +533,7 @@ def test_a_dataset_of_format_version_1_verifies_and_says_it_has_no_index(tmp_pat
     as_format_version_1(ds)
     manifest = read_manifest(ds)
     report = verify(ds, progress=False)
-    assert report.ok and report.samples == sum(s["n_samples"] for s in manifest["splits"].values())
+    assert report.ok and report.samples == sum(s.n_samples for s in manifest.splits.values())
     assert report.notes == [
         f"{ds} has no record index (format version 1; written since version 3): records are checked by "
         "their shard's sha256 only"
@@ -550,9 +558,9 @@ def test_writers_read_in_source_order_without_changing_a_byte(tmp_path, monkeypa
         reads.clear()
         prepare([KLEBSIELLA], out, PrepareOptions(seq_length=1024, stride=1000, progress=False, workers=1))
         digests.append(sorted((str(p.relative_to(out)), file_sha256(p)) for p in out.rglob("*.tar")))
-        writes = reads[-sum(s["n_samples"] for s in read_manifest(out)["splits"].values()) :]
+        writes = reads[-sum(s.n_samples for s in read_manifest(out).splits.values()) :]
         if block == default:  # one block per shard: each shard's reads in source order
-            per_shard = [s["n_samples"] for info in read_manifest(out)["splits"].values() for s in info["shards"]]
+            per_shard = [s.n_samples for info in read_manifest(out).splits.values() for s in info.shards]
             at = 0
             for n in per_shard:
                 assert writes[at : at + n] == sorted(writes[at : at + n])

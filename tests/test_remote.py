@@ -31,13 +31,13 @@ from servers import HTTPServer, S3Server
 from bionemo_wds import Split, WebDataModule
 from bionemo_wds.cli.main import main as cli_main
 from bionemo_wds.format import MANIFEST_NAME, read_manifest, read_split_index
-from bionemo_wds.format.atomic import atomic_write
 from bionemo_wds.format.manifest import ManifestError
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.load.shard_errors import CorruptShardError
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.outdir import PLAN_NAME
 from bionemo_wds.prepare.report import verify
+from bionemo_wds.storage.atomic import atomic_write
 from bionemo_wds.storage.retry import RemoteReadError
 from bionemo_wds.storage.store import Store
 
@@ -200,16 +200,16 @@ def test_prepare_into_a_bucket(s3_server, local_dataset):
     assert result.status == "written" and result.out == S3_ROOT
     manifest = result.manifest
     objects = s3_objects(s3_server)
-    shards = {f"kleb/{sh['path']}": sh for info in manifest["splits"].values() for sh in info["shards"]}
-    indexes = {f"kleb/{info['record_index']['path']}": info["record_index"] for info in manifest["splits"].values()}
+    shards = {f"kleb/{sh.path}": sh for info in manifest.splits.values() for sh in info.shards}
+    indexes = {f"kleb/{info.record_index.path}": info.record_index for info in manifest.splits.values()}
     assert len(indexes) == 3  # no plan, cache or temporary left behind:
     assert set(objects) == {"kleb/manifest.json", *shards, *indexes}
-    assert json.loads(objects["kleb/manifest.json"]) == read_manifest(S3_ROOT) == manifest
+    assert json.loads(objects["kleb/manifest.json"]) == read_manifest(S3_ROOT).to_json() == manifest.to_json()
     local = read_manifest(local_dataset)
     for key, entry in {**shards, **indexes}.items():
-        assert len(objects[key]) == entry["bytes"] and hashlib.sha256(objects[key]).hexdigest() == entry["sha256"]
-        assert (local_dataset / entry["path"]).read_bytes() == objects[key]  # the bytes of a local run
-    assert manifest["splits"] == local["splits"]
+        assert len(objects[key]) == entry.bytes and hashlib.sha256(objects[key]).hexdigest() == entry.sha256
+        assert (local_dataset / entry.path).read_bytes() == objects[key]  # the bytes of a local run
+    assert manifest.splits == local.splits
     puts = [r[1].split("?")[0] for r in s3_server.requests if r[0] == "PUT"]
     assert puts[-1] == "/bucket/kleb/manifest.json"  # last: it names only shards (and index files) that exist
     assert {p.removeprefix("/bucket/") for p in puts[-4:-1]} == set(indexes)  # each index file one object
@@ -226,10 +226,10 @@ def test_prepare_resumes_in_a_bucket_writing_only_the_missing_shard(s3_server):
     before = s3_objects(s3_server)
     client = s3_server.client()
     # an interrupted run: the plan is there, the manifest and one shard are not
-    missing = "kleb/" + first.manifest["splits"]["train"]["shards"][3]["path"]
+    missing = "kleb/" + first.manifest.splits["train"].shards[3].path
     client.delete_object(Bucket=BUCKET, Key="kleb/manifest.json")
     client.delete_object(Bucket=BUCKET, Key=missing)
-    plan = json.dumps({"request": first.manifest["request"]}).encode()
+    plan = json.dumps({"request": first.manifest.request}).encode()
     client.put_object(Bucket=BUCKET, Key=f"kleb/{PLAN_NAME}", Body=plan)
     s3_server.requests.clear()
     again = prepare([KLEBSIELLA], S3_ROOT, options())
@@ -274,7 +274,7 @@ def test_a_failed_upload_leaves_no_object(s3_server):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_from_s3_equal_batches_from_local_disk(s3_server, s3_dataset, local_dataset, reference, workers):
     dm = make(s3_dataset, num_workers=workers)
-    assert dm.manifest["splits"] == read_manifest(local_dataset)["splits"]  # the same shards (sizes, sha256, index)
+    assert dm.manifest.splits == read_manifest(local_dataset).splits  # the same shards (sizes, sha256, index)
     assert_same_batches(list(dm.train_dataloader()), reference[workers]["train"])
     assert_same_batches(list(dm.val_dataloader()), reference[workers]["val"])
     stats = dm.storage_stats
@@ -365,7 +365,7 @@ def test_the_cache_serves_the_second_epoch_without_a_request(s3_server, s3_datas
     assert len(shard_requests(s3_server.requests)) == n_gets  # the server saw no read of shard bytes
     assert second["requests"] == first["requests"] and second["bytes_fetched"] == first["bytes_fetched"]
     assert second["cache_misses"] == first["cache_misses"]
-    n_train_records = dm.manifest["splits"]["train"]["record_index"]["records"]
+    n_train_records = dm.manifest.splits["train"].record_index.records
     assert second["cache_hits"] - first["cache_hits"] >= n_train_records
 
 
@@ -373,7 +373,7 @@ def test_a_cache_smaller_than_the_dataset_evicts_and_yields_the_right_bytes(s3_s
     limit = 1 << 20
     cache = tmp_path / "cache"
     dm = make(s3_dataset, cache_dir=str(cache), cache_limit=limit)
-    total = sum(sh["bytes"] for sh in dm.manifest["splits"]["train"]["shards"])
+    total = sum(sh.bytes for sh in dm.manifest.splits["train"].shards)
     largest = int(dm.records[Split.train].index.rows["size"].max())
     assert total > 4 * limit
     for epoch in ("train", "train2"):
@@ -476,14 +476,14 @@ def test_a_server_without_range_requests_gives_the_batches_of_local_disk(
         assert said == [f"{root} does not answer range requests: " + said[0].split(": ", 1)[1]]
         assert "fetched whole, once" in said[0] and "\n" not in said[0]
     gets = shard_requests(server.requests)
-    n_shards = sum(len(dm.manifest["splits"][s]["shards"]) for s in ("train", "val"))
+    n_shards = sum(len(dm.manifest.splits[s].shards) for s in ("train", "val"))
     assert len(gets) == len({path for _, path, _ in gets}) == n_shards  # every shard once, whole
     stats = dm.storage_stats
     assert stats["whole_shards"] == n_shards and stats["retries"] == 0
     assert_same_batches(list(dm.train_dataloader()), reference[workers]["train2"])
     assert len(shard_requests(server.requests)) == n_shards  # the next epoch from the cache
     if cached:
-        total = sum(sh["bytes"] for s in ("train", "val") for sh in dm.manifest["splits"][s]["shards"])
+        total = sum(sh.bytes for s in ("train", "val") for sh in dm.manifest.splits[s].shards)
         assert cache_bytes(cache) == total  # the shards, whole
     else:  # the temporary directory goes with the data module
         spare = [r.shards._spare for r in dm.records.values()]
@@ -510,7 +510,7 @@ def test_a_server_without_range_requests_keeps_the_cache_limit(local_dataset, re
     """A limit of two shards: shards are evicted whole and fetched again, the batches stay right."""
     server = serve(local_dataset.parent, ranges=False)
     cache = tmp_path / "cache"
-    largest = max(sh["bytes"] for sh in read_manifest(local_dataset)["splits"]["train"]["shards"])
+    largest = max(sh.bytes for sh in read_manifest(local_dataset).splits["train"].shards)
     limit = 2 * largest
     dm = make(f"{server.url}/{local_dataset.name}", cache_dir=str(cache), cache_limit=limit)
     batches, peak = [], 0
@@ -523,13 +523,13 @@ def test_a_server_without_range_requests_keeps_the_cache_limit(local_dataset, re
     # a shard is evicted once another is added past the limit; prefetch threads may hold one more each
     assert 0 < peak <= limit + 8 * largest
     assert cache_bytes(cache) <= limit + 8 * largest
-    n_shards = len(dm.manifest["splits"]["train"]["shards"])
+    n_shards = len(dm.manifest.splits["train"].shards)
     assert dm.storage_stats["whole_shards"] > n_shards  # evicted shards were fetched again
 
 
 def test_a_missing_shard_is_named_before_any_read(s3_server, s3_dataset):
     manifest = read_manifest(s3_dataset)
-    path = manifest["splits"]["val"]["shards"][0]["path"]
+    path = manifest.splits["val"].shards[0].path
     s3_server.client().delete_object(Bucket=BUCKET, Key=f"kleb/{path}")
     with pytest.raises(CorruptShardError, match=rf"{S3_ROOT}/{path} is listed in .*{MANIFEST_NAME} but missing"):
         make(s3_dataset)

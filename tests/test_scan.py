@@ -308,7 +308,7 @@ def prepared(tmp_path_factory, planted) -> tuple[Path, Path]:
 
 def test_no_window_spans_a_run_of_k_and_every_window_is_its_fasta_stretch(prepared, planted):
     _, out = prepared
-    window = read_manifest(out)["params"]["window_length"]
+    window = read_manifest(out).params.window_length
     assert window == 509
     covered = {name: np.zeros(len(s), bool) for name, s in planted.items()}
     seen = 0
@@ -356,29 +356,27 @@ def test_pieces_of_a_sequence_stay_in_one_split_and_the_manifest_counts_sequence
             splits_of.setdefault(seq_id, set()).add(split)
     assert all(len(s) == 1 for s in splits_of.values()), splits_of
     assert set(splits_of) == set(planted) - {"all_n"}
-    listed = {split: info["seq_ids"] for split, info in manifest["splits"].items()}
+    listed = {split: info.seq_ids for split, info in manifest.splits.items()}
     for split, ids in listed.items():
-        assert len(ids) == len(set(ids)) == manifest["splits"][split]["n_sequences"]
+        assert len(ids) == len(set(ids)) == manifest.splits[split].n_sequences
         assert set(ids) == {s for s, splits in splits_of.items() if split in splits}
     all_ids = [i for ids in listed.values() for i in ids]
     assert sorted(all_ids) == sorted(set(planted) - {"all_n"})  # 4 sequences, not 12 pieces
-    assert sum(info["n_sequences"] for info in manifest["splits"].values()) == 4
+    assert sum(info.n_sequences for info in manifest.splits.values()) == 4
     # n_bases counts the bases of the pieces (run bases are not in the output)
     total_pieces = sum(e - s for s, e in LAM_PIECES) + 3016 + 6000 + len(planted["lam_tail"]) - 40 - 11
-    assert sum(info["n_bases"] for info in manifest["splits"].values()) == total_pieces
+    assert sum(info.n_bases for info in manifest.splits.values()) == total_pieces
 
 
 def test_the_manifest_records_the_cut(prepared):
     fasta, out = prepared
     manifest = read_manifest(out)
-    params = manifest["params"]
-    assert params["split_at_n"] == K and params["group_by"] is None
-    assert manifest["request"]["split_at_n"] == K
-    assert params["source"]["kind"] == "fasta"
-    assert params["source"]["split_at_n"] == {"min_run": K, "pieces": 12, "sequences_cut": 2}
-    assert manifest["skipped"] == [
-        {"seq_id": "all_n", "file": str(fasta), "reason": f"only runs of N (--split-at-n {K})"}
-    ]
+    params = manifest.params
+    assert params.split_at_n == K and params.group_by is None
+    assert manifest.request["split_at_n"] == K
+    assert params.source["kind"] == "fasta"
+    assert params.source["split_at_n"] == {"min_run": K, "pieces": 12, "sequences_cut": 2}
+    assert manifest.skipped == [{"seq_id": "all_n", "file": str(fasta), "reason": f"only runs of N (--split-at-n {K})"}]
     assert main(["verify", str(out), "--quiet"]) == 0
 
 
@@ -388,8 +386,8 @@ def test_without_split_at_n_windows_span_the_runs(tmp_path, planted):
     assert main(prepare_args(fasta, out, "--workers", "1")) == 0
     windows = [w for rows in read_windows(out).values() for w in rows]
     assert max(max_n_run(b) for *_, b in windows) >= 300 - 1  # the 300-base run lies in some window whole or cut
-    assert read_manifest(out)["params"]["split_at_n"] is None
-    assert sum(info["n_sequences"] for info in read_manifest(out)["splits"].values()) == 5
+    assert read_manifest(out).params.split_at_n is None
+    assert sum(info.n_sequences for info in read_manifest(out).splits.values()) == 5
 
 
 # ---------------------------------------------------------------------------------------------

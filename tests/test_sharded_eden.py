@@ -163,8 +163,8 @@ def test_every_window_is_the_sqlite_substring(tmp_path, layout, capsys):
     argv[argv.index("--workers") + 1] = "2"  # pool workers open their own connections
     assert main(argv) == 0
     manifest = read_manifest(out)
-    assert manifest["params"]["window_length"] == WINDOW
-    assert manifest["params"]["source"]["kind"] == "sharded-eden"
+    assert manifest.params.window_length == WINDOW
+    assert manifest.params.source["kind"] == "sharded-eden"
     seen = 0
     for split, rows in shard_windows(out).items():
         covered = {c: np.zeros(len(layout.contigs[c]), bool) for c in layout.splits[split]}
@@ -176,7 +176,7 @@ def test_every_window_is_the_sqlite_substring(tmp_path, layout, capsys):
             covered[seq_id][start : start + len(bases)] = True
             seen += 1
         assert all(c.all() for c in covered.values())  # the default --tail end loses no base
-        assert set(manifest["splits"][split]["seq_ids"]) == set(layout.splits[split])
+        assert set(manifest.splits[split].seq_ids) == set(layout.splits[split])
     assert seen > 1000
     assert any(r[0] == LOWER for rows in shard_windows(out).values() for r in rows)
     assert main(["verify", str(out), "--quiet"]) == 0
@@ -192,7 +192,7 @@ def test_case_upper_upper_cases_the_soft_masked_contig(tmp_path, layout):
     assert any(seq_id == LOWER for seq_id, *_ in rows)
     for seq_id, start, _, bases, _ in rows:
         assert bases == substr(layout.dbs, seq_id, start, WINDOW, upper=True), (seq_id, start)
-    assert read_manifest(out)["params"]["case"] == "upper"
+    assert read_manifest(out).params.case == "upper"
 
 
 def test_same_windows_as_the_contigs_written_as_fasta(tmp_path, layout):
@@ -228,21 +228,21 @@ def test_window_databases_give_exactly_edens_windows(tmp_path, layout, with_parq
     got = windows_by_split(out)
     for split in layout.splits:
         assert got[split] == eden_windows(layout, split, min_length), split
-    source = read_manifest(out)["params"]["source"]
+    source = read_manifest(out).params.source
     assert source["window_db"]["train"]["window_size"] == SEQ_LENGTH
     assert source["window_db"]["train"]["window_min_length_threshold"] == min_length
     if min_length:  # contigs of 199-371 bases lose their only window: listed, but not taken
         dropped = sum(1 for c in layout.splits["train"] if len(layout.contigs[c]) < min_length)
         assert dropped > 0
         assert source["window_db"]["train"]["listed_contigs_without_windows"] == dropped
-        assert len(read_manifest(out)["splits"]["train"]["seq_ids"]) == len(layout.splits["train"]) - dropped
+        assert len(read_manifest(out).splits["train"].seq_ids) == len(layout.splits["train"]) - dropped
 
 
 def test_default_split_keeps_samples_together_and_tags_contigs(tmp_path, layout):
     out = tmp_path / "out"
     assert main(prepare_argv(layout, out, "--tags", "sharded-eden")) == 0
     manifest = read_manifest(out)
-    assert manifest["params"]["window_length"] == SEQ_LENGTH - 3 - len("<ctrl_bcr>")
+    assert manifest.params.window_length == SEQ_LENGTH - 3 - len("<ctrl_bcr>")
     splits_of_sample: dict[str, set[str]] = {}
     used = set()
     for split, rows in shard_windows(out).items():
@@ -254,7 +254,7 @@ def test_default_split_keeps_samples_together_and_tags_contigs(tmp_path, layout)
     assert used == set(layout.contigs)  # every contig of every sample database
     assert len(splits_of_sample) == SAMPLES
     assert all(len(s) == 1 for s in splits_of_sample.values()), splits_of_sample
-    assert set(manifest["splits"]) == {"train", "val", "test"}
+    assert set(manifest.splits) == {"train", "val", "test"}
 
 
 # --- bad input: exit 2, a message naming the culprit, nothing in --out ----------------------------

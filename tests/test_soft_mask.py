@@ -139,7 +139,7 @@ def test_every_training_window_matches_the_fasta_column_by_column(masked_dataset
             soft_rows += bool(lower.any())
             mixed_rows += bool(lower.any() and not lower.all())
             seen.add(key)
-    n_train = read_manifest(root)["splits"]["train"]["n_samples"]
+    n_train = read_manifest(root).splits["train"].n_samples
     assert len(seen) == n_train // 8 * 8
     assert rc_rows > 10 and fwd_rows > 10
     assert soft_rows >= 6 and mixed_rows >= 4

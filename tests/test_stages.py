@@ -170,7 +170,7 @@ def dataset(kleb_1024) -> Path:
 
 
 def split_urls(root: Path, split: str) -> list[str]:
-    return [str(root / sh["path"]) for sh in read_manifest(root)["splits"][split]["shards"]]
+    return [str(root / sh.path) for sh in read_manifest(root).splits[split].shards]
 
 
 def window_dicts(records: list[bytes]) -> list[dict]:
@@ -210,7 +210,7 @@ def assert_batches_equal(got: list[dict], want: list[dict]) -> None:
 def test_dicts_and_window_views_yield_the_same_batches(dataset):
     urls = split_urls(dataset, "train")[:2]
     records = [rec for rec, _, _ in read_records()(iter({"url": u} for u in urls))]
-    seed, epoch, window = 5, EpochState(2), read_manifest(dataset)["params"]["window_length"]
+    seed, epoch, window = 5, EpochState(2), read_manifest(dataset).params.window_length
 
     def run(samples):
         samples = shuffle(bufsize=64, initial=16, seed=seed, epoch=epoch)(samples)
@@ -245,10 +245,10 @@ def by_hand(root: Path, seed: int, micro: int, buffer: int, rc_prob: float, epoc
     """The training batches composed by hand from the public pieces: the shards read in full with
     the format's reader, the epoch plan, `Window` views, `reverse_complement` and `collate_compact`."""
     manifest = read_manifest(root)
-    params, info = manifest["params"], manifest["splits"]["train"]
+    params, info = manifest.params, manifest.splits["train"]
     blocks = []  # record-major, shard by shard: the plan's window numbering
-    for shard in info["shards"]:
-        with open(root / shard["path"], "rb") as fh:
+    for shard in info.shards:
+        with open(root / shard.path, "rb") as fh:
             blocks += [BlockRows(block) for _, block in iter_records(fh)]
     table = RecordTable.from_counts([[len(b) for b in blocks]])
     plan = train_plan(table, seed, epoch, 0, 1, micro, mix=buffer)
@@ -257,7 +257,7 @@ def by_hand(root: Path, seed: int, micro: int, buffer: int, rc_prob: float, epoc
         records, rows = table.locate(ids)
         windows = [Window(blocks[r], w) for r, w in zip(records.tolist(), rows.tolist())]
         windows = list(reverse_complement(rc_prob, seed, state)(iter(windows)))
-        batch_ = collate_compact(windows, params["window_length"], params["max_tag_bytes"])
+        batch_ = collate_compact(windows, params.window_length, params.max_tag_bytes)
         batch_["filler"] = np.zeros(len(windows), dtype=bool)
         batch_["dataset"] = np.zeros(len(windows), dtype=np.int16)  # one dataset: every row's source is 0
         out.append(batch_)
@@ -269,7 +269,7 @@ def test_the_module_runs_the_stages_composed_by_hand(dataset):
     dm.setup("fit")
     from_module = list(dm.train_dataloader())
     expected = by_hand(dataset, seed=7, micro=16, buffer=256, rc_prob=0.5)
-    n = read_manifest(dataset)["splits"]["train"]["n_samples"]
+    n = read_manifest(dataset).splits["train"].n_samples
     assert len(expected) == n // 16  # an exact epoch: fewer than one global batch left out
     assert_batches_equal(from_module, expected)
     # a different seed composes to different batches (the comparison can tell them apart)

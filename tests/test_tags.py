@@ -138,21 +138,21 @@ def test_lineage_tags_from_evo2_and_gtdb_headers_travel_with_every_window(tmp_pa
         prepare([headers_fa], out, PrepareOptions(**OPTS, tags="lineage"))
     assert tags_by_seq(out) == EXPECTED_LINEAGE
     manifest = read_manifest(out)
-    params = manifest["params"]
+    params = manifest.params
     room = max(dropout_length(t) for t in EXPECTED_LINEAGE.values())
-    assert params["max_tag_bytes"] == room == max(len(f"|{LAMBDA_LINEAGE}|"), len(f"|{ECOLI}|"))
-    assert params["window_length"] == SEQ_LENGTH - 3 - room
-    assert params["source"]["tags"] == {"rule": "lineage", "untagged_sequences": 1}
+    assert params.max_tag_bytes == room == max(len(f"|{LAMBDA_LINEAGE}|"), len(f"|{ECOLI}|"))
+    assert params.window_length == SEQ_LENGTH - 3 - room
+    assert params.source["tags"] == {"rule": "lineage", "untagged_sequences": 1}
 
 
 def test_lineage_windows_leave_room_for_dropped_ranks(tmp_path, lambda_seq):
     fa = write_fasta(tmp_path / "short.fa", {"a": "|d__B;p__Ab;c__Cy|", "b": "d__Bac;p__Bacillota"}, lambda_seq)
     out = tmp_path / "out"
     prepare([fa], out, PrepareOptions(**OPTS, tags="lineage"))
-    params = read_manifest(out)["params"]
-    assert params["max_tag_bytes"] == len("|d__None;p__None;c__None|") > len("|d__Bac;p__Bacillota|")
-    assert params["window_length"] == SEQ_LENGTH - 3 - len("|d__None;p__None;c__None|")
-    assert {len(b) for rows in shard_windows(out).values() for _, _, _, b, _ in rows} >= {params["window_length"]}
+    params = read_manifest(out).params
+    assert params.max_tag_bytes == len("|d__None;p__None;c__None|") > len("|d__Bac;p__Bacillota|")
+    assert params.window_length == SEQ_LENGTH - 3 - len("|d__None;p__None;c__None|")
+    assert {len(b) for rows in shard_windows(out).values() for _, _, _, b, _ in rows} >= {params.window_length}
 
 
 def test_a_rule_that_tags_nothing_warns_and_strict_tags_refuses(tmp_path, lambda_seq, capsys):
@@ -161,7 +161,7 @@ def test_a_rule_that_tags_nothing_warns_and_strict_tags_refuses(tmp_path, lambda
     with pytest.warns(UserWarning, match=re.escape("--tags lineage gave no tag to 2 of 2 sequences (first: 'x1')")):
         prepare([fa], out, PrepareOptions(**OPTS, tags="lineage"))
     assert tags_by_seq(out) == {"x1": "", "x2": ""}
-    assert read_manifest(out)["params"]["source"]["tags"]["untagged_sequences"] == 2
+    assert read_manifest(out).params.source["tags"]["untagged_sequences"] == 2
     strict = tmp_path / "strict"
     with pytest.raises(BadInputError, match=r"--tags lineage gave no tag to 2 of 2 sequences \(first: 'x1'\)"):
         prepare([fa], strict, PrepareOptions(**OPTS, tags="lineage", strict_tags=True))
@@ -194,7 +194,7 @@ def test_a_fully_tagged_rule_neither_warns_nor_fails_with_strict_tags(tmp_path, 
     out = tmp_path / "out"
     prepare([headers_fa], out, PrepareOptions(**OPTS, tags="description", strict_tags=True))
     assert tags_by_seq(out) == HEADERS
-    assert read_manifest(out)["params"]["source"]["tags"] == {"rule": "description", "untagged_sequences": 0}
+    assert read_manifest(out).params.source["tags"] == {"rule": "description", "untagged_sequences": 0}
     assert not [w for w in recwarn if "gave no tag" in str(w.message)]
 
 
@@ -223,7 +223,7 @@ def test_regex_tags_from_the_header_line(tmp_path, headers_fa, rule, expected):
     else:
         prepare([headers_fa], out, PrepareOptions(**OPTS, tags=rule))
     assert tags_by_seq(out) == expected
-    assert read_manifest(out)["params"]["max_tag_bytes"] == max(len(t) for t in expected.values())
+    assert read_manifest(out).params.max_tag_bytes == max(len(t) for t in expected.values())
     assert tag_for(f"evo2 {HEADERS['evo2']}", rule) == expected["evo2"]
 
 
@@ -256,7 +256,7 @@ def test_tsv_tags(tmp_path, headers_fa):
     with pytest.warns(UserWarning, match=r"--tags tsv:\S+ gave no tag to 1 of 4 sequences \(first: 'plain'\)"):
         prepare([headers_fa], out, PrepareOptions(**OPTS, tags=f"tsv:{table}"))
     assert tags_by_seq(out) == {"evo2": "<phage>", "gtdb": "<ecoli>", "short": "<short>", "plain": ""}
-    request = read_manifest(out)["request"]
+    request = read_manifest(out).request
     assert request["tag_file"]["path"] == str(table.resolve())
     # a changed table is another request: refused without --overwrite
     table.write_text("evo2\t<phage>\ngtdb\t<ecoli>\nshort\t<short>\nplain\t<plain>\n")
@@ -326,7 +326,7 @@ def test_sharded_eden_regex_on_the_contig_id_and_tsv(tmp_path, eden_dbs):
         "EUK__ECT-S2__CT1-1": "",
         "EUK__ECT-S2__CT1-2": "CT1-2",
     }
-    assert read_manifest(out)["params"]["source"]["tags"] == {"rule": r"regex:__(CT\d-2)$", "untagged_sequences": 2}
+    assert read_manifest(out).params.source["tags"] == {"rule": r"regex:__(CT\d-2)$", "untagged_sequences": 2}
     table = tmp_path / "t.tsv"
     table.write_text("".join(f"{c}\t<{c[:3].lower()}>\n" for c in tags_by_seq(out)))
     out2 = tmp_path / "tsv"

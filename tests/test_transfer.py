@@ -72,11 +72,11 @@ def test_forked_workers_read_every_val_sample_once(dataset, fork_default, transf
     assert dm.split_loaders[Split.val][0].loader_kwargs["num_workers"] == 2
     assert dm.split_loaders[Split.val][0].loader_kwargs["multiprocessing_context"].get_start_method() == "fork"
     keys = [k for b in batches for k in b["keys"]]
-    assert len(keys) == len(set(keys)) == manifest["splits"]["val"]["n_samples"]
+    assert len(keys) == len(set(keys)) == manifest.splits["val"].n_samples
     # the same keys as the shards hold (the ring reused its 4 slots many times without mixing them up)
     on_disk = []
-    for shard in manifest["splits"]["val"]["shards"]:
-        with open(dataset / shard["path"], "rb") as fh:
+    for shard in manifest.splits["val"].shards:
+        with open(dataset / shard.path, "rb") as fh:
             on_disk += [
                 f"{s}/{w}" for _, block in iter_records(fh) for s, w in zip(block.seq_id, block.window.tolist())
             ]
@@ -84,9 +84,9 @@ def test_forked_workers_read_every_val_sample_once(dataset, fork_default, transf
 
 
 def test_transferred_batches_equal_the_in_process_ones(dataset, fork_default):
-    shards = read_manifest(dataset)["splits"]["val"]["shards"]
+    shards = read_manifest(dataset).splits["val"].shards
     # each worker batches its own shard: the batches line up with num_workers=0 only on whole batches
-    assert all(sh["n_samples"] % MICRO == 0 for sh in shards), [sh["n_samples"] for sh in shards]
+    assert all(sh.n_samples % MICRO == 0 for sh in shards), [sh.n_samples for sh in shards]
     _, direct = val_batches(dataset, 0)
     for transfer_bytes in (MICRO * 1021, 512 << 10):
         dm, moved = val_batches(dataset, 2, transfer_bytes=transfer_bytes)
@@ -106,7 +106,7 @@ def test_an_abandoned_pass_does_not_disturb_the_next(dataset, fork_default):
     del it  # the pass is abandoned while its workers still hold slots
     again = list(loader)
     keys = [k for b in again for k in b["keys"]]
-    assert len(keys) == len(set(keys)) == read_manifest(dataset)["splits"]["val"]["n_samples"]
+    assert len(keys) == len(set(keys)) == read_manifest(dataset).splits["val"].n_samples
     _, direct = val_batches(dataset, 0)
     assert_same_batches(again, direct)
     assert_same_batches(first, [b for b in direct if tuple(b["keys"]) in {tuple(f["keys"]) for f in first}])
@@ -117,8 +117,8 @@ def test_an_abandoned_pass_does_not_disturb_the_next(dataset, fork_default):
 
 def real_batches(dataset: Path, n: int) -> list[dict]:
     """`n` compact batches of 4 real windows of the fixture (through `collate_compact`)."""
-    shard = read_manifest(dataset)["splits"]["val"]["shards"][0]
-    with open(dataset / shard["path"], "rb") as fh:
+    shard = read_manifest(dataset).splits["val"].shards[0]
+    with open(dataset / shard.path, "rb") as fh:
         _, block = next(iter_records(fh))
     rows = [
         {
@@ -294,7 +294,7 @@ def batches(workers, **kw):
 
 if __name__ == "__main__":
     mp.set_start_method("spawn")
-    n = read_manifest({root!r})["splits"]["val"]["n_samples"]
+    n = read_manifest({root!r}).splits["val"].n_samples
     _, direct = batches(0)
     direct = {{tuple(b["keys"]): b for b in direct}}
     for transfer_bytes in ({micro} * 1021, 512 << 10):
@@ -326,7 +326,7 @@ def test_spawned_workers_read_every_val_sample_once(dataset, tmp_path):
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    n = read_manifest(dataset)["splits"]["val"]["n_samples"]
+    n = read_manifest(dataset).splits["val"].n_samples
     assert done.stdout.split() == ["ok", str(n)]
     assert "leaked shared_memory" not in done.stderr, done.stderr[-3000:]
 

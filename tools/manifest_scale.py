@@ -71,11 +71,11 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.benchmark.memory import peak_rss_mb
-from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, shard_name
-from bionemo_wds.format.atomic import HashingWriter
+from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, Manifest, shard_name
 from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE
 from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, RECORD_INDEX_NAME, record_index_path
 from bionemo_wds.format.manifest import dumps_manifest
+from bionemo_wds.storage.atomic import HashingWriter
 
 #: Measurements, in the order they run (`--measure`).
 PHASES = ("load", "records", "setup")
@@ -318,15 +318,15 @@ def is_synthetic(root: Path, missing_ok: bool) -> bool:
     return f'"synthetic": "{SYNTHETIC}"' in head
 
 
-def make_sparse_shards(root: Path, manifest: dict[str, Any]) -> int:
+def make_sparse_shards(root: Path, manifest: Manifest) -> int:
     """Every listed shard as a sparse file of its listed size (no disk blocks); returns how many."""
     made = 0
-    for info in manifest["splits"].values():
-        for shard in info["shards"]:
-            path = root / shard["path"]
+    for info in manifest.splits.values():
+        for shard in info.shards:
+            path = root / shard.path
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as fh:
-                os.truncate(fh.fileno(), shard["bytes"])
+                os.truncate(fh.fileno(), shard.bytes)
             made += 1
     return made
 
@@ -377,8 +377,8 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
         out: dict[str, Any] = {"base_rss_mb": rss_mb()}
         store = Store(root)
         manifest = read_manifest(store)
-        info = manifest["splits"]["train"]
-        policy = ShardErrorPolicy("raise", {store.url(s["path"]): s["n_samples"] for s in info["shards"]})
+        info = manifest.splits["train"]
+        policy = ShardErrorPolicy("raise", {store.url(s.path): s.n_samples for s in info.shards})
         # the index alone (version 4: the file opened, memory-mapped; version 3: the JSON columns converted)
         out["read_split_index_s"], _ = timed(lambda: read_split_index(store, manifest, "train"))
         # sizes {}: every shard taken to have its listed size, so no file is looked at

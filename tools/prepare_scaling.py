@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                     out = work / f"{executor}-{n}-{r}"
                     extra = {"scheduler": cluster.scheduler_address} if executor == "dask" else {}
                     result = prepare([args.fasta], out, PrepareOptions(**opts, workers=n, executor=executor, **extra))
-                    bases = sum(s["n_bases"] for s in result.manifest["splits"].values())
-                    shards = sum(len(s["shards"]) for s in result.manifest["splits"].values())
+                    bases = sum(s.n_bases or 0 for s in result.manifest.splits.values())
+                    shards = sum(len(s.shards) for s in result.manifest.splits.values())
                     rows.append((executor, n, r, result.seconds, bases / result.seconds / 1e6, shards, startup))
                     digests.add(shard_digest(out))
                     shutil.rmtree(out)

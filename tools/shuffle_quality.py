@@ -22,8 +22,8 @@ if len(sys.argv) != 2:
 root = sys.argv[1]
 m = read_manifest(root)
 order = []
-for sh in m["splits"]["train"]["shards"]:
-    with open(f"{root}/{sh['path']}", "rb") as fh:
+for sh in m.splits["train"].shards:
+    with open(f"{root}/{sh.path}", "rb") as fh:
         for _, b in iter_records(fh):
             order += [f"{s}/{w}" for s, w in zip(b.seq_id, b.window.tolist())]
 pos = {k: i for i, k in enumerate(order)}
@@ -40,9 +40,9 @@ dm.setup("fit")
 ours = [k for b in dm.train_dataloader() for k in b["keys"]]
 # webdataset's defaults as bionemo users run them: shard shuffle, then a 1000-sample buffer
 rng = random.Random(1)
-shards = list(range(len(m["splits"]["train"]["shards"])))
+shards = list(range(len(m.splits["train"].shards)))
 rng.shuffle(shards)
-per = [sh["n_samples"] for sh in m["splits"]["train"]["shards"]]
+per = [sh.n_samples for sh in m.splits["train"].shards]
 starts = np.concatenate([[0], np.cumsum(per)])
 stream = [order[i] for s in shards for i in range(starts[s], starts[s + 1])]
 buf, out = [], []

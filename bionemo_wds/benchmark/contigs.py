@@ -23,7 +23,7 @@ import numpy as np
 
 from bionemo_wds.benchmark.memory import PeakPss
 from bionemo_wds.benchmark.synthetic import fasta_record
-from bionemo_wds.format.atomic import atomic_write
+from bionemo_wds.storage.atomic import atomic_write
 
 
 def write_contigs(path: Path, n: int, min_length: int, max_length: int, seed: int = 0) -> int:

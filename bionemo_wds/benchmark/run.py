@@ -31,7 +31,7 @@ from bionemo_wds.benchmark.remote import (
 from bionemo_wds.benchmark.streaming_peers import unavailable
 from bionemo_wds.benchmark.synthetic import write_genome
 from bionemo_wds.benchmark.table import table, targets
-from bionemo_wds.format.atomic import atomic_write
+from bionemo_wds.storage.atomic import atomic_write
 
 HELP = """\
 Prepare and load one full training pass for each peer, on the same windows (seq_length 8192,

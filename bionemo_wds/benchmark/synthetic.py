@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bionemo_wds.format.atomic import atomic_write
+from bionemo_wds.storage.atomic import atomic_write
 
 BUCKETS = ((0.46, 200, 10_000), (0.36, 10_000, 100_000), (0.18, 100_000, 400_000))
 GC = 0.57

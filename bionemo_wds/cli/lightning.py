@@ -107,7 +107,7 @@ def follow_seq_length(config: Any) -> None:
         root = first_dataset(config)
         if root is None:
             return  # no dataset named: the data module says what it needs
-        seq_length = read_manifest(root, config.get("data.storage_options"))["params"]["seq_length"]
+        seq_length = read_manifest(root, config.get("data.storage_options")).params.seq_length
     init_args["max_len"] = seq_length
 
 

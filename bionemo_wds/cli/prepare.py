@@ -311,8 +311,8 @@ def parse_request(argv: Sequence[str]) -> PrepareRequest:
 def print_summary(result: PrepareResult) -> None:
     """What a run did (or that it had nothing to do), then the `inspect` table of the output."""
     m = result.manifest
-    n_bases = sum(s["n_bases"] for s in m["splits"].values())
-    size = sum(sh["bytes"] for s in m["splits"].values() for sh in s["shards"])
+    n_bases = sum(s.n_bases or 0 for s in m.splits.values())
+    size = sum(sh.bytes for s in m.splits.values() for sh in s.shards)
     if result.status == "unchanged":
         print(f"{result.out}: already prepared with these options; nothing to do")
     else:
@@ -325,7 +325,7 @@ def print_summary(result: PrepareResult) -> None:
             f"{f', reused {result.shards_reused}' if result.shards_reused else ''} in {result.seconds:.2f} s "
             f"({shown_rate} Mbp/s{startup}); {size / max(n_bases, 1):.3f} bytes on disk per input base"
         )
-    replaced = m["params"].get("source", {}).get("replaced")
+    replaced = (m.params.source or {}).get("replaced")
     if replaced is not None:
         files = "; ".join(f"{n} in {file}" for file, n in replaced["by_file"].items())
         print(

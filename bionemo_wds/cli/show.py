@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bionemo_wds.errors import BadInputError, CorruptShardError, TruncatedShardError
-from bionemo_wds.format import RECORD_SUFFIX, TarStreamError, decode_record, iter_members, read_manifest, window_key
+from bionemo_wds.format import (
+    RECORD_SUFFIX,
+    ShardInfo,
+    TarStreamError,
+    decode_record,
+    iter_members,
+    read_manifest,
+    window_key,
+)
 from bionemo_wds.storage.store import Store
 
 HELP = "print a split's first windows as text: key, sequence, start, strand, tag and the bases"
@@ -77,17 +85,17 @@ def shown_windows(dataset: str, split: str, n: int, storage_options: dict[str, A
     """The first `n` windows of `split` of `dataset` (fewer when the split has fewer), in stored order."""
     store = Store(dataset, storage_options)
     manifest = read_manifest(store)
-    splits = manifest["splits"]
+    splits = manifest.splits
     if split not in splits:
         raise BadInputError(f"{store.root} has no {split!r} split; it has {', '.join(splits) or 'none'}")
-    return list(itertools.islice(_windows(store, splits[split]["shards"]), n))
+    return list(itertools.islice(_windows(store, splits[split].shards), n))
 
 
-def _windows(store: Store, shards: list[dict[str, Any]]) -> Iterator[ShownWindow]:
+def _windows(store: Store, shards: Sequence[ShardInfo]) -> Iterator[ShownWindow]:
     ending = f".{RECORD_SUFFIX}"
     for shard in shards:
-        url = store.url(shard["path"])
-        with store.open(shard["path"]) as stream:
+        url = store.url(shard.path)
+        with store.open(shard.path) as stream:
             for name, data in _members(stream, url):
                 if not name.endswith(ending):
                     continue
@@ -102,7 +110,7 @@ def _windows(store: Store, shards: list[dict[str, Any]]) -> Iterator[ShownWindow
                         int(block.start[i]),
                         block.tag[i],
                         block.bases(i).tobytes().decode("ascii"),
-                        shard["path"],
+                        shard.path,
                         name[: -len(ending)],
                     )
 

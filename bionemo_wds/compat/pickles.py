@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from webdataset import TarWriter
-
 from bionemo_wds.errors import OptionError
-from bionemo_wds.format import TAR_MTIME, atomic_write, remove_stale_temporaries
+from bionemo_wds.format import remove_stale_temporaries, write_tar
 
 
 def pickles_to_tars(
@@ -32,9 +30,9 @@ def pickles_to_tars(
     """Write ``{dir_input}/{name}.{suffix}`` pickles into ``{dir_output}/{output_prefix}-%06d.tar``.
 
     Keys are ``name.replace(".", "-")``; at least `min_num_shards` shards when there are that many
-    samples. Each shard appears atomically (`atomic_write`; a killed run leaves no partial shard under a
-    shard name, and the next run removes its hidden temporaries) and the bytes are reproducible (fixed
-    member times).
+    samples. Each shard is written by the preparer's tar writer (`format.write_tar`): it appears
+    atomically (a killed run leaves no partial shard under a shard name, and the next run removes
+    its hidden temporaries) and the bytes are reproducible (fixed member times).
     """
     suffixes = [input_suffix] if isinstance(input_suffix, str) else list(input_suffix)
     if min_num_shards is not None and min_num_shards <= 0:
@@ -47,22 +45,31 @@ def pickles_to_tars(
     written = []
     for shard, lo in enumerate(range(0, len(names), per_shard)):
         final = Path(dir_output) / f"{output_prefix}-{shard:06d}.tar"
-        with atomic_write(final) as fh, TarWriter(fh, encoder=False, mtime=TAR_MTIME) as sink:
-            for name in names[lo : lo + per_shard]:
-                data = {}
-                for suffix in suffixes:
-                    path = Path(dir_input) / f"{name}.{suffix}"
-                    try:
-                        raw = path.read_bytes()
-                        pickle.loads(raw)  # refuse unreadable pickles now, not at training time
-                        # the file's own bytes, not a re-pickle: torch tensors pickle with a fresh
-                        # serialization id each time, which would make shards differ run to run
-                        data[suffix] = raw
-                    except Exception as exc:
-                        raise RuntimeError(f"cannot read pickle {path}: {exc}") from exc
-                sink.write(func_output_data(name.replace(".", "-"), data))
+        write_tar(final, _samples(dir_input, names[lo : lo + per_shard], suffixes, func_output_data), encoder=False)
         written.append(str(final))
     for stale in Path(dir_output).glob(f"{output_prefix}-*.tar"):  # shards of an earlier, larger run
         if str(stale) not in written:
             stale.unlink()
     return written
+
+
+def _samples(
+    dir_input: str,
+    names: Sequence[str],
+    suffixes: list[str],
+    func_output_data: Callable[[str, dict[str, Any]], dict[str, Any]],
+) -> Iterator[dict[str, Any]]:
+    """The samples of one shard: each name's pickles (their own bytes), through `func_output_data`."""
+    for name in names:
+        data = {}
+        for suffix in suffixes:
+            path = Path(dir_input) / f"{name}.{suffix}"
+            try:
+                raw = path.read_bytes()
+                pickle.loads(raw)  # refuse unreadable pickles now, not at training time
+                # the file's own bytes, not a re-pickle: torch tensors pickle with a fresh
+                # serialization id each time, which would make shards differ run to run
+                data[suffix] = raw
+            except Exception as exc:
+                raise RuntimeError(f"cannot read pickle {path}: {exc}") from exc
+        yield func_output_data(name.replace(".", "-"), data)

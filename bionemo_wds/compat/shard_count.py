@@ -47,11 +47,9 @@ def prepared_remedy(directory: str, prefix: str, workers: dict[str, int]) -> str
     needed = max(workers.values())
     try:
         manifest = read_manifest(root)
-        if manifest["params"].get("prefix", prefix) != prefix:
+        if manifest.params.prefix != prefix:
             raise ManifestError("the manifest is not about these shards")
-        windows = {
-            split: int(manifest["splits"][split]["n_samples"]) for split in workers if split in manifest["splits"]
-        }
+        windows = {split: int(manifest.splits[split].n_samples) for split in workers if split in manifest.splits}
     except Exception:  # not a prepared dataset (or not readable): the general hint
         return f"or write the split in {needed} or more shards"
     if not windows:

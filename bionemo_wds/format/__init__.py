@@ -7,17 +7,12 @@
 - `index_file`: a split's record index, read for versions 3 and 4 (`shard_indexes`), and its file
   ``<split>/record-index.npy`` (version 4: written by `write_manifest`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
-- `atomic`: `atomic_write` / `atomic_path` (every file this package writes goes through them) and hashing.
+- `manifest_types`: the typed manifest (`Manifest`, `Params`, `SplitInfo`, `ShardInfo`) and its
+  reader per format version (`READERS`);
+- `atomic_write`, `atomic_path` and the hashing wrappers are re-exported from `storage.atomic` (every
+  file this package writes goes through them; format sits above storage).
 """
 
-from bionemo_wds.format.atomic import (
-    HashingReader,
-    HashingWriter,
-    atomic_path,
-    atomic_write,
-    file_sha256,
-    remove_stale_temporaries,
-)
 from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, index_of, record_crc32
 from bionemo_wds.format.index_file import (
     INDEX_FILE_FORMAT_VERSION,
@@ -36,15 +31,29 @@ from bionemo_wds.format.manifest import (
     INDEXED_FORMAT_VERSION,
     MANIFEST_NAME,
     READABLE_VERSIONS,
+    READERS,
+    Manifest,
+    Params,
+    RecordIndexEntry,
     ShardInfo,
+    SplitInfo,
     has_record_index,
     read_manifest,
+    reader,
     shard_name,
     stored_case,
     unlisted_shards,
     write_manifest,
 )
-from bionemo_wds.format.records import CODECS, RECORD_SUFFIX, WindowBlock, decode_record, encode_record, window_key
+from bionemo_wds.format.records import (
+    CODECS,
+    RECORD_SUFFIX,
+    WindowBlock,
+    decode_record,
+    encode_record,
+    record_key,
+    window_key,
+)
 from bionemo_wds.format.tar import (
     TAR_MTIME,
     TarStreamError,
@@ -55,6 +64,15 @@ from bionemo_wds.format.tar import (
     iter_record_members,
     iter_records,
     write_shard,
+    write_tar,
+)
+from bionemo_wds.storage.atomic import (
+    HashingReader,
+    HashingWriter,
+    atomic_path,
+    atomic_write,
+    file_sha256,
+    remove_stale_temporaries,
 )
 
 __all__ = [
@@ -69,15 +87,20 @@ __all__ = [
     "INDEX_FILE_FORMAT_VERSION",
     "MANIFEST_NAME",
     "READABLE_VERSIONS",
+    "READERS",
     "RECORD_INDEX_NAME",
     "RECORD_SUFFIX",
     "TAR_MTIME",
     "HashingReader",
     "HashingWriter",
+    "Manifest",
+    "Params",
     "RecordIndex",
     "RecordIndexBuilder",
+    "RecordIndexEntry",
     "ShardInfo",
     "SplitIndex",
+    "SplitInfo",
     "TarStreamError",
     "WindowBlock",
     "WrittenShard",
@@ -95,8 +118,10 @@ __all__ = [
     "iter_records",
     "read_manifest",
     "read_split_index",
+    "reader",
     "record_crc32",
     "record_index_path",
+    "record_key",
     "remove_stale_temporaries",
     "shard_indexes",
     "shard_name",
@@ -105,4 +130,5 @@ __all__ = [
     "window_key",
     "write_manifest",
     "write_shard",
+    "write_tar",
 ]

@@ -221,19 +221,19 @@ def index_of(shard: dict[str, Any]) -> RecordIndex | None:
     return None if columns is None else RecordIndex.from_dict(columns)
 
 
-def json_split_rows(shards: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+def json_split_rows(shards: Sequence[tuple[str, Any]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(rows, records per shard, numbers of the shards without an index) of a version-3 split's shard
-    entries: the columns of all shards converted at once (100,000 shards of 16 records: one pass per
-    column, not 400,000); ValueError naming the shard whose columns are malformed."""
+    entries, given as (path, ``records`` columns or None): the columns of all shards converted at
+    once (100,000 shards of 16 records: one pass per column, not 400,000); ValueError naming the
+    shard whose columns are malformed."""
     lists, counts, unindexed = [], np.zeros(len(shards), dtype=np.int64), []
-    for number, shard in enumerate(shards):
-        columns = shard.get("records")
+    for number, (path, columns) in enumerate(shards):
         if columns is None:
             unindexed.append(number)
             continue
         found = _int_lists(columns)
         if found is None or len({len(column) for column in found}) != 1:  # converted, or an error naming it
-            index = shard_json_index(shard)
+            index = shard_json_index(path, columns)
             assert index is not None
             found = [column.tolist() for column in (index.offset, index.size, index.windows, index.crc32)]
         lists.append(found)
@@ -243,13 +243,14 @@ def json_split_rows(shards: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarra
         columns = [np.fromiter(chain.from_iterable(c[k] for c in lists), np.int64, total) for k in range(4)]
         return _rows(columns), counts, unindexed
     except (OverflowError, ValueError):  # a number int64 cannot hold: each shard alone (an error names its shard)
-        parts = [index.rows for index in map(shard_json_index, shards) if index is not None]
+        parts = [index.rows for index in (shard_json_index(*shard) for shard in shards) if index is not None]
         return (np.concatenate(parts) if parts else np.empty(0, INDEX_DTYPE)), counts, unindexed
 
 
-def shard_json_index(shard: dict[str, Any]) -> RecordIndex | None:
-    """`index_of`, its ValueError naming the shard entry's path."""
+def shard_json_index(path: str, columns: Any) -> RecordIndex | None:
+    """The record index of a version-3 shard entry's JSON columns (None: it has none), its
+    ValueError naming the shard entry's path."""
     try:
-        return index_of(shard)
+        return None if columns is None else RecordIndex.from_dict(columns)
     except ValueError as exc:
-        raise ManifestError(f"{shard.get('path')}: {exc}") from exc
+        raise ManifestError(f"{path}: {exc}") from exc

@@ -26,14 +26,17 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.format.atomic import HashingReader, HashingWriter
 from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
+from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.storage.store import Store
+
+if TYPE_CHECKING:  # the manifest types import this module's names
+    from bionemo_wds.format.manifest_types import Manifest, RecordIndexEntry, ShardInfo
 
 #: The version whose record index is a file per split (`RECORD_INDEX_NAME`).
 INDEX_FILE_FORMAT_VERSION = 4
@@ -113,7 +116,7 @@ def write_record_index(store: Store, split: str, indexes: Sequence[RecordIndex])
 
 
 def shard_indexes(
-    store: Store, manifest: dict[str, Any], split: str, problems: list[str] | None = None
+    store: Store, manifest: Manifest, split: str, problems: list[str] | None = None
 ) -> list[RecordIndex | None] | None:
     """Every shard's record index of `split` (`read_split_index`), one per shard entry in order;
     None for a dataset without one (format versions 1 and 2)."""
@@ -122,7 +125,7 @@ def shard_indexes(
 
 
 def read_split_index(
-    store: Store, manifest: dict[str, Any], split: str, problems: list[str] | None = None
+    store: Store, manifest: Manifest, split: str, problems: list[str] | None = None
 ) -> SplitIndex | None:
     """`split`'s record index: from the file (version 4; memory-mapped when local, fetched whole when
     remote), from the manifest's JSON columns (version 3), None before version 3.
@@ -133,59 +136,58 @@ def read_split_index(
     columns (that shard is then unindexed); without it these raise (the sha256 is checked only
     where the file is read whole anyway: remote).
     """
-    version = int(manifest.get("format_version", 0))
-    shards = manifest["splits"][split]["shards"]
+    version = manifest.format_version
+    shards = manifest.splits[split].shards
     if version < 3:
         return None
     if version == 3:
         return _json_index(shards, problems)
-    entry = manifest["splits"][split].get("record_index")
+    entry = manifest.splits[split].record_index
     counts = _record_counts(store, shards, split)
-    if not isinstance(entry, dict) or any(key not in entry for key in INDEX_ENTRY_KEYS):
+    if entry is None:
         raise ManifestError(
             f"{store.url('manifest.json')} is damaged: its {split} split has no complete record_index entry "
             f"({', '.join(INDEX_ENTRY_KEYS)}); prepare the dataset again"
         )
     rows = _load_rows(store, entry, problems)
-    listed = {int(entry["records"]), int(counts.sum())}
+    listed = {int(entry.records), int(counts.sum())}
     if listed != {len(rows)}:
         raise ManifestError(
-            f"{store.url(str(entry['path']))} holds {len(rows)} records, but the manifest lists "
+            f"{store.url(str(entry.path))} holds {len(rows)} records, but the manifest lists "
             f"{' and '.join(map(str, sorted(listed)))} (record_index.records, the shards' n_records): "
             "the record index file disagrees with the manifest (run `bionemo-wds verify`, or prepare again)"
         )
     return SplitIndex(rows, _first(counts))
 
 
-def _json_index(shards: list[dict[str, Any]], problems: list[str] | None) -> SplitIndex:
+def _json_index(shards: Sequence[ShardInfo], problems: list[str] | None) -> SplitIndex:
     """A version-3 split's index from its shard entries' JSON columns; under `problems` a shard whose
     columns are malformed is reported there and left unindexed."""
+    columns = [(shard.path, shard.records) for shard in shards]
     if problems is not None:
         kept = []
-        for shard in shards:
+        for path, records in columns:
             try:
-                json_split_rows([shard])
+                json_split_rows([(path, records)])
             except ValueError as exc:
                 problems.append(str(exc))
-                shard = {key: value for key, value in shard.items() if key != "records"}
-            kept.append(shard)
-        shards = kept
+                records = None
+            kept.append((path, records))
+        columns = kept
     with paused_gc():  # collections would walk the millions of objects of a large version-3 manifest again
-        rows, counts, unindexed = json_split_rows(shards)
+        rows, counts, unindexed = json_split_rows(columns)
     return SplitIndex(rows, _first(counts), unindexed)
 
 
-def _record_counts(store: Store, shards: list[dict[str, Any]], split: str) -> np.ndarray:
+def _record_counts(store: Store, shards: Sequence[ShardInfo], split: str) -> np.ndarray:
     """Each shard entry's ``n_records`` (version 4); a `ManifestError` for one without a count."""
     try:
-        counts = np.fromiter((shard["n_records"] for shard in shards), dtype=np.int64, count=len(shards))
-    except (KeyError, TypeError, ValueError, OverflowError):
+        counts = np.fromiter((shard.n_records for shard in shards), dtype=np.int64, count=len(shards))
+    except (TypeError, ValueError, OverflowError):
         counts = None
     if counts is None or (len(counts) and counts.min() < 0):
         bad = next(
-            n
-            for n, shard in enumerate(shards)
-            if not (isinstance(shard.get("n_records"), int) and shard["n_records"] >= 0)
+            n for n, shard in enumerate(shards) if not (isinstance(shard.n_records, int) and shard.n_records >= 0)
         )
         raise ManifestError(
             f"{store.url('manifest.json')} is damaged: splits.{split}.shards[{bad}].n_records is not a record "
@@ -194,10 +196,10 @@ def _record_counts(store: Store, shards: list[dict[str, Any]], split: str) -> np
     return counts
 
 
-def _load_rows(store: Store, entry: dict[str, Any], problems: list[str] | None) -> np.ndarray:
+def _load_rows(store: Store, entry: RecordIndexEntry, problems: list[str] | None) -> np.ndarray:
     """The rows of a version-4 index file, checked against its manifest entry (size; sha256 where
     the file is read whole, or always under `problems`)."""
-    rel = str(entry["path"])
+    rel = str(entry.path)
     url = store.url(rel)
     data = None
     try:
@@ -210,9 +212,9 @@ def _load_rows(store: Store, entry: dict[str, Any], problems: list[str] | None) 
         raise ManifestError(
             f"{url} is missing: the manifest lists it as the record index of its split (prepare the dataset again)"
         ) from None
-    if size != entry["bytes"]:
+    if size != entry.bytes:
         raise ManifestError(
-            f"{url} has {size} bytes, but the manifest lists {entry['bytes']}: the record index file is truncated "
+            f"{url} has {size} bytes, but the manifest lists {entry.bytes}: the record index file is truncated "
             "or replaced (run `bionemo-wds verify`, or prepare the dataset again)"
         )
     if data is not None or problems is not None:
@@ -221,9 +223,9 @@ def _load_rows(store: Store, entry: dict[str, Any], problems: list[str] | None) 
         else:
             with store.open(rel) as fh:
                 sha = HashingReader(fh).finish()[1]
-        if sha != entry["sha256"]:
+        if sha != entry.sha256:
             message = (
-                f"{url}: sha256 {sha[:12]}... differs from the manifest's {str(entry['sha256'])[:12]}...: the "
+                f"{url}: sha256 {sha[:12]}... differs from the manifest's {str(entry.sha256)[:12]}...: the "
                 "record index file changed after it was written"
             )
             if problems is None:

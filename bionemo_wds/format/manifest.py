@@ -25,8 +25,11 @@ without per-record checks and `verify` says so.
 
 Each split entry also names its sequences, ``seq_ids`` (in input order), since version 3: a key
 added without a new version, as no reader needs it (datasets written before it lack it).
-`read_manifest` refuses a manifest without what every reader does need (`REQUIRED_PARAMS`, ...)
-with a `ManifestError` naming the file.
+`read_manifest` gives a `Manifest` (`format.manifest_types`: typed objects, parsed by the reader
+registered for the file's version in `READERS`; `Manifest.to_json` is the JSON again, key for key),
+and refuses a manifest without what every reader does need (`REQUIRED_PARAMS`, ...) with a
+`ManifestError` naming the file. Writers (`prepare`) build the manifest as a JSON object and
+`write_manifest` it (a `Manifest` too).
 """
 
 from __future__ import annotations
@@ -36,48 +39,71 @@ import json
 import os
 import re
 from collections.abc import Container, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
 from bionemo_wds.format.index import RecordIndex, paused_gc
 from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, write_record_index
+from bionemo_wds.format.manifest_types import (
+    COMPRESSED_FORMAT_VERSION,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_FILE_SHARD_KEY,
+    INDEX_FILE_SPLIT_KEY,
+    INDEXED_FORMAT_VERSION,
+    READABLE_VERSIONS,
+    READERS,
+    REQUIRED_PARAMS,
+    REQUIRED_SHARD_KEYS,
+    REQUIRED_SPLIT_KEYS,
+    Manifest,
+    Params,
+    RecordIndexEntry,
+    ShardInfo,
+    SplitInfo,
+    reader,
+)
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.storage.store import Store
 
-FORMAT_NAME = "bionemo-wds"
-#: The version `prepare` writes (both codecs).
-FORMAT_VERSION = 4
-#: The first version with a record index (in the shard entries; since version 4 in a file per split).
-INDEXED_FORMAT_VERSION = 3
-#: Version 2 = version 1 with a compressed ``tokens`` field (``codec`` says how); what
-#: ``--compress zstd`` wrote before version 3 (kept for readers of such datasets).
-COMPRESSED_FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2, 3, 4)
+__all__ = [
+    "CASE_MODES",
+    "COMPRESSED_FORMAT_VERSION",
+    "DEFAULT_PREFIX",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "INDEXED_FORMAT_VERSION",
+    "INDEX_FILE_SHARD_KEY",
+    "INDEX_FILE_SPLIT_KEY",
+    "MANIFEST_NAME",
+    "READABLE_VERSIONS",
+    "READERS",
+    "REQUIRED_PARAMS",
+    "REQUIRED_SHARD_KEYS",
+    "REQUIRED_SPLIT_KEYS",
+    "Manifest",
+    "ManifestError",
+    "Params",
+    "RecordIndexEntry",
+    "ShardInfo",
+    "SplitInfo",
+    "complete_record_index",
+    "dumps_manifest",
+    "has_record_index",
+    "read_manifest",
+    "reader",
+    "shard_name",
+    "stored_case",
+    "unlisted_shards",
+    "write_index_files",
+    "write_manifest",
+]
+
 MANIFEST_NAME = "manifest.json"
 DEFAULT_PREFIX = "wdshards"
-#: The ``params`` every reader relies on (all versions have them).
-REQUIRED_PARAMS = (
-    "seq_length",
-    "stride",
-    "window_length",
-    "tail",
-    "tags",
-    "max_tag_bytes",
-    "seed",
-    "windows_per_record",
-    "prefix",
-)
 #: How bases are stored (``params.case``): ``keep`` the source's case (soft-masked repeats stay
 #: lower case), ``upper`` every base upper-cased (all that was written before the option existed).
 CASE_MODES = ("keep", "upper")
-#: What every split entry and every shard entry holds (all versions).
-REQUIRED_SPLIT_KEYS = ("n_samples", "shards")
-REQUIRED_SHARD_KEYS = ("path", "n_samples", "n_tokens", "bytes", "sha256")
-_SHARD_KEYS = frozenset(REQUIRED_SHARD_KEYS)
-#: What version 4 adds to every split entry and every shard entry (its record index file, its rows).
-INDEX_FILE_SPLIT_KEY, INDEX_FILE_SHARD_KEY = "record_index", "n_records"
-_INDEX_FILE_SHARD_KEYS = frozenset((*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY))
 # `ManifestError` is defined in `errors` (`format.index_file` raises it too) and imported from here as before
 
 
@@ -94,23 +120,10 @@ def unlisted_shards(split: str, names: Iterable[str], prefix: str, listed: Conta
     return sorted(rel for rel in (f"{split}/{name}" for name in matching) if rel not in listed)
 
 
-@dataclass
-class ShardInfo:
-    path: str  # relative to the dataset root
-    n_samples: int
-    n_tokens: int
-    bytes: int
-    sha256: str
-    # the shard's record index, filled in when the shard is written; `write_manifest` turns it into
-    # the entry's ``n_records`` and rows of the split's index file (version 4: never in the JSON)
-    records: RecordIndex | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None or k != "records"}
-
-
-def has_record_index(manifest: dict[str, Any]) -> bool:
+def has_record_index(manifest: Manifest | dict[str, Any]) -> bool:
     """Does this manifest's version give every shard a record index?"""
+    if isinstance(manifest, Manifest):
+        return manifest.has_record_index
     return int(manifest.get("format_version", 0)) >= INDEXED_FORMAT_VERSION
 
 
@@ -186,7 +199,9 @@ def write_index_files(store: Store, manifest: dict[str, Any]) -> None:
         info["shards"] = shards
 
 
-def write_manifest(path: str | os.PathLike[str], obj: dict[str, Any], storage_options: dict | None = None) -> None:
+def write_manifest(
+    path: str | os.PathLike[str], obj: Manifest | dict[str, Any], storage_options: dict | None = None
+) -> None:
     """Write a manifest (or any JSON) so readers see the old file or the whole new one, never a part
     (`path` may be a URL: one object, visible when complete).
 
@@ -194,8 +209,10 @@ def write_manifest(path: str | os.PathLike[str], obj: dict[str, Any], storage_op
     `complete_record_index` (a no-op when the writers filled in every shard), so no such manifest
     is ever written with a shard that lacks its index; for version 4 each split's record index file
     is then written (`write_index_files`), before the manifest that lists it. `obj` becomes what
-    the file holds.
+    the file holds (a `Manifest`: its `Manifest.to_json`).
     """
+    if isinstance(obj, Manifest):
+        obj = obj.to_json()
     where = str(path)
     root, _, name = where.rpartition("/")
     store = Store(root or ".", storage_options, write=True)
@@ -206,68 +223,28 @@ def write_manifest(path: str | os.PathLike[str], obj: dict[str, Any], storage_op
     store.write_text(name, dumps_manifest(obj))
 
 
-def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | None = None) -> dict[str, Any]:
-    """The manifest ``<root>/manifest.json`` of a prepared dataset (a local path or a URL); a clear
-    error when it is missing, unreadable or foreign."""
+def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | None = None) -> Manifest:
+    """The manifest ``<root>/manifest.json`` of a prepared dataset (a local path or a URL), read by
+    the reader of its format version (`Manifest.from_json`); a clear error when it is missing,
+    unreadable, foreign or of a version this package does not read."""
     store = root if isinstance(root, Store) else Store(root, storage_options)
     path = store.url(MANIFEST_NAME)
     try:
         with paused_gc():  # a manifest of 100,000 shards is millions of objects (`paused_gc`)
             # the bytes unnamed: json.loads drops them once decoded, before the objects are made
-            manifest = json.loads(store.read_bytes(MANIFEST_NAME))
+            obj = json.loads(store.read_bytes(MANIFEST_NAME))
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} does not exist: {store.root} is not a prepared dataset (run `bionemo-wds prepare`)"
         ) from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise ManifestError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise ManifestError(f"{path} is not a bionemo-wds manifest")
-    if manifest.get("format_version") not in READABLE_VERSIONS:
-        raise ManifestError(
-            f"{path} has format version {manifest.get('format_version')}; this bionemo-wds reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}"
-        )
-    missing = _missing_key(manifest)
-    if missing is not None:
-        raise ManifestError(f"{path} is damaged: it has no {missing} (prepare the dataset again)")
-    return manifest
+    with paused_gc():
+        return Manifest.from_json(obj, path)
 
 
-def stored_case(manifest: dict[str, Any]) -> str:
+def stored_case(manifest: Manifest) -> str:
     """How a dataset stores bases, ``"keep"`` or ``"upper"`` (`CASE_MODES`): its ``params.case``, or
     ``"upper"`` for a manifest written before ``--case`` existed (prepare upper-cased every base then)."""
-    params = manifest.get("params")
-    case = params.get("case") if isinstance(params, dict) else None
+    case = manifest.params.case
     return case if case in CASE_MODES else "upper"
-
-
-def _missing_key(manifest: dict[str, Any]) -> str | None:
-    """The first key readers need that `manifest` lacks (`params.prefix`, `splits.train.shards[0].bytes`), or None."""
-    params, splits = manifest.get("params"), manifest.get("splits")
-    if not isinstance(params, dict):
-        return "params"
-    for key in REQUIRED_PARAMS:
-        if key not in params:
-            return f"params.{key}"
-    if not isinstance(splits, dict):
-        return "splits"
-    as_file = manifest.get("format_version") == INDEX_FILE_FORMAT_VERSION
-    split_keys = (*REQUIRED_SPLIT_KEYS, INDEX_FILE_SPLIT_KEY) if as_file else REQUIRED_SPLIT_KEYS
-    shard_keys = (*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY) if as_file else REQUIRED_SHARD_KEYS
-    all_keys = _INDEX_FILE_SHARD_KEYS if as_file else _SHARD_KEYS
-    for name, info in splits.items():
-        if not isinstance(info, dict):
-            return f"splits.{name}"
-        for key in split_keys:
-            if key not in info:
-                return f"splits.{name}.{key}"
-        if not isinstance(info["shards"], list):
-            return f"splits.{name}.shards list"
-        for i, shard in enumerate(info["shards"]):
-            if isinstance(shard, dict) and all_keys <= shard.keys():
-                continue  # all there (what nearly every entry is): no need to look for the first missing
-            for key in shard_keys:
-                if not isinstance(shard, dict) or key not in shard:
-                    return f"splits.{name}.shards[{i}].{key}"
-    return None

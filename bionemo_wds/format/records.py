@@ -17,7 +17,8 @@ input base at the default stride, and the loader pays tar parsing per window. A 
 windows brings the overhead under 1% and parsing cost per window down 16x. ``--windows-per-record
 1`` gives exactly one member per window. Nothing is pickled: shards load with ``WDS_SECURE=1``.
 
-Each window's key is ``<seq_id>/<window>``; it leads back to the FASTA substring
+Records are named ``<shard:06d>-<record:06d>`` (`record_key`). Each window's key is
+``<seq_id>/<window>``; it leads back to the FASTA substring
 ``seq_id[start:start + length]``.
 
 Version 2 (``--compress zstd``) adds ``codec: "zstd"`` to each record and stores ``tokens`` as one
@@ -69,6 +70,13 @@ class WindowBlock:
         """Bases of window `i` (a view, no copy)."""
         off = self.offsets
         return self.tokens[off[i] : off[i + 1]]
+
+
+def record_key(shard: int, record: int) -> str:
+    """The key of record `record` of shard `shard` (``<shard:06d>-<record:06d>``): its tar member is
+    ``<key>.msgpack``. Defined here once: the writer names records by it, the loader names them by it
+    in its errors and finds them by it."""
+    return f"{shard:06d}-{record:06d}"
 
 
 def window_key(seq_id: str, window: int) -> str:

@@ -1,24 +1,24 @@
 """Tar shards: the one reader and the one writer of shard bytes.
 
-The reader is written here rather than taken from `tarfile` (see `iter_members`); the writer is
-webdataset's `TarWriter` with a fixed member time, so the same records always give the same bytes,
-behind `atomic_write` so a shard's name appears only when the shard is complete. The writer also
-returns the shard's record index (`format.index`): where each record's data lies, its size, window
-count and crc32.
+The reader is written here rather than taken from `tarfile` (see `iter_members`); the writer
+(`write_tar`, which `write_shard` and the compat pickle shards use) is webdataset's `TarWriter`
+with a fixed member time, so the same records always give the same bytes, behind `atomic_write` so
+a shard's name appears only when the shard is complete. `write_shard` also returns the shard's
+record index (`format.index`): where each record's data lies, its size, window count and crc32.
 """
 
 from __future__ import annotations
 
 import os
 import tarfile
-from collections.abc import Iterable, Iterator
-from typing import IO, NamedTuple, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from bionemo_wds.format.atomic import HashingReader, HashingWriter, atomic_write
 from bionemo_wds.format.index import RecordIndex, RecordIndexBuilder
 from bionemo_wds.format.records import RECORD_SUFFIX, WindowBlock, decode_record
+from bionemo_wds.storage.atomic import HashingReader, HashingWriter, atomic_write
 
 TAR_MTIME = 0  # fixed member time: the same windows always give the same bytes
 BLOCK = 512
@@ -43,10 +43,41 @@ class WrittenShard(NamedTuple):
     records: RecordIndex
 
 
+def write_tar(
+    final: str | os.PathLike[str],
+    samples: Iterable[dict[str, Any]],
+    storage_options: dict | None = None,
+    *,
+    encoder: bool = True,
+    expected_size: Callable[[], int] | None = None,
+) -> tuple[int, str]:
+    """Write `samples` (webdataset sample dicts: ``__key__`` and one entry per member suffix) as the
+    tar file `final`, atomically, with the fixed member time `TAR_MTIME`; returns its (size, sha256).
+
+    The one place that writes tar bytes: shards (`write_shard`) and the compat pickle shards
+    (`compat.pickles`). `encoder` is webdataset's (False: every value must be bytes, written as
+    they are). `expected_size`, called once the archive is complete and before it is published,
+    gives the size the file must have (a RuntimeError otherwise).
+    """
+    from webdataset import TarWriter  # here, not at the top: webdataset imports torch (2 s per CLI start)
+
+    with atomic_write(final, storage_options=storage_options) as fh:
+        hashing = HashingWriter(fh)
+        with TarWriter(hashing, encoder=encoder, mtime=TAR_MTIME) as writer:
+            for sample in samples:
+                writer.write(sample)
+        if expected_size is not None and hashing.size != expected_size():
+            raise RuntimeError(
+                f"{final}: TarWriter wrote {hashing.size} bytes, the record index layout expects {expected_size()}"
+            )
+    return hashing.size, hashing.sha.hexdigest()
+
+
 def write_shard(
     final: str | os.PathLike[str], records: Iterable[tuple[str, bytes, int]], storage_options: dict | None = None
 ) -> WrittenShard:
-    """Write ``(key, record bytes, windows in it)`` triples as the tar shard `final`, atomically.
+    """Write ``(key, record bytes, windows in it)`` triples as the tar shard `final`, atomically
+    (`write_tar`).
 
     Each record is one member ``<key>.msgpack``: a 512-byte USTAR header, then its data padded to
     512 bytes, so record `n`'s data starts ``512 * (n + 1) + sum of the padded sizes before it``
@@ -55,26 +86,23 @@ def write_shard(
     is published, and names that would need an extended header are refused, so the index always
     describes the bytes written.
     """
-    from webdataset import TarWriter  # here, not at the top: webdataset imports torch (2 s per CLI start)
-
     index = RecordIndexBuilder()
-    with atomic_write(final, storage_options=storage_options) as fh:
-        hashing = HashingWriter(fh)
-        end = 0  # end of the last member (header + padded data) in the tar
-        with TarWriter(hashing, mtime=TAR_MTIME) as writer:
-            for key, data, windows in records:
-                name = f"{key}.{RECORD_SUFFIX}"
-                if len(name) > _USTAR_NAME or not name.isascii() or len(data) > _USTAR_SIZE:
-                    raise ValueError(f"record {name} ({len(data)} bytes) does not fit a plain USTAR header")
-                writer.write({"__key__": key, RECORD_SUFFIX: data})
-                index.append(end + BLOCK, data, windows)
-                end += BLOCK + padded(len(data))
-        if hashing.size != padded(end + 2 * BLOCK, tarfile.RECORDSIZE):
-            raise RuntimeError(
-                f"{final}: TarWriter wrote {hashing.size} bytes, the record index layout expects "
-                f"{padded(end + 2 * BLOCK, tarfile.RECORDSIZE)}"
-            )
-    return WrittenShard(hashing.size, hashing.sha.hexdigest(), index.build())
+    end = 0  # end of the last member (header + padded data) in the tar
+
+    def samples() -> Iterator[dict[str, Any]]:
+        nonlocal end
+        for key, data, windows in records:
+            name = f"{key}.{RECORD_SUFFIX}"
+            if len(name) > _USTAR_NAME or not name.isascii() or len(data) > _USTAR_SIZE:
+                raise ValueError(f"record {name} ({len(data)} bytes) does not fit a plain USTAR header")
+            yield {"__key__": key, RECORD_SUFFIX: data}
+            index.append(end + BLOCK, data, windows)
+            end += BLOCK + padded(len(data))
+
+    size, sha = write_tar(
+        final, samples(), storage_options, expected_size=lambda: padded(end + 2 * BLOCK, tarfile.RECORDSIZE)
+    )
+    return WrittenShard(size, sha, index.build())
 
 
 class ByteStream(Protocol):

@@ -169,8 +169,8 @@ class GenomicDataset(IterableDataset):
             raise OptionError(f"{sources.describe()} has no {split.name} split")
         self.records = sources.records(split)
         self.params = sources.params(split)
-        self.seq_length: int = self.params["seq_length"]
-        self.schema = BatchSchema(micro, self.params["window_length"], self.params["max_tag_bytes"])
+        self.seq_length: int = self.params.seq_length
+        self.schema = BatchSchema(micro, self.params.window_length, self.params.max_tag_bytes)
         quotas, seeds = sources.train_mix() if split is Split.train else (np.zeros(0, np.int64), [])
         self.quota_list: list[int] = [int(q) for q in quotas]
         self.progress = progress if progress is not None else TrainProgress()

@@ -15,10 +15,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.format import MANIFEST_NAME, read_manifest, unlisted_shards
+from bionemo_wds.format import MANIFEST_NAME, Manifest, read_manifest, unlisted_shards
 from bionemo_wds.load.shard_errors import (
     CorruptShardError,
     Handler,
@@ -35,7 +34,7 @@ from bionemo_wds.storage.store import Store
 
 def read_checked_manifest(
     store: Store, seq_length: int | None, handler: str | Handler = "raise", warn_strays: bool = True
-) -> tuple[dict[str, Any], dict[str, int | None]]:
+) -> tuple[Manifest, dict[str, int | None]]:
     """(manifest, shard URL -> size found, None for a missing shard) of the dataset at `store`; clear
     errors for disagreements (a shard's size only under ``handler="raise"``). `warn_strays`: warn
     about shard files the manifest does not list (one rank does)."""
@@ -45,49 +44,49 @@ def read_checked_manifest(
 
 def _read_checked(
     store: Store, seq_length: int | None, handler: str | Handler, warn_strays: bool
-) -> tuple[dict[str, Any], dict[str, int | None], dict[str, int]]:
+) -> tuple[Manifest, dict[str, int | None], dict[str, int]]:
     """`read_checked_manifest`, and shard URL -> windows the manifest lists (each URL made once)."""
     manifest = read_manifest(store)
-    params = manifest["params"]
+    params = manifest.params
     where = store.url(MANIFEST_NAME)
-    if seq_length is not None and seq_length != params["seq_length"]:
+    if seq_length is not None and seq_length != params.seq_length:
         raise OptionError(
-            f"{store.root} was cut for seq_length {params['seq_length']} (windows of {params['window_length']} "
-            f"bases); seq_length={seq_length} was asked for. Use seq_length={params['seq_length']} or "
+            f"{store.root} was cut for seq_length {params.seq_length} (windows of {params.window_length} "
+            f"bases); seq_length={seq_length} was asked for. Use seq_length={params.seq_length} or "
             f"prepare again with --seq-length {seq_length}"
         )
     sizes: dict[str, int | None] = {}
     expected: dict[str, int] = {}
-    for name, info in manifest["splits"].items():
-        held = sum(shard["n_samples"] for shard in info["shards"])
-        if info["n_samples"] != held:
+    for name, info in manifest.splits.items():
+        held = sum(shard.n_samples for shard in info.shards)
+        if info.n_samples != held:
             raise CorruptShardError(
                 f"{where} disagrees with itself: the {name} split lists n_samples "
-                f"{info['n_samples']} but its shards hold {held} (run `bionemo-wds verify`, or prepare again)"
+                f"{info.n_samples} but its shards hold {held} (run `bionemo-wds verify`, or prepare again)"
             )
         found = store.sizes(name)  # None: the protocol cannot list; each shard is asked for its size
-        listed = {shard["path"] for shard in info["shards"]}
-        strays = unlisted_shards(name, found or {}, params["prefix"], listed)
+        listed = {shard.path for shard in info.shards}
+        strays = unlisted_shards(name, found or {}, params.prefix, listed)
         if strays and warn_strays:  # the manifest is the list: a stray copy is never read
             warnings.warn(
                 f"{store.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
                 f"{', '.join(strays[:3])}{', ...' if len(strays) > 3 else ''}",
                 stacklevel=3,
             )
-        for shard in info["shards"]:
-            url = store.url(shard["path"])
-            file = shard["path"].rsplit("/", 1)[-1]
+        for shard in info.shards:
+            url = store.url(shard.path)
+            file = shard.path.rsplit("/", 1)[-1]
             if found is not None:
                 size = found.get(file)
             else:
                 try:
-                    size = store.size(shard["path"])
+                    size = store.size(shard.path)
                 except FileNotFoundError:
                     size = None
-            if size != shard["bytes"] and resolve_handler(handler) is raise_on_error:
-                raise ShardSizeError(size_problem(url, size, shard["bytes"], where))
+            if size != shard.bytes and resolve_handler(handler) is raise_on_error:
+                raise ShardSizeError(size_problem(url, size, shard.bytes, where))
             sizes[url] = size
-            expected[url] = shard["n_samples"]
+            expected[url] = shard.n_samples
     return manifest, sizes, expected
 
 
@@ -96,7 +95,7 @@ class OpenedDataset:
     """What a loader needs of a prepared dataset before it reads: the checked manifest, the shard
     sizes found, the damaged-shard policy, the storage counters and (remote) the node's range cache."""
 
-    manifest: dict[str, Any]
+    manifest: Manifest
     shard_sizes: dict[str, int | None]
     policy: ShardErrorPolicy
     stats: StorageStats

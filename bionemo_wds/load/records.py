@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.format import MANIFEST_NAME, decode_record
+from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_record, record_key
 from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
 from bionemo_wds.format.index_file import SplitIndex, read_split_index
 from bionemo_wds.format.tar import decode_named, iter_record_members
@@ -95,7 +95,7 @@ class SplitRecords:
     def from_manifest(
         cls,
         store: Store,
-        manifest: dict[str, Any],
+        manifest: Manifest,
         split: str,
         policy: ShardErrorPolicy,
         sizes: Mapping[str, int | None],
@@ -106,10 +106,10 @@ class SplitRecords:
         a shard not in it is taken to have its listed size), `cache` the node's range cache (remote
         only). A shard missing or not of its listed size goes to the policy here (under
         ``handler="warn"``: its records past the end of the file are filler)."""
-        entries = manifest["splits"][split]["shards"]
-        urls = [store.url(shard["path"]) for shard in entries]
+        entries = manifest.splits[split].shards
+        urls = [store.url(shard.path) for shard in entries]
         shards: ShardRanges = RemoteShards(store, urls, cache) if store.remote else LocalShards(urls)
-        found = [sizes[url] if url in sizes else shard["bytes"] for url, shard in zip(urls, entries)]
+        found = [sizes[url] if url in sizes else shard.bytes for url, shard in zip(urls, entries)]
         index = read_split_index(store, manifest, split)
         scanned: dict[int, RecordIndex] = {}
         unindexed = set(range(len(entries))) if index is None else set(index.unindexed)
@@ -118,9 +118,9 @@ class SplitRecords:
         past, windows = _shard_checks(index, table, found) if index is not None and table is not None else ({}, None)
         for number, shard in enumerate(entries):
             url, size = urls[number], found[number]
-            sized = size == shard["bytes"]
+            sized = size == shard.bytes
             if not sized:  # raises under "raise"; else one counted skip for the shard, nothing more reported
-                policy.wrong_size(url, size, shard["bytes"], manifest_url)
+                policy.wrong_size(url, size, shard.bytes, manifest_url)
             if number in unindexed:  # a dataset written before the index: scan the shard once
                 scanned[number] = _scan_shard(store, shard, policy, size, url)
                 continue
@@ -129,11 +129,11 @@ class SplitRecords:
             if bad is not None and sized:  # the file has its listed size, but the index points past its end
                 row = index.rows[int(index.first[number]) + bad[0]]
                 exc = OSError(
-                    f"record {_key(number, bad[0])} ends at byte {int(row['offset']) + int(row['size'])}, "
+                    f"record {record_key(number, bad[0])} ends at byte {int(row['offset']) + int(row['size'])}, "
                     f"past the end of the file ({size or 0} bytes)"
                 )
-                policy.damaged_shard(url, exc, _key(number, bad[0] - 1) if bad[0] else None)
-            if windows[number] != shard["n_samples"]:
+                policy.damaged_shard(url, exc, record_key(number, bad[0] - 1) if bad[0] else None)
+            if windows[number] != shard.n_samples:
                 policy.check_count(url, int(windows[number]))
         if index is None or scanned:  # the scanned shards' indexes in their places
             views = index.indexes() if index is not None else []
@@ -149,7 +149,7 @@ class SplitRecords:
 
     def key(self, record: int) -> str:
         """The record's member key, as prepare names it."""
-        return f"{int(self.table.shard[record]):06d}-{self.local(record):06d}"
+        return record_key(int(self.table.shard[record]), self.local(record))
 
     def span(self, record: int) -> tuple[int, int, int]:
         """(shard, offset, size) of the record's bytes."""
@@ -267,10 +267,6 @@ class SourceRecords:
             part.close()
 
 
-def _key(shard: int, record: int) -> str:
-    return f"{shard:06d}-{record:06d}"
-
-
 #: Rows checked at once (`_shard_checks`): about 4M, ~100 MB of temporaries.
 _CHUNK_ROWS = 1 << 22
 
@@ -308,19 +304,17 @@ def _shard_checks(
     return past, windows
 
 
-def _scan_shard(
-    store: Store, shard: dict[str, Any], policy: ShardErrorPolicy, size: int | None, path: str
-) -> RecordIndex:
+def _scan_shard(store: Store, shard: ShardInfo, policy: ShardErrorPolicy, size: int | None, path: str) -> RecordIndex:
     """The record index of a shard without one (a dataset written before the index), from one read
     of the shard; what cannot be read is reported to the policy (once per shard). `size` is the
     shard's size found (None: missing), `path` its URL."""
     index = RecordIndexBuilder()
     if size is None:
         return index.build()  # missing: reported by the caller, nothing to read
-    sized = size == shard["bytes"]
+    sized = size == shard.bytes
     key = None
     try:
-        with store.open(shard["path"]) as fh:
+        with store.open(shard.path) as fh:
             for key, offset, data in iter_record_members(fh, path):
                 index.append(offset, data, len(decode_named(data, key, path)))
     except (OSError, ValueError) as exc:

@@ -33,7 +33,7 @@ from bionemo_wds.errors import (
     ShardSizeError,
     TruncatedShardError,
 )
-from bionemo_wds.format import shard_indexes
+from bionemo_wds.format import Manifest, shard_indexes
 from bionemo_wds.storage.retry import ShortRead
 from bionemo_wds.storage.store import Store
 
@@ -139,15 +139,15 @@ class ShardErrorPolicy:
         self._skipped = (context or mp.get_context()).Value("q", 0)
 
     @staticmethod
-    def record_checks(root: str | Path | Store, manifest: dict[str, Any]) -> dict[str, RecordChecks]:
+    def record_checks(root: str | Path | Store, manifest: Manifest) -> dict[str, RecordChecks]:
         """Shard URL (as the loader names shards) -> the checks of its records, for every shard with
         a record index (`format.shard_indexes`: none before format version 3)."""
         store = root if isinstance(root, Store) else Store(root)
         checks = {}
-        for split, info in manifest["splits"].items():
-            for shard, index in zip(info["shards"], shard_indexes(store, manifest, split) or []):
+        for split, info in manifest.splits.items():
+            for shard, index in zip(info.shards, shard_indexes(store, manifest, split) or []):
                 if index is not None:
-                    checks[store.url(shard["path"])] = RecordChecks(
+                    checks[store.url(shard.path)] = RecordChecks(
                         index.crc32.astype(np.uint32), index.windows.astype(np.int32)
                     )
         return checks

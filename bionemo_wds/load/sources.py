@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from bionemo_wds.errors import BlendError, OptionError
+from bionemo_wds.format import Manifest, Params
 from bionemo_wds.load.blend_file import BlendEntry, entries_for, last_component, parse_datasets, read_blend
 from bionemo_wds.load.manifest_checks import open_dataset
 from bionemo_wds.load.plan.mixing import describe_shares, quotas, repeat_warnings, source_seeds
@@ -56,7 +57,7 @@ class Source:
 
     entry: BlendEntry
     store: Store
-    manifest: Any
+    manifest: Manifest
     shard_sizes: dict[str, int | None]
     policy: ShardErrorPolicy
     stats: StorageStats
@@ -78,7 +79,7 @@ class Source:
         return self.store.root
 
     def has_split(self, split: Split) -> bool:
-        return split.name in self.manifest["splits"]
+        return split.name in self.manifest.splits
 
     def split_records(self, split: Split) -> SplitRecords:
         """Every record of `split` (read from the record index once)."""
@@ -189,14 +190,14 @@ class Sources:
 
     def check_agreement(self, sources: Sequence[Source]) -> None:
         """Datasets of one blend must agree on seq_length and tokenizer: a clear error naming both."""
-        first, base = sources[0], sources[0].manifest["params"]
+        first, base = sources[0], sources[0].manifest.params
         for other in sources[1:]:
-            params = other.manifest["params"]
+            params = other.manifest.params
             for key in AGREE_PARAMS:
-                if params[key] != base[key]:
+                if getattr(params, key) != getattr(base, key):
                     raise BlendError(
-                        f"datasets of a blend must agree on {key}: {first.root} has {base[key]}, "
-                        f"{other.root} has {params[key]}"
+                        f"datasets of a blend must agree on {key}: {first.root} has {getattr(base, key)}, "
+                        f"{other.root} has {getattr(params, key)}"
                     )
             mine, theirs = tokenizer_of(base), tokenizer_of(params)
             if mine != theirs:
@@ -228,14 +229,12 @@ class Sources:
         parts = [source.split_records(split) for source in sources]
         return SourceRecords(parts, [source.policy for source in sources], seeds)
 
-    def params(self, split: Split) -> dict[str, Any]:
+    def params(self, split: Split) -> Params:
         """The manifest params `split`'s batches are laid out by: the widest window and tag room of its datasets."""
         first = self.source(self.entries[Split.train][0])
         manifests = [source.manifest for source in self.of(split)] or [first.manifest]
-        params = dict(manifests[0]["params"])
-        params["window_length"] = max(m["params"]["window_length"] for m in manifests)
-        params["max_tag_bytes"] = max(m["params"]["max_tag_bytes"] for m in manifests)
-        return params
+        window = max(m.params.window_length for m in manifests)
+        return replace(manifests[0].params, window_length=window, max_tag_bytes=max_tag_bytes(manifests))
 
     # -- counters -----------------------------------------------------------------------------------
 
@@ -273,9 +272,14 @@ class Sources:
             )
 
 
-def tokenizer_of(params: Mapping[str, Any]) -> dict[str, Any]:
+def tokenizer_of(params: Params) -> dict[str, Any]:
     """A dataset's tokenizer, without the stored case (the loader folds case, so it may differ)."""
-    return {k: v for k, v in params.get("tokenizer", {}).items() if k != "case"}
+    return {k: v for k, v in (params.tokenizer or {}).items() if k != "case"}
+
+
+def max_tag_bytes(manifests: Sequence[Manifest]) -> int:
+    """The widest room for control tags of these datasets."""
+    return max(m.params.max_tag_bytes for m in manifests)
 
 
 def unique_names(names: list[str]) -> list[str]:

@@ -345,7 +345,13 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
         ordered[split] = windows
         size = windows.per_shard
         shards = [
-            ShardInfo(f"{split}/{shard_name(k, opts.prefix)}", min(size, n - k * size), 0, 0, "").as_dict()
+            ShardInfo(
+                path=f"{split}/{shard_name(k, opts.prefix)}",
+                n_samples=min(size, n - k * size),
+                n_tokens=0,
+                bytes=0,
+                sha256="",
+            ).to_json()
             for k in range(windows.n_shards)
         ]
         seq_ids = list(dict.fromkeys(catalog.names[i] for i in rows.tolist()))

@@ -12,6 +12,10 @@ from bionemo_wds.errors import ManifestError
 from bionemo_wds.format import (
     INDEXED_FORMAT_VERSION,
     HashingReader,
+    Manifest,
+    Params,
+    ShardInfo,
+    SplitInfo,
     WindowBlock,
     decode_record,
     has_record_index,
@@ -43,29 +47,29 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
-def _source_line(params: dict) -> list[str]:
+def _source_line(params: Params) -> list[str]:
     """One line on where the sequences came from and how they were grouped and cut, when not plain FASTA."""
-    source = params.get("source") or {}
+    source = params.source or {}
     parts = []
     if source.get("kind", "fasta") != "fasta":
         parts.append(f"source {source['kind']}")
     if source.get("y_key"):
         parts.append(f"tags: labels of {source['y_key']!r}")
     if (source.get("tags") or {}).get("untagged_sequences"):
-        parts.append(f"{source['tags']['untagged_sequences']} sequences untagged by --tags {params['tags']}")
-    if params.get("group_by"):
+        parts.append(f"{source['tags']['untagged_sequences']} sequences untagged by --tags {params.tags}")
+    if params.group_by:
         grouping = source.get("group_by") or {}
         parts.append(
-            f"group-by {params['group_by']} ({grouping.get('groups', '?')} groups, "
+            f"group-by {params.group_by} ({grouping.get('groups', '?')} groups, "
             f"{grouping.get('ungrouped_sequences', 0)} sequences ungrouped)"
         )
     replaced = source.get("replaced")  # --on-invalid replace-N
     if replaced:
         parts.append(f"{replaced['bases']} bases replaced with N in {replaced['sequences']} sequences")
-    if params.get("split_at_n"):
+    if params.split_at_n:
         cut = source.get("split_at_n") or {}
         parts.append(
-            f"split at runs of >= {params['split_at_n']} N ({cut.get('sequences_cut', '?')} sequences cut, "
+            f"split at runs of >= {params.split_at_n} N ({cut.get('sequences_cut', '?')} sequences cut, "
             f"{cut.get('pieces', '?')} pieces)"
         )
     return ["  ".join(parts)] if parts else []
@@ -77,30 +81,31 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
     from bionemo_wds.format.manifest import MANIFEST_NAME
 
     manifest = read_manifest(str(root), storage_options)  # checks what every reader needs
-    params = manifest["params"]
-    splits: dict[str, Any] = manifest["splits"]
+    params = manifest.params
+    splits = manifest.splits
     for name, s in splits.items():  # and what only `inspect` reads (all versions write it)
         for key in ("n_sequences", "n_bases", "n_tokens", "length_mix"):
-            if key not in s:
+            if getattr(s, key) is None:
                 where = Store(str(root), storage_options).url(MANIFEST_NAME)
                 raise ManifestError(f"{where} is damaged: it has no splits.{name}.{key} (prepare the dataset again)")
-    inputs = [i for i in manifest.get("request", {}).get("inputs") or [] if isinstance(i, dict)]  # path, bytes
+    inputs = [i for i in (manifest.request or {}).get("inputs") or [] if isinstance(i, dict)]  # path, bytes
     input_size = _fmt_bytes(sum(int(i.get("bytes", 0)) for i in inputs))
     input_paths = ", ".join(str(i.get("path")) for i in inputs[:3]) or "-"
     if len(inputs) > 3:
         input_paths += f", ... ({len(inputs) - 3} more)"
     rows, total = [], [0, 0, 0, 0, 0, 0]
     for name, s in splits.items():
-        size = sum(sh["bytes"] for sh in s["shards"])
-        vals = [len(s["shards"]), s["n_sequences"], s["n_samples"], s["n_tokens"], s["n_bases"], size]
+        size = sum(sh.bytes for sh in s.shards)
+        n_tokens, n_bases = s.n_tokens or 0, s.n_bases or 0  # all there (checked above)
+        vals = [len(s.shards), s.n_sequences or 0, s.n_samples, n_tokens, n_bases, size]
         total = [a + b for a, b in zip(total, vals)]
         rows.append(
             [
                 name,
                 *[f"{v:,}" for v in vals[:5]],
                 _fmt_bytes(size),
-                f"{size / max(s['n_tokens'], 1):.3f}",
-                f"{size / max(s['n_bases'], 1):.3f}",
+                f"{size / max(n_tokens, 1):.3f}",
+                f"{size / max(n_bases, 1):.3f}",
             ]
         )
     rows.append(
@@ -113,11 +118,11 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         ]
     )
     out = [
-        f"dataset {root}  (format v{manifest['format_version']}, bionemo-wds {manifest.get('package_version', '?')})",
+        f"dataset {root}  (format v{manifest.format_version}, bionemo-wds {manifest.package_version or '?'})",
         f"inputs ({len(inputs)} file(s), {input_size}): {input_paths}",
-        f"seq_length {params['seq_length']}  window {params['window_length']}  stride {params['stride']}  "
-        f"tail {params['tail']}  tags {params['tags']}  case {stored_case(manifest)}  seed {params['seed']}  "
-        f"windows/record {params['windows_per_record']}  codec {params.get('codec', 'none')}",
+        f"seq_length {params.seq_length}  window {params.window_length}  stride {params.stride}  "
+        f"tail {params.tail}  tags {params.tags}  case {stored_case(manifest)}  seed {params.seed}  "
+        f"windows/record {params.windows_per_record}  codec {params.codec or 'none'}",
         *_source_line(params),
         "",
         _table(
@@ -127,29 +132,27 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         "",
         "length mix (share of the split's bases per length bucket; sequences in brackets)",
     ]
-    labels = list(next(iter(splits.values()))["length_mix"]) if splits else []
+    labels = list(next(iter(splits.values())).length_mix or {}) if splits else []
     mix_rows = []
     for name, s in splits.items():
-        mix = s["length_mix"]
+        mix = s.length_mix or {}
         mix_rows.append(
-            [name, *[f"{mix[b]['bases'] / max(s['n_bases'], 1):6.1%} ({mix[b]['sequences']})" for b in labels]]
+            [name, *[f"{mix[b]['bases'] / max(s.n_bases or 0, 1):6.1%} ({mix[b]['sequences']})" for b in labels]]
         )
     out.append(_table(["split", *labels], mix_rows))
-    if manifest.get("skipped"):
-        out.append(f"\nskipped sequences: {len(manifest['skipped'])} (see manifest 'skipped')")
-    if manifest.get("unassigned_sequences"):
-        out.append(f"sequences in no split list: {manifest['unassigned_sequences']}")
+    if manifest.skipped:
+        out.append(f"\nskipped sequences: {len(manifest.skipped)} (see manifest 'skipped')")
+    if manifest.unassigned_sequences:
+        out.append(f"sequences in no split list: {manifest.unassigned_sequences}")
     return "\n".join(out)
 
 
-def _index_files(splits: dict[str, Any]) -> list[str]:
+def _index_files(splits: dict[str, SplitInfo]) -> list[str]:
     """One line on the splits' record index files (format version 4), when there are any."""
-    files = [s["record_index"] for s in splits.values() if isinstance(s.get("record_index"), dict)]
+    files = [s.record_index for s in splits.values() if s.record_index is not None]
     if not files:
         return []
-    described = [
-        f"{f.get('path')} {_fmt_bytes(int(f.get('bytes', 0)))} ({int(f.get('records', 0)):,} records)" for f in files
-    ]
+    described = [f"{f.path} {_fmt_bytes(int(f.bytes))} ({int(f.records):,} records)" for f in files]
     return [f"record index: {', '.join(described)}"]
 
 
@@ -177,21 +180,21 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
     indexed = has_record_index(manifest)
     if not indexed:
         report.notes.append(
-            f"{store.root} has no record index (format version {manifest['format_version']}; written since version "
+            f"{store.root} has no record index (format version {manifest.format_version}; written since version "
             f"{INDEXED_FORMAT_VERSION}): records are checked by their shard's sha256 only"
         )
-    shards: list[tuple[dict[str, Any], RecordIndex | None]] = []
+    shards: list[tuple[ShardInfo, RecordIndex | None]] = []
     listed: dict[str, str] = {}  # shard path -> the split that lists it first
-    for split, info in manifest["splits"].items():
-        held = [sum(sh[key] for sh in info["shards"]) for key in ("n_samples", "n_tokens")]
+    for split, info in manifest.splits.items():
+        held = [sum(getattr(sh, key) for sh in info.shards) for key in ("n_samples", "n_tokens")]
         for key, total in zip(("n_samples", "n_tokens"), held):
-            if key in info and info[key] != total:
+            if getattr(info, key) is not None and getattr(info, key) != total:
                 report.problems.append(
-                    f"manifest.json: the {split} split lists {key} {info[key]} but its shards hold {total}"
+                    f"manifest.json: the {split} split lists {key} {getattr(info, key)} but its shards hold {total}"
                 )
         indexes = _split_indexes(store, manifest, split, report.problems)
-        for n, sh in enumerate(info["shards"]):
-            path = sh["path"]
+        for n, sh in enumerate(info.shards):
+            path = sh.path
             if path in listed:  # read once; a loader would read its windows twice
                 report.problems.append(f"{path}: listed more than once in the manifest ({listed[path]}, {split})")
                 continue
@@ -200,54 +203,51 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             listed[path] = split
             shards.append((sh, indexes[n] if indexes is not None else None))
     found: dict[str, dict[str, int] | None] = {}
-    for split in dict.fromkeys([*manifest["splits"], *SPLIT_NAMES]):  # a split's folder without its split too
+    for split in dict.fromkeys([*manifest.splits, *SPLIT_NAMES]):  # a split's folder without its split too
         found[split] = store.sizes(split)  # None: the protocol cannot list (each shard is then fetched)
-        for rel in unlisted_shards(split, found[split] or {}, manifest["params"]["prefix"], listed):
+        for rel in unlisted_shards(split, found[split] or {}, manifest.params.prefix, listed):
             report.problems.append(f"{rel}: shard on disk but not in the manifest")
     for sh, index in tqdm(shards, desc="verify", unit="shard", disable=not progress):
-        split, _, name = sh["path"].rpartition("/")
+        split, _, name = sh.path.rpartition("/")
         report.checked += 1
         if found.get(split) is not None and name not in found[split]:  # type: ignore[operator]
-            report.problems.append(f"{sh['path']}: missing")
+            report.problems.append(f"{sh.path}: missing")
             continue
-        if indexed and index is None and manifest["format_version"] == INDEXED_FORMAT_VERSION and "records" not in sh:
-            report.problems.append(f"{sh['path']}: no record index in the manifest")
+        if indexed and index is None and manifest.format_version == INDEXED_FORMAT_VERSION and sh.records is None:
+            report.problems.append(f"{sh.path}: no record index in the manifest")
         try:
-            with store.open(sh["path"]) as fh:
-                read = _read_shard(fh, sh["path"], index)
+            with store.open(sh.path) as fh:
+                read = _read_shard(fh, sh.path, index)
         except FileNotFoundError:
-            report.problems.append(f"{sh['path']}: missing")
+            report.problems.append(f"{sh.path}: missing")
             continue
         size, sha, samples, tokens, records, parse_problem, disagree = read
-        if size != sh["bytes"]:
-            report.problems.append(f"{sh['path']}: {size} bytes, manifest says {sh['bytes']} (truncated or replaced)")
-        elif sha != sh["sha256"]:
-            report.problems.append(
-                f"{sh['path']}: sha256 {sha[:12]}... differs from the manifest's {sh['sha256'][:12]}..."
-            )
+        if size != sh.bytes:
+            report.problems.append(f"{sh.path}: {size} bytes, manifest says {sh.bytes} (truncated or replaced)")
+        elif sha != sh.sha256:
+            report.problems.append(f"{sh.path}: sha256 {sha[:12]}... differs from the manifest's {sh.sha256[:12]}...")
         if disagree:
             shown = disagree[:MAX_RECORD_PROBLEMS]
-            report.problems += [f"{sh['path']}: {d}" for d in shown]
+            report.problems += [f"{sh.path}: {d}" for d in shown]
             if len(disagree) > len(shown):
                 report.problems.append(
-                    f"{sh['path']}: {len(disagree) - len(shown)} more disagreement(s) with the record index"
+                    f"{sh.path}: {len(disagree) - len(shown)} more disagreement(s) with the record index"
                 )
         if index is not None and not parse_problem and records < len(index):  # more: one line each above
-            report.problems.append(f"{sh['path']}: holds {records} records, the record index lists {len(index)}")
+            report.problems.append(f"{sh.path}: holds {records} records, the record index lists {len(index)}")
         if parse_problem:
             report.problems.append(parse_problem)
             continue
         report.samples += samples
-        if samples != sh["n_samples"] or tokens != sh["n_tokens"]:
+        if samples != sh.n_samples or tokens != sh.n_tokens:
             report.problems.append(
-                f"{sh['path']}: holds {samples} samples / {tokens} tokens, manifest says "
-                f"{sh['n_samples']} / {sh['n_tokens']}"
+                f"{sh.path}: holds {samples} samples / {tokens} tokens, manifest says {sh.n_samples} / {sh.n_tokens}"
             )
     return report
 
 
 def _split_indexes(
-    store: Store, manifest: dict[str, Any], split: str, problems: list[str]
+    store: Store, manifest: Manifest, split: str, problems: list[str]
 ) -> list[RecordIndex | None] | None:
     """Each shard's record index of `split` (`format.shard_indexes`, its index file's sha256
     checked); what is wrong with the index goes to `problems`, and an index that cannot be used at

@@ -28,7 +28,14 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import MANIFEST_NAME, index_shard, read_manifest, remove_stale_temporaries, write_manifest
+from bionemo_wds.format import (
+    MANIFEST_NAME,
+    Manifest,
+    index_shard,
+    read_manifest,
+    remove_stale_temporaries,
+    write_manifest,
+)
 from bionemo_wds.prepare.groups import apply_groups
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
@@ -44,7 +51,7 @@ from bionemo_wds.storage.store import Store
 class PrepareResult:
     status: str  # "written", "resumed" or "unchanged"
     out: Path | str  # a URL when prepared into an object store
-    manifest: dict[str, Any]
+    manifest: Manifest
     shards_written: int = 0
     shards_reused: int = 0
     #: Time the run's work took: everything but `startup_seconds`.
@@ -195,12 +202,13 @@ def _prepare_locked(
     if not store.remote:  # what writers that died (a killed pool or cluster worker) left, now that all are done
         remove_stale_temporaries(store.root)
     # last: it names only shards that exist (and writes each split's record index file just before)
-    write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)
+    write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)  # `manifest` is then what the file holds
+    written_manifest = Manifest.from_json(manifest, store.url(MANIFEST_NAME))
     store.remove(PLAN_NAME)
     shutil.rmtree(cache, ignore_errors=True)
     status = "resumed" if state is OutState.RESUME else "written"
     seconds = time.perf_counter() - t0 - startup
-    return PrepareResult(status, result_out, manifest, written, len(reused), seconds, startup)
+    return PrepareResult(status, result_out, written_manifest, written, len(reused), seconds, startup)
 
 
 def _load_tar_writer() -> float:

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from tqdm import tqdm
 
-from bionemo_wds.format import RecordIndex, encode_record, shard_name, write_shard
+from bionemo_wds.format import RecordIndex, encode_record, record_key, shard_name, write_shard
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.plan import ShardPlan
 from bionemo_wds.prepare.windows import WindowTable
@@ -196,7 +196,7 @@ def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[t
         bases = block[lo - block_lo : hi - block_lo]
         codec, level = _worker()["setup"].codec
         yield (
-            f"{shard:06d}-{rec:06d}",
+            record_key(shard, rec),
             encode_record(
                 bases,
                 [cat.names[s] for s in seqs],

@@ -6,10 +6,11 @@
 - `cache`: `RangeCache`, the node-local cache of remote ranges (bounded, LRU, safe to share);
 - `retry`: `RetryPolicy`, `retrying`, `RemoteReadError`;
 - `stats`: `StorageStats`, the counters of bytes, requests, cache hits and misses, retries;
+- `atomic`: `atomic_write` / `atomic_path` (every file this package writes goes through them) and hashing;
 - `streams`: whole remote objects as streams for webdataset's reader (the compat modules).
 
-Modules are imported by name (nothing here imports them), so the format package can use
-`location` without a cycle.
+Modules are imported by name (nothing here imports them). The format package sits above this
+one: nothing in storage imports format.
 """
 
 from __future__ import annotations

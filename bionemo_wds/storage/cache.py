@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.format.atomic import TEMPORARY_GLOB, atomic_write
+from bionemo_wds.storage.atomic import TEMPORARY_GLOB, atomic_write
 from bionemo_wds.storage.stats import StorageStats
 
 #: The cache-wide lock (eviction).

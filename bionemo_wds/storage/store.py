@@ -3,7 +3,7 @@
 `Store(root)` takes a local directory or any URL `check_location` accepts and offers what the
 package needs of a dataset: whole reads (the manifest), byte ranges (records), streams (verify),
 listings with sizes (presence checks; one LIST per directory, never a glob on a bucket), atomic
-writes (`format.atomic_write`) and removal. Remote reads retry transient failures (`retry`) and are
+writes (`storage.atomic`) and removal. Remote reads retry transient failures (`retry`) and are
 counted (`stats`). The fsspec filesystem is opened lazily in each process, so a store can be
 handed to loader workers.
 """
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from bionemo_wds.storage.atomic import atomic_write
 from bionemo_wds.storage.location import check_location, filesystem, is_url, join, local_path
 from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError, RetryPolicy, ShortRead, retrying
 from bionemo_wds.storage.stats import StorageStats
@@ -171,8 +172,6 @@ class Store:
     @contextlib.contextmanager
     def write(self, rel: str, mode: str = "wb") -> Iterator[IO[Any]]:
         """Write `rel` atomically: readers see the old file (or none) or the whole new one."""
-        from bionemo_wds.format.atomic import atomic_write
-
         with atomic_write(self.url(rel), mode, storage_options=self.storage_options) as fh:
             yield fh
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.format.manifest import stored_case
+from bionemo_wds.format.manifest import Manifest, stored_case
 from bionemo_wds.load.batch.assemble import assemble
 from bionemo_wds.load.batch.model_inputs import check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.schema import BatchSchema
@@ -36,7 +36,7 @@ class SampleOptions:
             raise OptionError(f"tag_dropout must be in [0, 1], got {self.tag_dropout}")
         check_soft_mask_weight(self.soft_mask_weight)
 
-    def unused(self, manifest: dict[str, Any]) -> list[str]:
+    def unused(self, manifest: Manifest) -> list[str]:
         """The options that can have no effect on the dataset of `manifest`, and why (to warn about)."""
         problems = []
         if self.soft_mask_weight is not None and stored_case(manifest) == "upper":
@@ -44,7 +44,7 @@ class SampleOptions:
                 f"soft_mask_weight={self.soft_mask_weight} has no effect: the dataset was prepared with "
                 "--case upper, so no base is soft-masked (prepare with --case keep)"
             )
-        if self.tag_dropout > 0 and (not self.control_tags or not manifest["params"].get("max_tag_bytes")):
+        if self.tag_dropout > 0 and (not self.control_tags or not manifest.params.max_tag_bytes):
             why = "control_tags is False" if not self.control_tags else "the dataset has no control tags"
             problems.append(f"tag_dropout={self.tag_dropout} has no effect: {why}")
         return problems

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bionemo_wds.errors import BadInputError, OptionError, SourceError
-from bionemo_wds.format.atomic import atomic_path
+from bionemo_wds.storage.atomic import atomic_path
 
 #: Metadata keys a window database must have for `prepare` (Eden's loader checks the same two).
 REQUIRED_META = ("window_size", "stride")

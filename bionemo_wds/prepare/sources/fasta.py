@@ -24,11 +24,11 @@ import numpy as np
 from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError, OptionError, SourceError
-from bionemo_wds.format.atomic import atomic_path, atomic_write
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.scan import ON_INVALID, scan
 from bionemo_wds.prepare.sources.fai import FaiTable, FastaFormatError, build_fai, read_fai, write_fai
 from bionemo_wds.prepare.tags import reads_headers, tag_all, tag_rule_problem, tagger
+from bionemo_wds.storage.atomic import atomic_path, atomic_write
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
 GZIP_SUFFIXES = (".gz", ".bgz")

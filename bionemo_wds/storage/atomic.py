@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from bionemo_wds.storage.location import filesystem, is_url
+
 #: Temporary names are ``.<name>.tmp-<pid>``; this glob finds them under a directory.
 TEMPORARY_GLOB = ".*.tmp-*"
 
@@ -64,8 +66,6 @@ def atomic_write(
     upload for large objects); on an exception the upload is aborted (`discard`), so no part of it
     is ever visible either.
     """
-    from bionemo_wds.storage.location import filesystem, is_url
-
     if is_url(path):
         fs = filesystem(str(path), storage_options, own_retries=False)
         handle = fs.open(str(path), mode, **open_kwargs)

@@ -1,0 +1,322 @@
+"""The manifest as typed objects: `Manifest`, `Params`, `SplitInfo`, `ShardInfo`, `RecordIndexEntry`.
+
+`Manifest.from_json` turns the JSON object of a ``manifest.json`` into them, by a reader chosen by
+its ``format_version`` (`READERS`, filled by `reader`: one per version, see `format.manifest` for
+what each version holds); `Manifest.to_json` gives the JSON object back, key for key and in the
+order `prepare` writes them, so a manifest read and written again is the same file. Keys a reader
+does not know are kept in each object's ``extra`` (and written back after the known ones): nothing
+is lost on a round trip, and an older reader of a newer, compatible manifest keeps what it cannot use.
+
+Values are those of the JSON (a number stays the number the file holds; nothing is converted here),
+checked only for what every reader needs (`REQUIRED_PARAMS`, ...: a `ManifestError` naming the
+file and the first missing key); the readers of the record index check their own parts
+(`format.index_file`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from bionemo_wds.errors import ManifestError
+from bionemo_wds.format.index_file import INDEX_ENTRY_KEYS, INDEX_FILE_FORMAT_VERSION
+
+FORMAT_NAME = "bionemo-wds"
+#: The version `prepare` writes (both codecs).
+FORMAT_VERSION = INDEX_FILE_FORMAT_VERSION
+#: The first version with a record index (in the shard entries; since version 4 in a file per split).
+INDEXED_FORMAT_VERSION = 3
+#: Version 2 = version 1 with a compressed ``tokens`` field (``codec`` says how); what
+#: ``--compress zstd`` wrote before version 3 (kept for readers of such datasets).
+COMPRESSED_FORMAT_VERSION = 2
+#: The ``params`` every reader relies on (all versions have them).
+REQUIRED_PARAMS = (
+    "seq_length",
+    "stride",
+    "window_length",
+    "tail",
+    "tags",
+    "max_tag_bytes",
+    "seed",
+    "windows_per_record",
+    "prefix",
+)
+#: What every split entry and every shard entry holds (all versions).
+REQUIRED_SPLIT_KEYS = ("n_samples", "shards")
+REQUIRED_SHARD_KEYS = ("path", "n_samples", "n_tokens", "bytes", "sha256")
+#: What version 4 adds to every split entry and every shard entry (its record index file, its rows).
+INDEX_FILE_SPLIT_KEY, INDEX_FILE_SHARD_KEY = "record_index", "n_records"
+_SHARD_KEYS = frozenset(REQUIRED_SHARD_KEYS)
+_INDEX_FILE_SHARD_KEYS = frozenset((*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY))
+#: Keys written even when their value is null (`prepare` always writes them); any other optional
+#: key whose value is None is left out.
+_ALWAYS = frozenset(("group_by", "split_at_n"))
+
+
+def _known(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name != "extra")
+
+
+def _json_of(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON object of a typed one: its known keys in order (None ones left out but `_ALWAYS`),
+    then its ``extra`` keys."""
+    out: dict[str, Any] = {}
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None or name in _ALWAYS:
+            out[name] = value
+    out.update(obj.extra)
+    return out
+
+
+def _split_known(obj: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the known keys of a JSON object, the others: ``extra``)."""
+    known = {name: obj[name] for name in names if name in obj}
+    if len(known) == len(obj):
+        return known, {}
+    return known, {key: value for key, value in obj.items() if key not in known}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """``params``: how the windows and records were made (all but the `REQUIRED_PARAMS` may be absent
+    in a manifest written before they existed: None then)."""
+
+    seq_length: int
+    stride: int
+    window_length: int
+    tail: str
+    tags: str
+    max_tag_bytes: int
+    case: str | None = None
+    seed: int
+    samples_per_shard: int | None = None
+    windows_per_record: int
+    records_by: str | None = None
+    prefix: str
+    codec: str = "none"  # every version has it
+    length_buckets: list[int] | None = None
+    source: dict[str, Any] | None = None
+    group_by: str | None = None
+    split_at_n: dict[str, Any] | None = None
+    tokenizer: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Params:
+        known, extra = _split_known(obj, _PARAM_KEYS)
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        return _json_of(self, _PARAM_KEYS)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardInfo:
+    """One shard entry: its file (relative to the dataset root), windows, tokens, size, sha256, and
+    its record index: ``n_records`` (version 4: its rows of the split's index file) or ``records``
+    (version 3: four JSON columns; while a shard is being written, its `RecordIndex`)."""
+
+    path: str
+    n_samples: int
+    n_tokens: int
+    bytes: int
+    sha256: str
+    records: Any = None
+    n_records: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ShardInfo:
+        # the common case (exactly the keys prepare writes) without the general path: 100,000 entries
+        if len(obj) == 6 and _INDEX_FILE_SHARD_KEYS <= obj.keys():
+            return cls(
+                path=obj["path"],
+                n_samples=obj["n_samples"],
+                n_tokens=obj["n_tokens"],
+                bytes=obj["bytes"],
+                sha256=obj["sha256"],
+                n_records=obj["n_records"],
+            )
+        known, extra = _split_known(obj, _SHARD_KEYS_ORDER)
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        return _json_of(self, _SHARD_KEYS_ORDER)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordIndexEntry:
+    """A version-4 split's ``record_index``: its file (relative to the root), rows, size and sha256."""
+
+    path: str
+    records: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "records": self.records, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitInfo:
+    """One split: its windows, sequences, bases, tokens, its shards in order and (version 4) its
+    record index file."""
+
+    n_samples: int
+    n_sequences: int | None = None
+    n_bases: int | None = None
+    n_tokens: int | None = None
+    length_mix: dict[str, Any] | None = None
+    seq_ids: list[str] | None = None
+    samples_per_shard: int | None = None
+    record_index: RecordIndexEntry | None = None
+    shards: tuple[ShardInfo, ...]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> SplitInfo:
+        known, extra = _split_known(obj, _SPLIT_KEYS)
+        known["shards"] = tuple(map(ShardInfo.from_json, known["shards"]))
+        entry = known.get("record_index")
+        if entry is not None:
+            if isinstance(entry, dict) and all(key in entry for key in INDEX_ENTRY_KEYS) and len(entry) == 4:
+                known["record_index"] = RecordIndexEntry(**entry)
+            else:  # kept as it is: `index_file` names what is wrong with it when the index is read
+                del known["record_index"]
+                extra = {**extra, "record_index": entry}
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        out = _json_of(self, _SPLIT_KEYS)
+        if self.record_index is not None:
+            out["record_index"] = self.record_index.to_json()
+        out["shards"] = [shard.to_json() for shard in self.shards]
+        if "record_index" in self.extra:  # a damaged entry, where it was: before the shards
+            out["shards"] = out.pop("shards")
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """A prepared dataset's ``manifest.json``."""
+
+    format: str = FORMAT_NAME
+    format_version: int
+    package_version: str | None = None
+    request: dict[str, Any] | None = None
+    params: Params
+    splits: dict[str, SplitInfo]
+    skipped: list[Any] | None = None
+    unassigned_sequences: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> Manifest:
+        """The manifest of a JSON object read from `where` (a path or URL, for errors), by the reader
+        of its ``format_version`` (`READERS`); a `ManifestError` naming `where` when it is not a
+        manifest, of a version no reader takes, or lacks what every reader needs."""
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
+            raise ManifestError(f"{where} is not a bionemo-wds manifest")
+        version = obj.get("format_version")
+        read = READERS.get(int(version)) if isinstance(version, int | float) and version == int(version) else None
+        if read is None:
+            raise ManifestError(
+                f"{where} has format version {version}; this bionemo-wds reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
+            )
+        return read(obj, where)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object `write_manifest` writes: the keys `from_json` read, in `prepare`'s order."""
+        out = _json_of(self, _MANIFEST_KEYS)
+        out["params"] = self.params.to_json()
+        out["splits"] = {name: split.to_json() for name, split in self.splits.items()}
+        return out
+
+    @property
+    def has_record_index(self) -> bool:
+        """Does this manifest's version give every shard a record index?"""
+        return self.format_version >= INDEXED_FORMAT_VERSION
+
+
+_PARAM_KEYS = _known(Params)
+_SHARD_KEYS_ORDER = ("path", "n_samples", "n_tokens", "bytes", "sha256", "records", "n_records")
+_SPLIT_KEYS = _known(SplitInfo)
+_MANIFEST_KEYS = _known(Manifest)
+
+#: The manifest reader of each format version: ``READERS[version](json_object, where)``.
+READERS: dict[int, Callable[[dict[str, Any], str], Manifest]] = {}
+
+
+def reader(*versions: int) -> Callable[[Callable[[dict[str, Any], str], Manifest]], Callable[..., Manifest]]:
+    """Register the decorated function as the manifest reader of `versions`."""
+
+    def register(read: Callable[[dict[str, Any], str], Manifest]) -> Callable[[dict[str, Any], str], Manifest]:
+        for version in versions:
+            READERS[version] = read
+        return read
+
+    return register
+
+
+def _parse(obj: dict[str, Any], where: str, indexed_by_file: bool) -> Manifest:
+    missing = missing_key(obj, indexed_by_file)
+    if missing is not None:
+        raise ManifestError(f"{where} is damaged: it has no {missing} (prepare the dataset again)")
+    known, extra = _split_known(obj, _MANIFEST_KEYS)
+    known["params"] = Params.from_json(known["params"])
+    known["splits"] = {name: SplitInfo.from_json(info) for name, info in known["splits"].items()}
+    return Manifest(**known, extra=extra)
+
+
+@reader(1, 2)
+def _read_unindexed(obj: dict[str, Any], where: str) -> Manifest:
+    """Versions 1 and 2: no record index (version 2: the records' ``tokens`` zstd-compressed)."""
+    return _parse(obj, where, indexed_by_file=False)
+
+
+@reader(INDEXED_FORMAT_VERSION)
+def _read_json_index(obj: dict[str, Any], where: str) -> Manifest:
+    """Version 3: each shard entry's record index as JSON columns (``records``)."""
+    return _parse(obj, where, indexed_by_file=False)
+
+
+@reader(INDEX_FILE_FORMAT_VERSION)
+def _read_index_file(obj: dict[str, Any], where: str) -> Manifest:
+    """Version 4: each split's ``record_index`` file, each shard entry's ``n_records``."""
+    return _parse(obj, where, indexed_by_file=True)
+
+
+READABLE_VERSIONS = tuple(sorted(READERS))
+
+
+def missing_key(manifest: dict[str, Any], indexed_by_file: bool) -> str | None:
+    """The first key readers need that `manifest` lacks (`params.prefix`, `splits.train.shards[0].bytes`), or None."""
+    params, splits = manifest.get("params"), manifest.get("splits")
+    if not isinstance(params, dict):
+        return "params"
+    for key in REQUIRED_PARAMS:
+        if key not in params:
+            return f"params.{key}"
+    if not isinstance(splits, dict):
+        return "splits"
+    split_keys = (*REQUIRED_SPLIT_KEYS, INDEX_FILE_SPLIT_KEY) if indexed_by_file else REQUIRED_SPLIT_KEYS
+    shard_keys = (*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY) if indexed_by_file else REQUIRED_SHARD_KEYS
+    all_keys = _INDEX_FILE_SHARD_KEYS if indexed_by_file else _SHARD_KEYS
+    for name, info in splits.items():
+        if not isinstance(info, dict):
+            return f"splits.{name}"
+        for key in split_keys:
+            if key not in info:
+                return f"splits.{name}.{key}"
+        if not isinstance(info["shards"], list):
+            return f"splits.{name}.shards list"
+        for i, shard in enumerate(info["shards"]):
+            if isinstance(shard, dict) and all_keys <= shard.keys():
+                continue  # all there (what nearly every entry is): no need to look for the first missing
+            for key in shard_keys:
+                if not isinstance(shard, dict) or key not in shard:
+                    return f"splits.{name}.shards[{i}].{key}"
+    return None
