@@ -29,7 +29,7 @@ from bionemo_wds.load.batch.options import SampleOptions
 from bionemo_wds.load.dataset import GenomicDataset, check_options
 from bionemo_wds.load.plan import RankPlan
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress, position
-from bionemo_wds.load.records import SourceRecords
+from bionemo_wds.load.records import SplitRecords
 from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
 from bionemo_wds.load.splits import Split, as_split
@@ -255,9 +255,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         return self.sources.source(self.sources.entries[Split.train][0]).manifest
 
     @property
-    def records(self) -> dict[Split, SourceRecords]:
-        """Every record of each split set up so far (a split of several datasets: the first's)."""
-        return {split: datasets[0].records for split, datasets in self.datasets.items() if datasets}
+    def records(self) -> dict[Split, SplitRecords]:
+        """Every record of each split set up so far, by its record index (a split of several
+        datasets: the first dataset's; ``datasets[split][i].records`` has them all)."""
+        return {split: datasets[0].records.parts[0] for split, datasets in self.datasets.items() if datasets}
 
     @property
     def plans(self) -> dict[Split, RankPlan]:
