@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bionemo_wds.benchmark import run as bench
-from bionemo_wds.benchmark.peers import PEERS, make_peer
-from bionemo_wds.benchmark.streaming_peers import LIBRARIES, unavailable
-from bionemo_wds.benchmark.synthetic import contig_lengths, write_genome
+from benchmarks import run as bench
+from benchmarks.peers import PEERS, make_peer
+from benchmarks.streaming_peers import LIBRARIES, unavailable
+from benchmarks.synthetic import contig_lengths, write_genome
+from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, SEP_ID
 from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.prepare.windows import window_counts
-from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, SEP_ID
 
 SEQ, STRIDE = 512, 480
 #: The peers that need no optional library (litdata and mosaic have tests of their own below).
@@ -227,7 +227,7 @@ def test_remote_without_moto_names_the_install(tmp_path, monkeypatch, capsys):
 
 
 def test_many_contigs_tool_measures_planning_and_both_prepares(tmp_path, capsys):
-    from bionemo_wds.benchmark import contigs
+    from benchmarks import contigs
 
     assert contigs.main(["catalog", "--contigs", "3000", "--workdir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out

@@ -3,7 +3,7 @@
 
 import sys
 
-from bionemo_wds.benchmark.run import main
+from benchmarks.run import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
 
 import sys
 
-from bionemo_wds.benchmark.synthetic import main
+from benchmarks.synthetic import main
 
 if __name__ == "__main__":
     sys.exit(main())

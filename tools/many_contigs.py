@@ -3,7 +3,7 @@
 
 import sys
 
-from bionemo_wds.benchmark.contigs import main
+from benchmarks.contigs import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(argv)
     if argv and argv[0] == "benchmark":
-        from bionemo_wds.benchmark.run import main as benchmark
+        from benchmarks.run import main as benchmark
 
         return benchmark(argv[1:])
     parser = OneLineParser(

@@ -1,10 +1,10 @@
 """Shard writers: one task writes one shard; what every task needs (`WriterSetup`) arrives once per process.
 
 A task is (split, shard number); the writer computes that shard's windows from the plan
-(`plan.ShardPlan`), reads their bases and writes the shard through `format.write_shard` (atomic: its
+(`shard_plan.ShardPlan`), reads their bases and writes the shard through `format.write_shard` (atomic: its
 name appears only when complete), so a shard's bytes depend only on the plan and the output is
 identical for any number of processes, here (`run_writers`, a process pool) or on a Dask cluster
-(`prepare/dask_executor.py`). Each task returns a `ShardResult` (size, sha256, tokens, record index)
+(`prepare/executors/dask.py`). Each task returns a `ShardResult` (size, sha256, tokens, record index)
 that `prepare` puts into the shard's manifest entry.
 
 A pool worker dies with the process that started it (`die_with_parent`): after a ``kill -9`` of
@@ -29,12 +29,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from tqdm import tqdm
 
+from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 from bionemo_wds.format import RecordIndex, encode_record, record_key, shard_name, write_shard
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.plan import ShardPlan
+from bionemo_wds.prepare.shard_plan import ShardPlan
 from bionemo_wds.prepare.windows import WindowTable
 from bionemo_wds.storage.location import join
-from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 
 #: Per thread: the setup a writer works for, its source reader and lookups. Thread-local because a
 #: Dask worker may run several tasks at once in threads (`dask worker --nthreads N`), and a reader

@@ -1,6 +1,6 @@
 """Shard tasks on a Dask cluster: ``prepare --executor dask [--scheduler ADDRESS]``.
 
-The plan is computed once by `prepare` (in the calling process) and is small (`plan.ShardPlan`:
+The plan is computed once by `prepare` (in the calling process) and is small (`shard_plan.ShardPlan`:
 per-row window counts and a few integers per split); it is sent to every worker once
 (``Client.scatter(..., broadcast=True)``), then one task per shard runs the same
 `writers.write_shard_task` as the local pool and returns its `writers.ShardResult`. `prepare`

@@ -19,18 +19,18 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bionemo_wds.benchmark.memory import PeakPss
-from bionemo_wds.benchmark.peers import PEERS
-from bionemo_wds.benchmark.remote import (
+from benchmarks.memory import PeakPss
+from benchmarks.peers import PEERS
+from benchmarks.remote import (
     REMOTES,
     ROWS,
     RemoteUnavailable,
     check_available,
     measure_remote,
 )
-from bionemo_wds.benchmark.streaming_peers import unavailable
-from bionemo_wds.benchmark.synthetic import write_genome
-from bionemo_wds.benchmark.table import table, targets
+from benchmarks.streaming_peers import unavailable
+from benchmarks.synthetic import write_genome
+from benchmarks.table import table, targets
 from bionemo_wds.storage.atomic import atomic_write
 
 HELP = """\
@@ -111,7 +111,7 @@ def _measure(
     cmd = [
         sys.executable,
         "-m",
-        "bionemo_wds.benchmark.child",
+        "benchmarks.child",
         action,
         "--peer",
         peer,
