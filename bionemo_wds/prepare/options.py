@@ -26,6 +26,7 @@ from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX
 from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
 from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.scan import ON_INVALID
+from bionemo_wds.prepare.sources import SOURCES
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
 from bionemo_wds.prepare.tags import tag_rule_problem
 from bionemo_wds.prepare.windows import TAIL_MODES
@@ -171,7 +172,7 @@ def parse_split_list(text: str) -> tuple[str, str]:
 #: `--executor` choices: where the shard tasks run.
 EXECUTORS = tuple(EXECUTOR_MODULES)
 #: `--source` kinds (`prepare/sources/`).
-SOURCE_KINDS = ("fasta", "sharded-eden", "hdf5")
+SOURCE_KINDS = tuple(SOURCES)
 #: Options that only one source reads: field -> that source.
 SOURCE_OPTIONS = {"split_parquet": "sharded-eden", "window_db": "sharded-eden", "x_key": "hdf5", "y_key": "hdf5"}
 
