@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import child_env
 from benchmarks.memory import PeakPss
 from benchmarks.synthetic import fasta_record
 from bionemo_wds.storage.atomic import atomic_write
@@ -74,7 +75,7 @@ def measure_catalog(fasta: Path, seq_length: int, stride: int) -> dict[str, floa
         f"print(json.dumps(plan_phases({str(fasta)!r}, {seq_length}, {stride})))"
     )
     peak = PeakPss()
-    done = peak.run([sys.executable, "-c", code])
+    done = peak.run([sys.executable, "-c", code], env=child_env())
     if done.returncode != 0:
         raise RuntimeError(f"catalog measurement failed: {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from benchmarks import child_env
 from benchmarks.memory import PeakPss
 from benchmarks.peers import PEERS
 from benchmarks.remote import (
@@ -130,7 +130,7 @@ def _measure(
     ]
     if compress:
         cmd += ["--compress", compress]
-    env = {**(os.environ if env is None else env), "PYTHONWARNINGS": "ignore"}
+    env = {**child_env(env), "PYTHONWARNINGS": "ignore"}
 
     def once(meter: PeakPss | None) -> dict[str, Any]:
         extra = per_run() if per_run else []

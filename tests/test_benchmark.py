@@ -452,3 +452,26 @@ def test_the_command_line_adds_the_memory_target_and_keeps_the_baseline_in_the_j
     results = json.loads(out.read_text())
     assert results["memory_baseline"]["ours_peak_pss_bytes"] == {"0": 100_000_000}
     assert {"target": name, "met": False, "value": "120 vs 100 MB (1.200x)"} in results["targets"]
+
+
+def test_bionemo_wds_benchmark_runs_the_checkouts_benchmarks(capsys):
+    """`bionemo-wds benchmark` runs the top-level `benchmarks` package (not in the wheel)."""
+    from bionemo_wds.cli.main import main as cli
+
+    with pytest.raises(SystemExit) as done:
+        cli(["benchmark", "--help"])
+    assert done.value.code == 0
+    assert "usage: bionemo-wds benchmark" in capsys.readouterr().out
+
+
+def test_bionemo_wds_benchmark_without_the_benchmarks_package_says_where_to_run_it(monkeypatch, capsys):
+    """An installed wheel has no `benchmarks`: one line naming the tool to run, exit 2."""
+    import sys
+
+    from bionemo_wds.cli.main import main as cli
+
+    monkeypatch.setitem(sys.modules, "benchmarks", None)  # importing it fails as where it is not installed
+    monkeypatch.setitem(sys.modules, "benchmarks.run", None)
+    assert cli(["benchmark", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run python tools/benchmark.py in the repository" in err[0]

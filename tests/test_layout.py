@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+import benchmarks
 import bionemo_wds
 
-PACKAGE = Path(bionemo_wds.__file__).parent
+#: The package's modules and the benchmark's (a top-level package beside it, outside the wheel).
 MODULES = sorted(
-    name for _, name, _ in pkgutil.walk_packages([str(PACKAGE)], prefix="bionemo_wds.") if not name.endswith("__main__")
+    name
+    for package in (bionemo_wds, benchmarks)
+    for _, name, _ in pkgutil.walk_packages([str(Path(package.__file__).parent)], prefix=f"{package.__name__}.")
+    if not name.endswith("__main__")
 )
 
 

@@ -20,15 +20,19 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.memory import peak_rss_mb
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.shard_plan import ShardPlan, plan
 from bionemo_wds.prepare.windows import WindowTable, window_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks` is not installed
+
+from benchmarks.memory import peak_rss_mb
 
 
 class LengthsOnly:

@@ -130,7 +130,7 @@ def detect_source(inputs: Sequence[str | os.PathLike]) -> str | None:
 def reader_of(opts: PrepareOptions) -> SourceReader:
     """The reader of ``--source`` (`opts.source`)."""
     if opts.source not in SOURCES:
-        raise BadInputError(f"unknown --source {opts.source!r}; one of {', '.join(SOURCES)}")
+        raise OptionError(f"unknown --source {opts.source!r}; one of {', '.join(SOURCES)}")
     return SOURCES[opts.source]
 
 
