@@ -25,6 +25,7 @@ _LAZY = {
     "shuffle": "bionemo_wds.compat.stages",
     "reverse_complement": "bionemo_wds.compat.stages",
     "batch": "bionemo_wds.compat.stages",
+    "tag_dropout": "bionemo_wds.compat.stages",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -97,3 +97,13 @@ def test_the_command_line_starts_without_torch():
     code = f"import sys, bionemo_wds.cli.main; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_top_level_name_resolves():
+    """`from bionemo_wds import X` works for every name of `__all__` (lazy names: from the module
+    that defines them; the loading stages among them, as the removed pipeline shim gave them)."""
+    from bionemo_wds.load import stages
+
+    names = {name: getattr(bionemo_wds, name) for name in bionemo_wds.__all__}
+    assert names["tag_dropout"] is stages.tag_dropout and names["untuple"] is stages.untuple
+    assert callable(names["encode"]) and names["__version__"] == bionemo_wds.__version__
