@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bionemo_wds.errors import OptionError
+from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.tags import note_untagged
 
