@@ -18,13 +18,14 @@ _LAZY = {
     "GenomicWebDataModule": "bionemo_wds.lightning.datamodule",
     "GenomicDataset": "bionemo_wds.load.dataset",
     "GenomicIterableDataset": "bionemo_wds.load.iterable",
-    "encode": "bionemo_wds.encoding",
-    "to_model_inputs": "bionemo_wds.pipeline",
-    "untuple": "bionemo_wds.pipeline",
-    "decode_sample": "bionemo_wds.pipeline",
-    "shuffle": "bionemo_wds.pipeline",
-    "reverse_complement": "bionemo_wds.pipeline",
-    "batch": "bionemo_wds.pipeline",
+    "encode": "bionemo_wds.inference",
+    "to_model_inputs": "bionemo_wds.load.batch.model_inputs",
+    "untuple": "bionemo_wds.compat.stages",
+    "decode_sample": "bionemo_wds.compat.stages",
+    "shuffle": "bionemo_wds.compat.stages",
+    "reverse_complement": "bionemo_wds.compat.stages",
+    "batch": "bionemo_wds.compat.stages",
+    "tag_dropout": "bionemo_wds.compat.stages",
 }
 
 __all__ = ["__version__", *_LAZY]

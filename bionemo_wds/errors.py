@@ -93,4 +93,4 @@ class ManifestError(BadInputError, ValueError):
     """A ``manifest.json`` (or the record index file it lists) that cannot be used (not JSON, foreign,
     another version, keys missing, an index file missing or not the listed one); the message names
     the file. A `BadInputError` (one line, exit 2 in the CLI) and, as before, a `ValueError`.
-    Defined here, not in `format.manifest`, so that `format.index_file` raises it too."""
+    Defined here, not in `format.manifest`, so that `format.split_index_file` raises it too."""

@@ -27,9 +27,17 @@ import lightning as L
 import torch
 import webdataset as wds
 
-from bionemo_wds import Split, WebDataModule
+from bionemo_wds import (
+    Split,
+    WebDataModule,
+    batch,
+    decode_sample,
+    reverse_complement,
+    shuffle,
+    to_model_inputs,
+    untuple,
+)
 from bionemo_wds.format import Manifest, read_manifest
-from bionemo_wds.pipeline import batch, decode_sample, reverse_complement, shuffle, to_model_inputs, untuple
 
 SEQ_LENGTH = 1024  # tokens per sample: BOS + bases + EOS, padded
 BATCH = 8

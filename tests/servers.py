@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from bionemo_wds.benchmark.remote import AWS_CONFLICTS
+from benchmarks.remote import AWS_CONFLICTS
 
 HOST = "127.0.0.1"
 _POLL = 0.05  # seconds between serve_forever() checks for shutdown(); the default 0.5 s slows every stop()

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bionemo_wds.benchmark import run as bench
-from bionemo_wds.benchmark.peers import PEERS, make_peer
-from bionemo_wds.benchmark.streaming_peers import LIBRARIES, unavailable
-from bionemo_wds.benchmark.synthetic import contig_lengths, write_genome
+from benchmarks import run as bench
+from benchmarks.peers import PEERS, make_peer
+from benchmarks.streaming_peers import LIBRARIES, unavailable
+from benchmarks.synthetic import contig_lengths, write_genome
+from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, SEP_ID
 from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.prepare.windows import window_counts
-from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, SEP_ID
 
 SEQ, STRIDE = 512, 480
 #: The peers that need no optional library (litdata and mosaic have tests of their own below).
@@ -227,7 +227,7 @@ def test_remote_without_moto_names_the_install(tmp_path, monkeypatch, capsys):
 
 
 def test_many_contigs_tool_measures_planning_and_both_prepares(tmp_path, capsys):
-    from bionemo_wds.benchmark import contigs
+    from benchmarks import contigs
 
     assert contigs.main(["catalog", "--contigs", "3000", "--workdir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
@@ -452,3 +452,26 @@ def test_the_command_line_adds_the_memory_target_and_keeps_the_baseline_in_the_j
     results = json.loads(out.read_text())
     assert results["memory_baseline"]["ours_peak_pss_bytes"] == {"0": 100_000_000}
     assert {"target": name, "met": False, "value": "120 vs 100 MB (1.200x)"} in results["targets"]
+
+
+def test_bionemo_wds_benchmark_runs_the_checkouts_benchmarks(capsys):
+    """`bionemo-wds benchmark` runs the top-level `benchmarks` package (not in the wheel)."""
+    from bionemo_wds.cli.main import main as cli
+
+    with pytest.raises(SystemExit) as done:
+        cli(["benchmark", "--help"])
+    assert done.value.code == 0
+    assert "usage: bionemo-wds benchmark" in capsys.readouterr().out
+
+
+def test_bionemo_wds_benchmark_without_the_benchmarks_package_says_where_to_run_it(monkeypatch, capsys):
+    """An installed wheel has no `benchmarks`: one line naming the tool to run, exit 2."""
+    import sys
+
+    from bionemo_wds.cli.main import main as cli
+
+    monkeypatch.setitem(sys.modules, "benchmarks", None)  # importing it fails as where it is not installed
+    monkeypatch.setitem(sys.modules, "benchmarks.run", None)
+    assert cli(["benchmark", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run python tools/benchmark.py in the repository" in err[0]

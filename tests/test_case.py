@@ -19,11 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bionemo_wds.cli.main import main
+from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, VALID_BASE, replace_invalid_table
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest, stored_case, write_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.writers import base_table
-from bionemo_wds.tokenizer import UPPERCASE_TABLE, VALID_BASE, replace_invalid_table
 
 SEQ_LENGTH, STRIDE = 1024, 1000
 WINDOW = SEQ_LENGTH - 3

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset
 
 from bionemo_wds.compat.stages import Window, collate_compact, reverse_complement, tag_dropout
+from bionemo_wds.core.seeds import flip_salt, key_crcs, salted_flip, salted_flips
+from bionemo_wds.core.tokenizer import PAD_ID, reverse_complement_bases
 from bionemo_wds.format import decode_record, encode_record, record_crc32
 from bionemo_wds.lightning.epochs import in_process, in_process_ok
 from bionemo_wds.load.batch import BatchSchema, PlannedRows, assemble
@@ -27,8 +29,6 @@ from bionemo_wds.load.batch.model_inputs import model_inputs_gather, tensors, to
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.reader import MISSING, RecordCache
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
-from bionemo_wds.seeds import flip_salt, key_crcs, salted_flip, salted_flips
-from bionemo_wds.tokenizer import PAD_ID, reverse_complement_bases
 from tests.conftest import LAMBDA, read_fasta
 
 # every letter the tokenizer keeps, both cases, and the specials a padded batch holds

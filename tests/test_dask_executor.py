@@ -19,8 +19,9 @@ from servers import S3Server
 from bionemo_wds.cli import main
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
-from bionemo_wds.prepare import PrepareOptions, dask_executor, prepare
-from bionemo_wds.prepare.dask_executor import local_cluster
+from bionemo_wds.prepare import PrepareOptions, prepare
+from bionemo_wds.prepare.executors import dask as dask_executor
+from bionemo_wds.prepare.executors.dask import local_cluster
 from bionemo_wds.prepare.report import verify
 
 distributed = pytest.importorskip("distributed")

@@ -12,9 +12,9 @@ import torch
 from conftest import KLEBSIELLA, LAMBDA, TINY_FIT
 
 from bionemo_wds.cli.main import main
+from bionemo_wds.core.tokenizer import reverse_complement_bases
 from bionemo_wds.format import read_manifest
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
-from bionemo_wds.tokenizer import reverse_complement_bases
 
 SEQ = 1024
 

@@ -360,6 +360,19 @@ def test_resume_example(getting_started: tuple[Path, str]) -> None:
 
 
 @pytest.mark.slow
+def test_plain_pytorch_example(getting_started: tuple[Path, str]) -> None:
+    data, _ = getting_started
+    result = run([sys.executable, "examples/plain_pytorch.py", str(data)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "resumed exactly" in result.stdout, result.stdout
+    assert "lightning" not in run([sys.executable, "-c", PLAIN_IMPORTS]).stdout
+
+
+#: What importing and iterating GenomicDataset loads (Lightning must not be among it).
+PLAIN_IMPORTS = "import sys, bionemo_wds; bionemo_wds.GenomicDataset; print(sorted(sys.modules))"
+
+
+@pytest.mark.slow
 def test_mixing_example(getting_started: tuple[Path, str], tmp_path: Path) -> None:
     data, _ = getting_started
     lam = tmp_path / "lambda"

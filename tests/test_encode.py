@@ -14,12 +14,12 @@ import torch
 from conftest import LAMBDA, LINEAGES, shard_windows, write_fasta
 
 from bionemo_wds import encode
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.windows import window_counts, window_table
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
 SEQ_LENGTH = 384
 MODEL_INPUTS = ("tokens", "labels", "loss_mask", "position_ids")

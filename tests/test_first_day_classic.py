@@ -24,11 +24,10 @@ import pytest
 import webdataset as wds
 from conftest import KLEBSIELLA, LAMBDA
 
-from bionemo_wds import Split, WebDataModule
+from bionemo_wds import Split, WebDataModule, batch, decode_sample, shuffle, untuple
 from bionemo_wds.compat.pipelines import PipelineError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
-from bionemo_wds.pipeline import batch, decode_sample, shuffle, untuple
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "classic_webdatamodule.py"
@@ -76,7 +75,7 @@ def val_keys(dm: WebDataModule) -> list[str]:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("filter_", [wds.shuffle, shuffle], ids=["wds.shuffle", "bionemo_wds.pipeline.shuffle"])
+@pytest.mark.parametrize("filter_", [wds.shuffle, shuffle], ids=["wds.shuffle", "bionemo_wds.shuffle"])
 def test_a_partial_of_a_curried_filter_runs_as_the_filter_called(several_shards, workers, filter_):
     """``partial(wds.shuffle, bufsize=50)`` fails inside a worker with webdataset alone (it returns a
     curried filter, not samples); here it is ``wds.shuffle(bufsize=50)``: the same windows in the same order."""

@@ -16,6 +16,7 @@ import pytest
 from conftest import LAMBDA, shard_windows
 
 from bionemo_wds.cli.main import main
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
@@ -24,7 +25,6 @@ from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5, hdf5_input_files
 from bionemo_wds.prepare.sources.hdf5_reader import Hdf5Reader
 from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.prepare.windows import window_counts
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 h5py = pytest.importorskip("h5py")  # the [h5] extra (part of [test])
 

@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+import benchmarks
 import bionemo_wds
 
-PACKAGE = Path(bionemo_wds.__file__).parent
+#: The package's modules and the benchmark's (a top-level package beside it, outside the wheel).
 MODULES = sorted(
-    name for _, name, _ in pkgutil.walk_packages([str(PACKAGE)], prefix="bionemo_wds.") if not name.endswith("__main__")
+    name
+    for package in (bionemo_wds, benchmarks)
+    for _, name, _ in pkgutil.walk_packages([str(Path(package.__file__).parent)], prefix=f"{package.__name__}.")
+    if not name.endswith("__main__")
 )
 
 
@@ -93,3 +97,49 @@ def test_the_command_line_starts_without_torch():
     code = f"import sys, bionemo_wds.cli.main; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_top_level_name_resolves():
+    """`from bionemo_wds import X` works for every name of `__all__` (lazy names: from the module
+    that defines them; the loading stages among them, as the removed pipeline shim gave them)."""
+    from bionemo_wds.compat import stages
+
+    names = {name: getattr(bionemo_wds, name) for name in bionemo_wds.__all__}
+    assert names["tag_dropout"] is stages.tag_dropout and names["untuple"] is stages.untuple
+    assert callable(names["encode"]) and names["__version__"] == bionemo_wds.__version__
+
+
+#: Import roots the framework-free load side must never reach (directly or through another module).
+FRAMEWORKS = ("lightning", "pytorch_lightning", "lightning_fabric")
+
+
+def imported_package_modules(module: str) -> set[str]:
+    """The package modules `module` imports anywhere in its source (top level or inside functions)."""
+    tree = ast.parse(_source(module).read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_load_side_imports_no_framework():
+    """Everything `bionemo_wds.load` reaches by import, walked through the package's own modules,
+    stays clear of Lightning: `GenomicDataset` is the load side without a framework."""
+    seen: set[str] = set()
+    todo = [m for m in MODULES if m == "bionemo_wds.load" or m.startswith("bionemo_wds.load.")]
+    reached_frameworks = []
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for name in imported_package_modules(module):
+            if name.split(".")[0] in FRAMEWORKS:
+                reached_frameworks.append((module, name))
+            elif name.startswith("bionemo_wds") and importlib.util.find_spec(name) is not None:
+                todo.append(name)
+    assert not reached_frameworks, f"the load side imports a framework: {reached_frameworks}"
+    assert "bionemo_wds.lightning.datamodule" not in seen

@@ -18,8 +18,8 @@ import pytest
 
 from bionemo_wds import GenomicWebDataModule
 from bionemo_wds.format import MANIFEST_NAME, RecordIndex, read_manifest, shard_indexes, unlisted_shards
-from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE, paused_gc
 from bionemo_wds.format.manifest import ManifestError, dumps_manifest
+from bionemo_wds.format.record_index import COLUMNS, INDEX_DTYPE, paused_gc
 from bionemo_wds.load.manifest_checks import open_dataset, read_checked_manifest
 from bionemo_wds.load.plan import RecordTable, train_plan
 from bionemo_wds.load.records import SplitRecords

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bionemo_wds.permutation import SeededPermutation
+from bionemo_wds.core.permutation import SeededPermutation
 from bionemo_wds.prepare.windows import OrderedWindows, WindowTable, window_table
 
 

@@ -1,4 +1,4 @@
-"""Named random streams (`bionemo_wds.seeds`): distinct, stable, and the reverse-complement coin."""
+"""Named random streams (`bionemo_wds.core.seeds`): distinct, stable, and the reverse-complement coin."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bionemo_wds.seeds import LOAD_STREAMS, flip_salt, flips, numpy_rng, python_rng, salted_flip, stream_seed
+from bionemo_wds.core.seeds import LOAD_STREAMS, flip_salt, flips, numpy_rng, python_rng, salted_flip, stream_seed
 
 SEEDS = st.integers(-(2**63), 2**63 - 1)
 PARTS = st.lists(st.integers(0, 2**32), max_size=4)

@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.compat.stages import collate_compact
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.format import read_manifest
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.load.batch.model_inputs import model_inputs_cpu, model_inputs_gather, tensors, to_model_inputs
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 
 WEIGHT = 0.1
 #: Soft-masked stretches [start, end) of the lambda genome. Windows start every 200 bases: (0, 40) is

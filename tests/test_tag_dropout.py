@@ -17,10 +17,10 @@ from torch.utils.data import DataLoader
 
 from bionemo_wds import GenomicIterableDataset
 from bionemo_wds.compat.stages import dropped_tag
+from bionemo_wds.core.lineage import DROPPED, RANKS, parse_lineage
+from bionemo_wds.core.seeds import tag_salt
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
-from bionemo_wds.lineage import DROPPED, RANKS, parse_lineage
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.seeds import tag_salt
 
 P = 0.3
 SEQ_LENGTH = 384

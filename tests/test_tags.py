@@ -19,9 +19,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bionemo_wds.cli.main import main
+from bionemo_wds.core.lineage import (
+    DROPPED,
+    RANKS,
+    drop_ranks,
+    dropout_length,
+    find_lineage,
+    format_lineage,
+    parse_lineage,
+)
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
-from bionemo_wds.lineage import DROPPED, RANKS, drop_ranks, dropout_length, find_lineage, format_lineage, parse_lineage
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.tags import tag_for, tag_rule_problem
 

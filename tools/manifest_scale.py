@@ -70,12 +70,15 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.benchmark.memory import peak_rss_mb
 from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, Manifest, shard_name
-from bionemo_wds.format.index import COLUMNS, INDEX_DTYPE
-from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, RECORD_INDEX_NAME, record_index_path
 from bionemo_wds.format.manifest import dumps_manifest
+from bionemo_wds.format.record_index import COLUMNS, INDEX_DTYPE
+from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, RECORD_INDEX_NAME, record_index_path
 from bionemo_wds.storage.atomic import HashingWriter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks` is not installed
+
+from benchmarks.memory import peak_rss_mb
 
 #: Measurements, in the order they run (`--measure`).
 PHASES = ("load", "records", "setup")

@@ -2,7 +2,7 @@
 """Plan a prepare run over a synthetic catalog of lengths only (10 Tbp by default) and measure it.
 
 No bases exist: the catalog holds sequence names and lengths (log-normal, scaled to the total), and
-`prepare.plan.plan` computes the split, the window counts, the seeded window order and the shard
+`prepare.shard_plan.plan` computes the split, the window counts, the seeded window order and the shard
 boundaries exactly as for real input. Prints one JSON object: windows, shards, plan seconds, peak
 RSS of this process, and, with ``--check-shards``, for sampled shards whether their windows computed
 alone equal the same shard's windows taken from the full order.
@@ -20,15 +20,19 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bionemo_wds.benchmark.memory import peak_rss_mb
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.options import PrepareOptions
-from bionemo_wds.prepare.plan import ShardPlan, plan
+from bionemo_wds.prepare.shard_plan import ShardPlan, plan
 from bionemo_wds.prepare.windows import WindowTable, window_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks` is not installed
+
+from benchmarks.memory import peak_rss_mb
 
 
 class LengthsOnly:

@@ -169,7 +169,7 @@ def group_arguments() -> dict[str, frozenset[str]]:
     """``trainer``, ``data`` and (TinyDNALM's) ``model`` -> the argument names their options may start with."""
     sources = {
         "trainer": (package_file("lightning", "pytorch/trainer/trainer.py"), "Trainer"),
-        "data": (PACKAGE / "load" / "genomic.py", "GenomicWebDataModule"),
+        "data": (PACKAGE / "lightning" / "datamodule.py", "GenomicWebDataModule"),
         "model": (PACKAGE / "models" / "tiny_lm.py", "TinyDNALM"),
     }
     out = {}

@@ -8,10 +8,12 @@ A parse error is one line naming the subcommand, with "did you mean" for a missp
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from bionemo_wds import __version__
 from bionemo_wds.cli.exit_codes import report_error
@@ -25,6 +27,27 @@ from bionemo_wds.prepare.report import inspect_text, verify
 __all__ = ["BUNDLED_GENOME", "main"]
 
 
+def run_benchmark(argv: list[str]) -> int:
+    """`bionemo-wds benchmark`: the top-level `benchmarks` package of a source checkout (it is not in
+    the wheel), found beside this package when it is not importable; without a checkout, one line
+    saying where to run it, exit 2."""
+    checkout = Path(__file__).resolve().parents[2]
+    if importlib.util.find_spec("benchmarks") is None and (checkout / "benchmarks" / "run.py").is_file():
+        sys.path.insert(0, str(checkout))
+    try:
+        from benchmarks.run import main as benchmark
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("benchmarks", "benchmarks.run"):
+            raise
+        print(
+            "bionemo-wds: error: benchmark runs from a source checkout (the benchmarks/ folder is not in the "
+            "wheel): run python tools/benchmark.py in the repository",
+            file=sys.stderr,
+        )
+        return 2
+    return benchmark(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `bionemo-wds ARGV`; returns the exit code (0 ok, 1 verify found problems, 2 bad input)."""
     if argv is None and hasattr(signal, "SIGPIPE"):
@@ -35,9 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(argv)
     if argv and argv[0] == "benchmark":
-        from bionemo_wds.benchmark.run import main as benchmark
-
-        return benchmark(argv[1:])
+        return run_benchmark(argv[1:])
     parser = OneLineParser(
         prog="bionemo-wds",
         description=(

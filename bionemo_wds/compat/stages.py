@@ -12,7 +12,7 @@ A window travels as a `Window`: a read-only mapping view of one row of a decoded
 (``key``, ``seq_id``, ``start``, ``bases``, ``tag``, ``rc``), so no bases are copied and no dict
 is built per window until `collate_compact` copies each row once into the batch. Reverse
 complement only marks the view; its bases are complemented when read. Stages also take plain dicts
-with those keys. Every random choice comes from `bionemo_wds.seeds`: the shuffle from the
+with those keys. Every random choice comes from `bionemo_wds.core.seeds`: the shuffle from the
 ``shuffle`` stream of (seed, epoch, rank, worker), the reverse-complement coin from
 (seed, epoch, window key), so it never depends on how windows are scheduled across workers.
 """
@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 import numpy as np
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.core.seeds import flip_salt, python_rng, tag_salt
+from bionemo_wds.core.tokenizer import reverse_complement_bases
 from bionemo_wds.load.batch.compact import compact_batch
 from bionemo_wds.load.batch.draws import dropped_tag, key_flip, row_flip
 from bionemo_wds.load.plan.progress import EpochState
@@ -33,8 +35,6 @@ from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.transfer import chunks
 from bionemo_wds.load.world import Worker
-from bionemo_wds.seeds import flip_salt, python_rng, tag_salt
-from bionemo_wds.tokenizer import reverse_complement_bases
 
 T = TypeVar("T")
 

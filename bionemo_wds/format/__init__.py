@@ -2,9 +2,9 @@
 
 - `records`: a block of windows as one msgpack tar member (format versions 1, 2 and 3);
 - `tar`: the shard reader (`iter_members`, `iter_records`) and writer (`write_shard`);
-- `index`: the per-shard record index (offset, size, windows, crc32 per record; version 3 kept it
+- `record_index`: the per-shard record index (offset, size, windows, crc32 per record; version 3 kept it
   in the manifest as JSON columns);
-- `index_file`: a split's record index, read for versions 3 and 4 (`shard_indexes`), and its file
+- `split_index_file`: a split's record index, read for versions 3 and 4 (`shard_indexes`), and its file
   ``<split>/record-index.npy`` (version 4: written by `write_manifest`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
 - `manifest_types`: the typed manifest (`Manifest`, `Params`, `SplitInfo`, `ShardInfo`) and its
@@ -13,15 +13,6 @@
   file this package writes goes through them; format sits above storage).
 """
 
-from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, index_of, record_crc32
-from bionemo_wds.format.index_file import (
-    INDEX_FILE_FORMAT_VERSION,
-    RECORD_INDEX_NAME,
-    SplitIndex,
-    read_split_index,
-    record_index_path,
-    shard_indexes,
-)
 from bionemo_wds.format.manifest import (
     CASE_MODES,
     COMPRESSED_FORMAT_VERSION,
@@ -45,6 +36,7 @@ from bionemo_wds.format.manifest import (
     unlisted_shards,
     write_manifest,
 )
+from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, index_of, record_crc32
 from bionemo_wds.format.records import (
     CODECS,
     RECORD_SUFFIX,
@@ -53,6 +45,14 @@ from bionemo_wds.format.records import (
     encode_record,
     record_key,
     window_key,
+)
+from bionemo_wds.format.split_index_file import (
+    INDEX_FILE_FORMAT_VERSION,
+    RECORD_INDEX_NAME,
+    SplitIndex,
+    read_split_index,
+    record_index_path,
+    shard_indexes,
 )
 from bionemo_wds.format.tar import (
     TAR_MTIME,

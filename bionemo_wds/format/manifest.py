@@ -8,9 +8,9 @@ Format versions (``format_version``; the shard bytes are the same in all of them
    too): what ``--compress zstd`` wrote before version 3;
 3. version 1 or 2 (for either codec: ``params.codec`` says which) plus each shard's record index
    ``records`` in its manifest entry, as JSON columns: per record its data offset in the tar, size,
-   window count and crc32 (`format.index`);
+   window count and crc32 (`format.record_index`);
 4. (written now) version 3 with the record index moved out of the manifest into one binary file
-   per split, ``<split>/record-index.npy`` (`format.index_file`): each split entry lists it as
+   per split, ``<split>/record-index.npy`` (`format.split_index_file`): each split entry lists it as
    ``"record_index": {"path", "records", "bytes", "sha256"}``, each shard entry says how many of
    its rows are the shard's (``"n_records"``, in place of ``records``). At 100,000 shards of
    2048 records that is a manifest of tens of MB instead of 6.3 GB, and 20 bytes per record that
@@ -42,8 +42,6 @@ from collections.abc import Container, Iterable
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.format.index import RecordIndex, paused_gc
-from bionemo_wds.format.index_file import INDEX_FILE_FORMAT_VERSION, write_record_index
 from bionemo_wds.format.manifest_types import (
     COMPRESSED_FORMAT_VERSION,
     FORMAT_NAME,
@@ -63,6 +61,8 @@ from bionemo_wds.format.manifest_types import (
     SplitInfo,
     reader,
 )
+from bionemo_wds.format.record_index import RecordIndex, paused_gc
+from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, write_record_index
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.storage.store import Store
 
@@ -104,7 +104,7 @@ DEFAULT_PREFIX = "wdshards"
 #: How bases are stored (``params.case``): ``keep`` the source's case (soft-masked repeats stay
 #: lower case), ``upper`` every base upper-cased (all that was written before the option existed).
 CASE_MODES = ("keep", "upper")
-# `ManifestError` is defined in `errors` (`format.index_file` raises it too) and imported from here as before
+# `ManifestError` is defined in `errors` (`format.split_index_file` raises it too) and imported from here as before
 
 
 def shard_name(index: int, prefix: str = DEFAULT_PREFIX) -> str:

@@ -10,7 +10,7 @@ is lost on a round trip, and an older reader of a newer, compatible manifest kee
 Values are those of the JSON (a number stays the number the file holds; nothing is converted here),
 checked only for what every reader needs (`REQUIRED_PARAMS`, ...: a `ManifestError` naming the
 file and the first missing key); the readers of the record index check their own parts
-(`format.index_file`).
+(`format.split_index_file`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.format.index_file import INDEX_ENTRY_KEYS, INDEX_FILE_FORMAT_VERSION
+from bionemo_wds.format.split_index_file import INDEX_ENTRY_KEYS, INDEX_FILE_FORMAT_VERSION
 
 FORMAT_NAME = "bionemo-wds"
 #: The version `prepare` writes (both codecs).

@@ -27,7 +27,7 @@ zstd frame; everything else is as in version 1.
 Version 3 leaves records and shards byte for byte as in versions 1 and 2 (either codec; the
 manifest's ``params.codec`` says which) and adds a record index per shard to the manifest: each
 record's data offset in the tar, its size, window count and ``zlib.crc32`` of these bytes (see
-`format.index`), so a reader can fetch one record without reading what precedes it and check
+`format.record_index`), so a reader can fetch one record without reading what precedes it and check
 every record it decodes.
 """
 

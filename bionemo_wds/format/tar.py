@@ -4,7 +4,7 @@ The reader is written here rather than taken from `tarfile` (see `iter_members`)
 (`write_tar`, which `write_shard` and the compat pickle shards use) is webdataset's `TarWriter`
 with a fixed member time, so the same records always give the same bytes, behind `atomic_write` so
 a shard's name appears only when the shard is complete. `write_shard` also returns the shard's
-record index (`format.index`): where each record's data lies, its size, window count and crc32.
+record index (`format.record_index`): where each record's data lies, its size, window count and crc32.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import IO, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from bionemo_wds.format.index import RecordIndex, RecordIndexBuilder
+from bionemo_wds.format.record_index import RecordIndex, RecordIndexBuilder
 from bionemo_wds.format.records import RECORD_SUFFIX, WindowBlock, decode_record
 from bionemo_wds.storage.atomic import HashingReader, HashingWriter, atomic_write
 

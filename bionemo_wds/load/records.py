@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_record, record_key
-from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
-from bionemo_wds.format.index_file import SplitIndex, read_split_index
+from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
+from bionemo_wds.format.split_index_file import SplitIndex, read_split_index
 from bionemo_wds.format.tar import decode_named, iter_record_members
 from bionemo_wds.load.plan import RecordTable
 from bionemo_wds.load.plan.mixing import split_virtual

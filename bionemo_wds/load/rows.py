@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bionemo_wds.core.seeds import key_crcs, salted_flips
 from bionemo_wds.format import WindowBlock, window_key
-from bionemo_wds.seeds import key_crcs, salted_flips
 
 
 class BlockRows:

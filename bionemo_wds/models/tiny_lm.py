@@ -30,7 +30,7 @@ class TinyDNALM(L.LightningModule):
             `bionemo-wds fit` it follows ``data.seq_length`` (the shards' when that is not given).
         lr: peak learning rate of AdamW (weight decay 0.01).
         warmup_steps: steps of linear learning-rate warm-up from ``lr / warmup_steps`` to ``lr``.
-        vocab_size: number of token ids (256: one per byte, as `bionemo_wds.tokenizer` makes them).
+        vocab_size: number of token ids (256: one per byte, as `bionemo_wds.core.tokenizer` makes them).
         dropout: dropout probability inside the transformer blocks (0: none).
     """
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from bionemo_wds.lineage import dropout_length
+from bionemo_wds.core.lineage import dropout_length
 
 
 class BaseReader(Protocol):

@@ -20,14 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX
+from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
 from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.scan import ON_INVALID
+from bionemo_wds.prepare.sources import SOURCES
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
 from bionemo_wds.prepare.tags import tag_rule_problem
 from bionemo_wds.prepare.windows import TAIL_MODES
-from bionemo_wds.tokenizer import N_SPECIALS_PER_SAMPLE
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
 SHARD_TARGET_BYTES = 256 << 20
@@ -168,9 +170,9 @@ def parse_split_list(text: str) -> tuple[str, str]:
 
 
 #: `--executor` choices: where the shard tasks run.
-EXECUTORS = ("local", "dask")
+EXECUTORS = tuple(EXECUTOR_MODULES)
 #: `--source` kinds (`prepare/sources/`).
-SOURCE_KINDS = ("fasta", "sharded-eden", "hdf5")
+SOURCE_KINDS = tuple(SOURCES)
 #: Options that only one source reads: field -> that source.
 SOURCE_OPTIONS = {"split_parquet": "sharded-eden", "window_db": "sharded-eden", "x_key": "hdf5", "y_key": "hdf5"}
 
@@ -382,7 +384,7 @@ class PrepareOptions:
         if self.executor != "dask" and self.scheduler is not None:
             raise BadInputError(f"--scheduler {self.scheduler} needs --executor dask (the executor is {self.executor})")
         if self.executor == "dask":  # installed? (checked here: before anything is written)
-            from bionemo_wds.prepare.dask_executor import distributed_module  # dask_executor imports this module
+            from bionemo_wds.prepare.executors.dask import distributed_module  # executors.dask imports this module
 
             distributed_module()
 

@@ -5,7 +5,7 @@ with these inputs must fail before it, not after. What the catalog already knows
 name, length and control tag, the source's groups, split lists and fixed windows) decides most of
 the plan: the window length (the longest tag), whether the stride fits it, whether there are enough
 sequences or groups for the wanted splits, whether the split lists name sequences of the inputs,
-whether a fixed window lies inside its sequence. `plan.plan` checks them all again after the scan
+whether a fixed window lies inside its sequence. `shard_plan.plan` checks them all again after the scan
 (which may skip sequences or cut them at runs of N), so a check here only refuses what is sure to
 fail there: where the scan can drop sequences (``--on-invalid skip``, ``--split-at-n``), a dropped
 one may hold the longest tag, so the window check then assumes no tag.
@@ -19,7 +19,7 @@ from bionemo_wds.errors import OptionError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import check_placed, group_names
 from bionemo_wds.prepare.options import PrepareOptions
-from bionemo_wds.prepare.plan import check_split_rules, fixed_windows, read_split_lists
+from bionemo_wds.prepare.shard_plan import check_split_rules, fixed_windows, read_split_lists
 from bionemo_wds.prepare.splits import split_count_problem, split_from_lists
 from bionemo_wds.prepare.windows import check_stride, window_length
 

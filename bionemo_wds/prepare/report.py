@@ -25,7 +25,7 @@ from bionemo_wds.format import (
     stored_case,
     unlisted_shards,
 )
-from bionemo_wds.format.index import RecordIndex
+from bionemo_wds.format.record_index import RecordIndex
 from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.storage.store import Store
 

@@ -1,9 +1,9 @@
 """`prepare`: FASTA in, split + windowed + tokenized WebDataset shards and a manifest out.
 
-Planning (catalog, split, windows, a seeded global window order cut into shards; `plan.py`) happens
-once in the calling process; writers (`writers.py`) then produce one shard per task, in a process
-pool (``--executor local``) or on a Dask cluster (``--executor dask``, `dask_executor.py`), and the
-manifest is written last from their results. A run killed at any point (or whose cluster was lost)
+Planning (catalog, split, windows, a seeded global window order cut into shards; `shard_plan.py`)
+happens once in the calling process; writers (`writers.py`) then produce one shard per task, run by
+an executor (`executors/`): a process pool (``--executor local``) or a Dask cluster (``--executor
+dask``), and the manifest is written last from their results. A run killed at any point (or whose cluster was lost)
 resumes by writing only the shards that are missing.
 
 A run holds the output's lock (`lock_path`: ``<out>.lock``) from the moment it looks at the output
@@ -36,14 +36,15 @@ from bionemo_wds.format import (
     remove_stale_temporaries,
     write_manifest,
 )
+from bionemo_wds.prepare.executors import executor
 from bionemo_wds.prepare.groups import apply_groups
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
-from bionemo_wds.prepare.plan import plan, request_of
 from bionemo_wds.prepare.precheck import check_before_scan
 from bionemo_wds.prepare.scan import scan
+from bionemo_wds.prepare.shard_plan import plan, request_of
 from bionemo_wds.prepare.sources import source_catalog
-from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table, run_writers
+from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table
 from bionemo_wds.storage.store import Store
 
 
@@ -185,13 +186,7 @@ def _prepare_locked(
     )
     todo = [task for task in shard_plan.tasks() if task not in reused]
     startup = _load_tar_writer() if todo else 0.0
-    workers = opts.workers or os.cpu_count() or 1
-    if opts.executor == "dask" and todo:
-        from bionemo_wds.prepare.dask_executor import run_on_dask  # dask is an optional extra
-
-        results = run_on_dask(setup, todo, opts.scheduler, workers, opts.retries, opts.progress)
-    else:
-        results = run_writers(setup, todo, workers, opts.progress)
+    results = executor(opts.executor)(setup, todo, opts) if todo else iter(())
     written = 0
     for result in results:
         _fill_entry(manifest, result)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from tqdm import tqdm
 
+from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid, shown_byte
 from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid, shown_byte
 
 ON_INVALID = ("error", "skip", "replace-N")
 #: Bases per read while scanning (4 MiB).

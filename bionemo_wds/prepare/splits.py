@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from bionemo_wds.core.seeds import split_rng
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.seeds import split_rng
 
 SPLIT_NAMES = ("train", "val", "test")
 #: Upper bounds (exclusive) of the length buckets; the last bucket is open-ended.

@@ -23,11 +23,11 @@ import re
 import warnings
 from collections.abc import Callable
 
+from bionemo_wds.core.lineage import find_lineage
+from bionemo_wds.core.tokenizer import encode_tag
 from bionemo_wds.errors import OptionError, SourceError
-from bionemo_wds.lineage import find_lineage
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import read_id_tsv, regex_problem
-from bionemo_wds.tokenizer import encode_tag
 
 #: The `--tags` rules without a parameter.
 TAG_MODES = ("none", "description", "lineage", "sharded-eden")

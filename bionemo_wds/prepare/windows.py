@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bionemo_wds.core.permutation import SeededPermutation
+from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
 from bionemo_wds.errors import BadInputError, OptionError
-from bionemo_wds.permutation import SeededPermutation
-from bionemo_wds.tokenizer import N_SPECIALS_PER_SAMPLE
 
 TAIL_MODES = ("end", "drop")
 

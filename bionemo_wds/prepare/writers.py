@@ -1,40 +1,30 @@
 """Shard writers: one task writes one shard; what every task needs (`WriterSetup`) arrives once per process.
 
 A task is (split, shard number); the writer computes that shard's windows from the plan
-(`plan.ShardPlan`), reads their bases and writes the shard through `format.write_shard` (atomic: its
+(`shard_plan.ShardPlan`), reads their bases and writes the shard through `format.write_shard` (atomic: its
 name appears only when complete), so a shard's bytes depend only on the plan and the output is
-identical for any number of processes, here (`run_writers`, a process pool) or on a Dask cluster
-(`prepare/dask_executor.py`). Each task returns a `ShardResult` (size, sha256, tokens, record index)
+identical for any number of processes, here or in a process pool (`executors/local.py`) or on a
+Dask cluster (`executors/dask.py`). Each task returns a `ShardResult` (size, sha256, tokens, record index)
 that `prepare` puts into the shard's manifest entry.
 
-A pool worker dies with the process that started it (`die_with_parent`): after a ``kill -9`` of
-`prepare` no writer lives on holding the cache files the next run deletes.
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
-import multiprocessing as mp
-import os
-import signal
-import sys
 import threading
-import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from tqdm import tqdm
 
+from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 from bionemo_wds.format import RecordIndex, encode_record, record_key, shard_name, write_shard
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.plan import ShardPlan
+from bionemo_wds.prepare.shard_plan import ShardPlan
 from bionemo_wds.prepare.windows import WindowTable
 from bionemo_wds.storage.location import join
-from bionemo_wds.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 
 #: Per thread: the setup a writer works for, its source reader and lookups. Thread-local because a
 #: Dask worker may run several tasks at once in threads (`dask worker --nthreads N`), and a reader
@@ -50,10 +40,6 @@ def _worker() -> dict[str, Any]:
     return state
 
 
-#: prctl(2) option: the signal this process gets when its parent dies (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
-#: Seconds between checks of the parent where prctl is not available.
-PARENT_POLL = 0.5
 #: Bases a writer reads at a time, in source order (`_read_block`): whole records, about 32 MiB.
 READ_BLOCK_BASES = 32 << 20
 
@@ -65,33 +51,6 @@ def base_table(case: str, on_invalid: str) -> bytes | None:
     if on_invalid == "replace-N":
         return replace_invalid_table(keep_case=case == "keep")
     return UPPERCASE_TABLE if case == "upper" else None
-
-
-def die_with_parent(parent: int, start_method: str) -> None:
-    """Make this process end when `parent` (the process that started it) dies, even by SIGKILL.
-
-    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, so the kernel kills it at once, whatever it is doing
-    (a thread could not run while a C call holds the GIL). Elsewhere: a daemon thread that exits
-    the process once its parent changes. A parent that died before this call is caught by
-    comparing ``os.getppid()`` (with the forkserver start method the parent is the fork server,
-    which itself ends with `parent`)."""
-    direct = start_method != "forkserver"
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
-            if direct and os.getppid() != parent:
-                os._exit(1)
-            return
-    watched = os.getppid()
-    if direct and watched != parent:
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == watched:
-            time.sleep(PARENT_POLL)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="bionemo-wds-parent-watch", daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -118,9 +77,8 @@ class ShardResult(NamedTuple):
     records: RecordIndex
 
 
-def _init_writer(setup: WriterSetup, parent: int | None = None, start_method: str = "fork") -> None:
-    if parent is not None:  # a pool worker
-        die_with_parent(parent, start_method)
+def start_writer(setup: WriterSetup) -> None:
+    """Make this thread a writer for `setup` (its source reader opens at the first read)."""
     close_writer()
     _worker().update(
         setup=setup,
@@ -143,7 +101,7 @@ def write_shard_task(setup: WriterSetup, split: str, shard: int) -> ShardResult:
     """Write shard `shard` of `split` as the plan says; the source reader stays open between tasks
     of the same setup (a pool worker's or a cluster worker's process)."""
     if _worker().get("setup") is not setup:
-        _init_writer(setup)
+        start_writer(setup)
     windows, starts = setup.plan.shard(split, shard)
     final = join(setup.root, split, shard_name(shard, setup.prefix))
     written = write_shard(final, _records(shard, windows, starts), setup.storage_options)
@@ -208,33 +166,3 @@ def _records(shard: int, windows: WindowTable, starts: np.ndarray) -> Iterator[t
             ),
             len(bases),
         )
-
-
-def _pool_task(task: tuple[str, int]) -> ShardResult:
-    return write_shard_task(_worker()["setup"], *task)
-
-
-def run_writers(
-    setup: WriterSetup, tasks: list[tuple[str, int]], workers: int, progress: bool
-) -> Iterator[ShardResult]:
-    """Write every task's shard, here (one worker or one task) or in a pool of `workers`
-    processes; yields each result as its shard is complete."""
-    import webdataset  # noqa: F401 - the shard writer's library (it imports torch): once here, before the pool forks
-
-    bar = tqdm(total=len(tasks), desc="write", unit="shard", disable=not progress)
-    if workers <= 1 or len(tasks) <= 1:
-        _init_writer(setup)
-        try:
-            for task in tasks:
-                yield write_shard_task(setup, *task)
-                bar.update()
-        finally:  # in this process the handles would outlive the run (and the cache they point into)
-            close_writer()
-    else:
-        context = mp.get_context()
-        initargs = (setup, os.getpid(), context.get_start_method())
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_writer, initargs=initargs) as pool:
-            for result in pool.map(_pool_task, tasks, chunksize=1):
-                yield result
-                bar.update()
-    bar.close()

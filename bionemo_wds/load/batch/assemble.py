@@ -15,12 +15,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.core.seeds import flip_salt, tag_salt
 from bionemo_wds.load.batch.compact import compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, row_flip
 from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
-from bionemo_wds.seeds import flip_salt, tag_salt
 
 
 class PlannedRows(NamedTuple):

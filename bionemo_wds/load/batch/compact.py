@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bionemo_wds.tokenizer import COMPLEMENT_TABLE, PAD_ID
+from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, PAD_ID
 
 assert COMPLEMENT_TABLE[PAD_ID] == PAD_ID, "padding must complement to itself (whole rows are complemented)"
 

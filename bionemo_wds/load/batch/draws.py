@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bionemo_wds.core.lineage import drop_ranks, parse_lineage
+from bionemo_wds.core.seeds import salted_flip, salted_uniforms
 from bionemo_wds.errors import OptionError
-from bionemo_wds.lineage import drop_ranks, parse_lineage
 from bionemo_wds.load.rows import BlockRows
-from bionemo_wds.seeds import salted_flip, salted_uniforms
 
 
 def row_flip(block: BlockRows, row: int, p: float, salt: int) -> bool:

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 from bionemo_wds.errors import OptionError
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 #: The smallest lower-case letter: a base id at or above it is soft-masked.
 LOWER_A = ord("a")

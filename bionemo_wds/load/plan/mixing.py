@@ -29,11 +29,11 @@ from fractions import Fraction
 
 import numpy as np
 
+from bionemo_wds.core.seeds import numpy_rng, stream_seed
 from bionemo_wds.errors import BlendError
 from bionemo_wds.load.plan.cut import plan_of_order
 from bionemo_wds.load.plan.order import EpochOrder
 from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan, RecordTable
-from bionemo_wds.seeds import numpy_rng, stream_seed
 
 #: A dataset read more than this many times per epoch is warned about (`repeat_warnings`): a model
 #: sees its windows again and again (Evo2's small, upweighted subsets are the usual case).

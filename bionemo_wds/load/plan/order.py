@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bionemo_wds.core.permutation import SeededPermutation
 from bionemo_wds.load.plan.types import CHUNK, DEFAULT_MIX, RecordTable
-from bionemo_wds.permutation import SeededPermutation
 
 
 class EpochOrder:

@@ -1,6 +1,11 @@
 """Input readers. Each turns its inputs into a `Catalog` (`prepare.catalog`) whose `Source` can read
 any window's bases; everything after (scan, groups, split, windows, shards) is the same for all.
 
+`SOURCES` is the registry: ``--source NAME`` -> a `SourceReader` (the files a run reads, its
+catalog, and a predicate that tells whether an input looks like this kind). A reader's module is
+imported only when it is used (``hdf5`` and ``sharded-eden`` need optional extras). A refused
+input that looks like another kind says so (``--source fasta`` given an Eden directory).
+
 - `fasta`: FASTA files or directories (plain, gzip, bgzip), indexed with pyfaidx.
 - `sharded_eden`: Evo2's sharded-Eden layout, one SQLite database per sample, with Parquet split
   lists and precomputed window databases.
@@ -10,11 +15,12 @@ any window's bases; everything after (scan, groups, split, windows, shards) is t
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bionemo_wds.errors import OptionError
+from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.tags import note_untagged
 
@@ -31,37 +37,127 @@ def file_fingerprint(paths: Sequence[str | os.PathLike]) -> list[dict[str, Any]]
     return out
 
 
+@dataclass(frozen=True)
+class SourceReader:
+    """One ``--source`` kind."""
+
+    #: Every file a run reads, in a stable order (for the request fingerprint); bad inputs are refused.
+    input_files: Callable[[Sequence[str], PrepareOptions], list[Path]]
+    #: The inputs' catalog, before `scan` checks the bases (`cache_dir`: where a reader may keep copies).
+    catalog: Callable[[Sequence[str], PrepareOptions, Path], Catalog]
+    #: Does this input (a path) look like this kind? (Only for hints: ``--source`` decides.)
+    detect: Callable[[Path], bool]
+
+
+def _fasta_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    from bionemo_wds.prepare.sources.fasta import find_fasta_files
+
+    return find_fasta_files(inputs)
+
+
+def _fasta_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.sources.fasta import index_fasta
+
+    return note_untagged(index_fasta(inputs, cache_dir, opts.tags, opts.progress), opts.tags, opts.strict_tags)
+
+
+def _is_fasta(path: Path) -> bool:
+    from bionemo_wds.prepare.sources.fasta import FASTA_SUFFIXES, GZIP_SUFFIXES
+
+    name = path.name.lower()
+    for gz in GZIP_SUFFIXES:
+        name = name.removesuffix(gz)
+    return name.endswith(FASTA_SUFFIXES) or (path.is_dir() and any(map(_is_fasta, path.glob("*.*"))))
+
+
+def _eden_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    from bionemo_wds.prepare.sources.sharded_eden import eden_input_files
+
+    return eden_input_files(inputs, opts)
+
+
+def _eden_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.sources.sharded_eden import catalog_sharded_eden
+
+    return note_untagged(catalog_sharded_eden(inputs, opts), opts.tags, opts.strict_tags)
+
+
+def _is_sharded_eden(path: Path) -> bool:
+    """A SEQUENCE_DB_DIR: some ``<sample>/glm_dataset_<sample>.sqlite`` inside."""
+    return path.is_dir() and any(path.glob("*/glm_dataset_*.sqlite"))
+
+
+def _hdf5_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    from bionemo_wds.prepare.sources.hdf5 import hdf5_input_files
+
+    return hdf5_input_files(inputs, opts)
+
+
+def _hdf5_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5
+
+    return catalog_hdf5(inputs, opts)
+
+
+#: The first bytes of every HDF5 file (its superblock signature at offset 0).
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _is_hdf5(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    except OSError:
+        return False
+
+
+#: ``--source`` name -> its reader (`options.SOURCE_KINDS` lists the same names).
+SOURCES: dict[str, SourceReader] = {
+    "fasta": SourceReader(_fasta_files, _fasta_catalog, _is_fasta),
+    "sharded-eden": SourceReader(_eden_files, _eden_catalog, _is_sharded_eden),
+    "hdf5": SourceReader(_hdf5_files, _hdf5_catalog, _is_hdf5),
+}
+
+
+def detect_source(inputs: Sequence[str | os.PathLike]) -> str | None:
+    """The one ``--source`` kind every input looks like, or None (none, or several)."""
+    kinds = {name for name, reader in SOURCES.items() if inputs and all(reader.detect(Path(p)) for p in inputs)}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def reader_of(opts: PrepareOptions) -> SourceReader:
+    """The reader of ``--source`` (`opts.source`)."""
+    if opts.source not in SOURCES:
+        raise OptionError(f"unknown --source {opts.source!r}; one of {', '.join(SOURCES)}")
+    return SOURCES[opts.source]
+
+
+def add_hint(exc: BadInputError, inputs: Sequence[str], opts: PrepareOptions) -> None:
+    """Add a hint to `exc` (a refused input) when the inputs look like another ``--source`` kind."""
+    other = detect_source(inputs)
+    if other is not None and other != opts.source and len(exc.args) == 1:
+        exc.args = (f"{exc.args[0]}; the input looks like --source {other}",)
+
+
 def input_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
     """Every file the run reads, in a stable order (for the request fingerprint); bad inputs are refused."""
-    if opts.source == "fasta":
-        from bionemo_wds.prepare.sources.fasta import find_fasta_files
-
-        return find_fasta_files(inputs)
-    if opts.source == "sharded-eden":
-        from bionemo_wds.prepare.sources.sharded_eden import eden_input_files
-
-        return eden_input_files(inputs, opts)
-    if opts.source == "hdf5":
-        from bionemo_wds.prepare.sources.hdf5 import hdf5_input_files
-
-        return hdf5_input_files(inputs, opts)
-    raise OptionError(f"unknown --source {opts.source!r}")
+    reader = reader_of(opts)
+    try:
+        return reader.input_files(inputs, opts)
+    except BadInputError as exc:
+        add_hint(exc, inputs, opts)
+        raise
 
 
 def source_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
-    """The catalog of `inputs` as `opts.source` reads them, before `scan` checks the bases; the
-    sequences the `--tags` rule gave no tag are counted (`tags.note_untagged`: a warning, or an
-    error with `--strict-tags`)."""
-    if opts.source == "fasta":
-        from bionemo_wds.prepare.sources.fasta import index_fasta
-
-        return note_untagged(index_fasta(inputs, cache_dir, opts.tags, opts.progress), opts.tags, opts.strict_tags)
-    if opts.source == "sharded-eden":
-        from bionemo_wds.prepare.sources.sharded_eden import catalog_sharded_eden
-
-        return note_untagged(catalog_sharded_eden(inputs, opts), opts.tags, opts.strict_tags)
-    if opts.source == "hdf5":
-        from bionemo_wds.prepare.sources.hdf5 import catalog_hdf5
-
-        return catalog_hdf5(inputs, opts)
-    raise OptionError(f"unknown --source {opts.source!r}")
+    """The catalog of `inputs` as `opts.source` reads them, before `scan` checks the bases; for
+    FASTA and sharded Eden the sequences the `--tags` rule gave no tag are counted
+    (`tags.note_untagged`: a warning, or an error with `--strict-tags`)."""
+    reader = reader_of(opts)
+    try:
+        return reader.catalog(inputs, opts, cache_dir)
+    except BadInputError as exc:
+        add_hint(exc, inputs, opts)
+        raise

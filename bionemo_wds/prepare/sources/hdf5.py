@@ -1,7 +1,7 @@
 """HDF5 inputs: one dataset of pre-tokenized samples (`--x-key`), optionally one label per sample (`--y-key`).
 
 Each row of the x dataset is one sample of byte-level token ids (a base's id is its ASCII code, as
-`bionemo_wds.tokenizer` defines): a 2-D integer dataset ``(rows, width)`` ("fixed", rows padded to
+`bionemo_wds.core.tokenizer` defines): a 2-D integer dataset ``(rows, width)`` ("fixed", rows padded to
 the width) or a 1-D dataset of variable-length integer arrays, ``h5py.vlen_dtype(...)`` ("ragged").
 Every row becomes one catalog sequence named by its row number (``"0"``, ``"1"``, ...), so
 ``--split-list train=rows.txt`` takes row numbers and ``--split`` splits rows by ratio.
@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_tag
 from bionemo_wds.errors import BadInputError, OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.sources.hdf5_reader import RAGGED_MAX_ROWS, Hdf5Source, h5py_module
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_tag
 
 if TYPE_CHECKING:
     from bionemo_wds.prepare.options import PrepareOptions

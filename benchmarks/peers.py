@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
+from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
 PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours", "litdata", "mosaic")
 SEED = 1234
@@ -358,7 +358,7 @@ class Ours(Peer):
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:
-    from bionemo_wds.benchmark.streaming_peers import LitData, Mosaic  # optional libraries: see there
+    from benchmarks.streaming_peers import LitData, Mosaic  # optional libraries: see there
 
     classes = {cls.name: cls for cls in (EdenFly, PickledInt64, RawLimit, Ours, LitData, Mosaic)}
     if name not in classes:

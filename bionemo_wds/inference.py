@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from bionemo_wds.compat.stages import collate_compact
+from bionemo_wds.core.lineage import dropout_length
+from bionemo_wds.core.tokenizer import encode_tag, first_invalid
 from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.format import window_key
-from bionemo_wds.lineage import dropout_length
 from bionemo_wds.load.batch.model_inputs import to_model_inputs
 from bionemo_wds.prepare.windows import TAIL_MODES, check_stride, window_length, window_table
-from bionemo_wds.tokenizer import encode_tag, first_invalid
 
 
 def _as_list(values: Any, what: str) -> list[Any]:

@@ -9,7 +9,7 @@ Per record (tar member ``<key>.msgpack``), in shard order:
     crc32    ``zlib.crc32`` of the record's bytes
 
 Version 4 (written now) keeps them in one binary file per split, ``<split>/record-index.npy``: rows
-of `INDEX_DTYPE` (20 bytes each), every shard's records in shard order (`format.index_file`); the
+of `INDEX_DTYPE` (20 bytes each), every shard's records in shard order (`format.split_index_file`); the
 manifest's shard entries say how many rows are theirs (``n_records``). Version 3 kept them in each
 shard entry of the manifest as four JSON columns, ``"records": {"offset": [...], "size": [...],
 "windows": [...], "crc32": [...]}`` (`index_of`): ~30 bytes of JSON and ~0.4 us of parsing per record,
@@ -109,8 +109,8 @@ def _rows(columns: list[Any]) -> np.ndarray:
 
 class RecordIndex:
     """The record index of one shard: rows of `INDEX_DTYPE`, one per record in shard order, read as
-    four numpy columns (``index.offset[n]``; `int` them where a Python int is needed). A shard's
-    rows are a view of its split's index file when read from one (`index_file.SplitIndex`)."""
+    four numpy columns (``record_index.offset[n]``; `int` them where a Python int is needed). A shard's
+    rows are a view of its split's index file when read from one (`split_index_file.SplitIndex`)."""
 
     __slots__ = ("rows",)
 
@@ -216,7 +216,7 @@ class RecordIndexBuilder:
 
 def index_of(shard: dict[str, Any]) -> RecordIndex | None:
     """The record index of a version-3 manifest shard entry (its JSON columns), or None when it has
-    none (format versions 1 and 2; version 4 keeps it in a file: `index_file.shard_indexes`)."""
+    none (format versions 1 and 2; version 4 keeps it in a file: `split_index_file.shard_indexes`)."""
     columns = shard.get("records")
     return None if columns is None else RecordIndex.from_dict(columns)
 

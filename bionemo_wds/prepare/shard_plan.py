@@ -3,7 +3,7 @@
 From the catalog and the options: the request fingerprint (what decides the output bytes), the
 split of whole sequences, the windows of each split in a seeded global order, and their cut into
 shards. The result is the manifest skeleton and one writer task per shard; it never opens a shard.
-Each task holds its shard's manifest entry; the writers fill in its record index (`format.index`)
+Each task holds its shard's manifest entry; the writers fill in its record index (`format.record_index`)
 when they have written the shard, `prepare` its size and sha256.
 """
 
@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds import __version__
+from bionemo_wds.core.permutation import SeededPermutation
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import (
     FORMAT_NAME,
@@ -26,7 +28,6 @@ from bionemo_wds.format import (
     ShardInfo,
     shard_name,
 )
-from bionemo_wds.permutation import SeededPermutation
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.options import (
     MIN_SHARDS_PER_SPLIT,
@@ -52,7 +53,6 @@ from bionemo_wds.prepare.windows import (
     window_counts,
     window_length,
 )
-from bionemo_wds.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 
 #: How prepare orders a split's windows across its shards (in the request: a different order is
 #: different bytes). "feistel": `permutation.SeededPermutation` of the window ids, computed per shard.

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bionemo_wds.benchmark.memory import PeakPss
-from bionemo_wds.benchmark.synthetic import fasta_record
+from benchmarks import child_env
+from benchmarks.memory import PeakPss
+from benchmarks.synthetic import fasta_record
 from bionemo_wds.storage.atomic import atomic_write
 
 
@@ -47,8 +48,8 @@ def plan_phases(fasta: str, seq_length: int, stride: int) -> dict[str, float]:
     """Index, scan, group and plan `fasta` in this process; seconds per phase."""
     from bionemo_wds.prepare.groups import apply_groups
     from bionemo_wds.prepare.options import PrepareOptions
-    from bionemo_wds.prepare.plan import plan, request_of
     from bionemo_wds.prepare.scan import scan
+    from bionemo_wds.prepare.shard_plan import plan, request_of
     from bionemo_wds.prepare.sources.fasta import index_fasta
 
     opts = PrepareOptions(seq_length=seq_length, stride=stride, progress=False)
@@ -70,11 +71,11 @@ def plan_phases(fasta: str, seq_length: int, stride: int) -> dict[str, float]:
 def measure_catalog(fasta: Path, seq_length: int, stride: int) -> dict[str, float]:
     """`plan_phases` in a child process, with its peak PSS."""
     code = (
-        "import json, sys; from bionemo_wds.benchmark.contigs import plan_phases; "
+        "import json, sys; from benchmarks.contigs import plan_phases; "
         f"print(json.dumps(plan_phases({str(fasta)!r}, {seq_length}, {stride})))"
     )
     peak = PeakPss()
-    done = peak.run([sys.executable, "-c", code])
+    done = peak.run([sys.executable, "-c", code], env=child_env())
     if done.returncode != 0:
         raise RuntimeError(f"catalog measurement failed: {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

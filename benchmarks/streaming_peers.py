@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.benchmark.peers import SAMPLES_PER_SHARD, SEED, Peer, WindowIndex
-from bionemo_wds.tokenizer import COMPLEMENT_TABLE, PAD_ID
+from benchmarks.peers import SAMPLES_PER_SHARD, SEED, Peer, WindowIndex
+from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, PAD_ID
 
 #: Peer name -> the module its library is imported as.
 LIBRARIES = {"litdata": "litdata", "mosaic": "streaming"}

@@ -1,6 +1,6 @@
 """One measurement in its own process, so the parent can watch its memory from outside.
 
-``python -m bionemo_wds.benchmark.child prepare|load --peer NAME ...`` prints one JSON line.
+``python -m benchmarks.child prepare|load --peer NAME ...`` prints one JSON line.
 With ``--url`` (peer ``ours`` only) the data is prepared into / read from that URL (endpoint and
 credentials from the environment), through a range cache in ``--cache-dir`` when given, and a load
 also reports the storage counters of its pass (``storage``).
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bionemo_wds.benchmark.peers import PEERS, make_peer
+from benchmarks.peers import PEERS, make_peer
 
 
 def _import_everything(peer: str) -> None:
@@ -35,7 +35,7 @@ def _import_everything(peer: str) -> None:
     import bionemo_wds.compat.webdatamodule
     import bionemo_wds.lightning.datamodule
     import bionemo_wds.prepare  # noqa: F401
-    from bionemo_wds.benchmark.streaming_peers import LIBRARIES, import_library
+    from benchmarks.streaming_peers import LIBRARIES, import_library
 
     if peer in LIBRARIES:
         import_library(peer)

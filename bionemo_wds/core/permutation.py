@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.seeds import mix64, permutation_keys, splitmix64_array
+from bionemo_wds.core.seeds import mix64, permutation_keys, splitmix64_array
 
 #: Feistel rounds (even, so the shape returns): 4 make a strong pseudo-random permutation
 #: (Luby-Rackoff) given a good round function; the round function here is a strong mixer.

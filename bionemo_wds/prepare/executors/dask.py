@@ -1,9 +1,9 @@
 """Shard tasks on a Dask cluster: ``prepare --executor dask [--scheduler ADDRESS]``.
 
-The plan is computed once by `prepare` (in the calling process) and is small (`plan.ShardPlan`:
+The plan is computed once by `prepare` (in the calling process) and is small (`shard_plan.ShardPlan`:
 per-row window counts and a few integers per split); it is sent to every worker once
 (``Client.scatter(..., broadcast=True)``), then one task per shard runs the same
-`writers.write_shard_task` as the local pool and returns its `writers.ShardResult`. `prepare`
+`writers.write_shard_task` as the local pool (`executors.local`) and returns its `writers.ShardResult`. `prepare`
 writes the manifest last, from those results, so the output is byte for byte the local executor's,
 whatever the cluster's size or scheduling.
 
@@ -22,15 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections.abc import Iterator
 from concurrent.futures import CancelledError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import shard_name
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, write_shard_task
+
+if TYPE_CHECKING:
+    from bionemo_wds.prepare.options import PrepareOptions
 
 #: Seconds to wait for a scheduler given with ``--scheduler`` to answer.
 CONNECT_TIMEOUT = 30
@@ -127,3 +131,10 @@ def run_on_dask(
             bar.close()
             for future in futures:
                 future.cancel()
+
+
+def run(setup: WriterSetup, tasks: list[tuple[str, int]], opts: PrepareOptions) -> Iterator[ShardResult]:
+    """The Dask executor (`executors.Executor`): `run_on_dask` with the run's ``--scheduler``,
+    ``--workers`` (all CPUs when 0, for a LocalCluster) and ``--retries``."""
+    workers = opts.workers or os.cpu_count() or 1
+    return run_on_dask(setup, tasks, opts.scheduler, workers, opts.retries, opts.progress)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bionemo_wds.benchmark.remote import storage_cells
+from benchmarks.remote import storage_cells
 
 COLUMNS_NOTE = (
     "samples/s: the pass without loader set-up; w/ setup: the same pass with set-up counted; "

@@ -1,7 +1,7 @@
 """The record index of a split, as one reading API for every format version that has one.
 
 Format version 4 keeps a split's record index in one binary file, ``<split>/record-index.npy``: a
-NumPy ``.npy`` file (`numpy.save`'s format) of rows of `index.INDEX_DTYPE` (offset ``<u8``, size,
+NumPy ``.npy`` file (`numpy.save`'s format) of rows of `record_index.INDEX_DTYPE` (offset ``<u8``, size,
 windows and crc32 ``<u4``: 20 bytes per record, packed), every shard's records in shard order, each
 shard's in its own order. The manifest's split entry lists the file::
 
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.format.index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
+from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
 from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.storage.store import Store
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -19,18 +18,19 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bionemo_wds.benchmark.memory import PeakPss
-from bionemo_wds.benchmark.peers import PEERS
-from bionemo_wds.benchmark.remote import (
+from benchmarks import child_env
+from benchmarks.memory import PeakPss
+from benchmarks.peers import PEERS
+from benchmarks.remote import (
     REMOTES,
     ROWS,
     RemoteUnavailable,
     check_available,
     measure_remote,
 )
-from bionemo_wds.benchmark.streaming_peers import unavailable
-from bionemo_wds.benchmark.synthetic import write_genome
-from bionemo_wds.benchmark.table import table, targets
+from benchmarks.streaming_peers import unavailable
+from benchmarks.synthetic import write_genome
+from benchmarks.table import table, targets
 from bionemo_wds.storage.atomic import atomic_write
 
 HELP = """\
@@ -111,7 +111,7 @@ def _measure(
     cmd = [
         sys.executable,
         "-m",
-        "bionemo_wds.benchmark.child",
+        "benchmarks.child",
         action,
         "--peer",
         peer,
@@ -130,7 +130,7 @@ def _measure(
     ]
     if compress:
         cmd += ["--compress", compress]
-    env = {**(os.environ if env is None else env), "PYTHONWARNINGS": "ignore"}
+    env = {**child_env(env), "PYTHONWARNINGS": "ignore"}
 
     def once(meter: PeakPss | None) -> dict[str, Any]:
         extra = per_run() if per_run else []

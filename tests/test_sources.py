@@ -1,0 +1,65 @@
+"""The source registry (`prepare.sources`): ``--source NAME`` picks a reader; inputs that look like
+another kind say so when they are refused."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from conftest import LAMBDA
+
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.prepare import PrepareOptions, prepare
+from bionemo_wds.prepare.options import SOURCE_KINDS
+from bionemo_wds.prepare.sources import SOURCES, detect_source, input_files, reader_of
+
+
+@pytest.fixture
+def eden_dir(tmp_path):
+    """A directory laid out as sharded Eden (`<sample>/glm_dataset_<sample>.sqlite`)."""
+    root = tmp_path / "eden"
+    (root / "s1").mkdir(parents=True)
+    (root / "s1" / "glm_dataset_s1.sqlite").write_bytes(b"")
+    return root
+
+
+@pytest.fixture
+def h5_file(tmp_path):
+    path = tmp_path / "rows.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.zeros((2, 8), dtype=np.int32)
+    return path
+
+
+def test_every_source_kind_has_a_reader():
+    assert tuple(SOURCES) == SOURCE_KINDS == ("fasta", "sharded-eden", "hdf5")
+    assert reader_of(PrepareOptions(source="hdf5")) is SOURCES["hdf5"]
+
+
+def test_each_kind_is_detected(tmp_path, eden_dir, h5_file):
+    assert detect_source([str(LAMBDA)]) == "fasta"
+    assert detect_source([str(LAMBDA.parent)]) == "fasta"  # a directory of FASTA files
+    assert detect_source([str(eden_dir)]) == "sharded-eden"
+    assert detect_source([str(h5_file)]) == "hdf5"
+    assert detect_source([str(LAMBDA), str(h5_file)]) is None  # mixed: no single kind
+    assert detect_source([str(tmp_path / "missing.txt")]) is None
+
+
+def test_an_eden_directory_given_as_fasta_is_refused_with_a_hint(eden_dir):
+    with pytest.raises(BadInputError) as refused:
+        input_files([str(eden_dir)], PrepareOptions())
+    message = str(refused.value)
+    assert message.startswith(f"directory {eden_dir} holds no FASTA files")
+    assert message.endswith("; the input looks like --source sharded-eden")
+    assert "\n" not in message
+
+
+def test_an_hdf5_file_given_as_fasta_is_refused_with_a_hint(tmp_path, h5_file):
+    with pytest.raises(BadInputError, match=r"; the input looks like --source hdf5$"):
+        prepare([h5_file], tmp_path / "out", PrepareOptions(progress=False))
+
+
+def test_a_refusal_without_another_kind_gets_no_hint(tmp_path):
+    with pytest.raises(BadInputError) as refused:
+        input_files([str(tmp_path / "missing.fa")], PrepareOptions())
+    assert str(refused.value) == f"input {tmp_path / 'missing.fa'} does not exist"
