@@ -1,4 +1,4 @@
-"""The building blocks both data modules are made of: splits, shard listing, epoch length, loaders.
+"""The building blocks both data modules' loaders are made of: stages, shard listing, epoch length, loaders.
 
 `WebDataModule` (compat) and `GenomicWebDataModule` are each a `LightningDataModule` composed from
 these public functions; neither reaches into the other.

@@ -105,7 +105,7 @@ class PlannedBatches(IterableDataset):
         if not self.records.shards.reads_ahead:
             return  # local files: the page cache reads ahead, so no need to work out which records
         ids = plan.batches[batches].ravel()
-        records, _ = self.records.table.locate(self.records.resolve(ids[ids != FILLER])[0])
+        records, _ = self.records.table.locate(self.records.windows(ids[ids != FILLER]))
         self.records.prefetch([r for r in dict.fromkeys(records.tolist()) if r not in cache])
 
     def windows(self, plan: RankPlan, b: int, cache: RecordCache, worker: Worker) -> PlannedRows:
@@ -136,7 +136,7 @@ class PlannedBatches(IterableDataset):
         """The worker that reports a damaged record: the one producing its first window's batch
         (so a record is counted once however many workers read it)."""
         first, ids = self.records.table.first, plan.batches.copy()
-        ids[ids != FILLER] = self.records.resolve(ids[ids != FILLER])[0]
+        ids[ids != FILLER] = self.records.windows(ids[ids != FILLER])
         hits = np.flatnonzero(((ids >= first[record]) & (ids < first[record + 1])).any(axis=1))
         return int(hits[0]) // self.unit % max(workers, 1) if len(hits) else 0
 

@@ -236,6 +236,10 @@ class SourceRecords:
         d = int(np.searchsorted(self.record_offsets, record, side="right")) - 1
         return d, record - int(self.record_offsets[d])
 
+    def windows(self, ids: np.ndarray) -> np.ndarray:
+        """Virtual plan ids -> window ids of the table."""
+        return split_virtual(ids, self.total)[0]
+
     def resolve(self, ids: np.ndarray) -> tuple[np.ndarray, list[int], list[tuple[int, int]]]:
         """Virtual plan ids -> (window ids of the table, source of each, (seed, pass) of each
         window's draws)."""

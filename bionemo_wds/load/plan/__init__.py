@@ -36,9 +36,9 @@ from bionemo_wds.load.plan.modes import (
     epoch_length,
     epoch_mode,
     rank_plan,
+    resampled_plan,
     training_modes,
 )
-from bionemo_wds.load.plan.modes import resampled_table_plan as resampled_plan
 from bionemo_wds.load.plan.order import EpochOrder, epoch_sequence
 from bionemo_wds.load.plan.types import CHUNK, DEFAULT_MIX, FILLER, UNIT_BATCHES, Consumed, RankPlan, RecordTable
 

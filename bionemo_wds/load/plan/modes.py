@@ -128,7 +128,7 @@ def epoch_length(name: str, spec: EpochSpec, consumed: Sequence[Consumed] = ()) 
 
 
 @epoch_mode("exact", lambda spec, consumed: train_batches(spec.samples, spec.size, spec.micro, consumed))
-def exact_plan(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> RankPlan:
+def plan_exact(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> RankPlan:
     """Every sample of the mixed epoch at most once; every rank the same number of batches."""
     order = mixed_order(spec.tables, spec.quotas, spec.seed, epoch, spec.mix, spec.seeds)
     return plan_of_order(order, spec.samples, spec.rank, spec.size, spec.micro, consumed)
@@ -142,7 +142,7 @@ def pseudo_epoch_length(spec: EpochSpec, consumed: Sequence[Consumed]) -> int:
 
 
 @epoch_mode("resampled", pseudo_epoch_length)
-def resampled_plan(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> RankPlan:
+def plan_resampled(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> RankPlan:
     """Pseudo-epoch `epoch` of an endless stream of exact epochs, `batches_per_epoch` batches on
     every rank (a resampled stream resumes only in its own data-parallel layout)."""
     if any((seg.dp_size, seg.micro) != (spec.size, spec.micro) for seg in consumed):
@@ -155,7 +155,7 @@ def resampled_plan(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) ->
     for step in range(epoch * per_epoch, (epoch + 1) * per_epoch):
         exact, within = divmod(step, steps)
         if exact not in cached:
-            cached = {exact: exact_plan(spec, exact, ()).batches}
+            cached = {exact: plan_exact(spec, exact, ()).batches}
         pieces.append(cached[exact][within])
     batches = np.stack(pieces) if pieces else np.empty((0, spec.micro), np.int64)
     # a sample draws by its pseudo-epoch: the pass of its virtual id is the pseudo-epoch's number
@@ -172,7 +172,7 @@ def eval_length(spec: EpochSpec, consumed: Sequence[Consumed]) -> int:
 
 
 @epoch_mode("eval", eval_length, training=False)
-def evaluation_plan(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> RankPlan:
+def plan_eval(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> RankPlan:
     """Every window of every source once over all ranks, in stored order (the same every epoch)."""
     return eval_plan(spec.windows, spec.rank, spec.size, spec.micro)
 
@@ -184,7 +184,7 @@ def one_table(
     return EpochSpec((table,), (table.n_windows,), (seed,), seed, dp_rank, dp_size, micro, **kw)
 
 
-def resampled_table_plan(
+def resampled_plan(
     table: RecordTable,
     seed: int,
     pseudo_epoch: int,
@@ -196,6 +196,6 @@ def resampled_table_plan(
 ) -> RankPlan:
     """Pseudo-epoch `pseudo_epoch` of one dataset (the ``"resampled"`` mode), as window ids of the table."""
     spec = one_table(table, seed, dp_rank, dp_size, micro, mix=mix, batches_per_epoch=batches_per_epoch)
-    plan = resampled_plan(spec, pseudo_epoch, ())
+    plan = plan_resampled(spec, pseudo_epoch, ())
     windows = np.where(plan.batches == FILLER, FILLER, split_virtual(plan.batches, max(table.n_windows, 1))[0])
     return RankPlan(windows, total_batches=plan.total_batches)
