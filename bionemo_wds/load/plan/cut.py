@@ -106,14 +106,6 @@ def train_plan(
     return plan_of_order(EpochOrder(table, seed, epoch, mix), table.n_windows, dp_rank, dp_size, micro, consumed)
 
 
-def plan_of_sequence(
-    full: np.ndarray, dp_rank: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = ()
-) -> RankPlan:
-    """Rank `dp_rank`'s batches of an epoch whose windows, in order, are `full` (from the resume
-    position `consumed`): every rank a contiguous run of whole global batches (steps 2-3 above)."""
-    return plan_of_order(full.__getitem__, len(full), dp_rank, dp_size, micro, consumed)
-
-
 def plan_of_order(
     order: Callable[[np.ndarray], np.ndarray],
     n: int,
@@ -122,8 +114,9 @@ def plan_of_order(
     micro: int,
     consumed: Sequence[Consumed] = (),
 ) -> RankPlan:
-    """`plan_of_sequence` of an n-window epoch given as a function from positions to window ids
-    (`EpochOrder`): only this rank's positions are computed."""
+    """Rank `dp_rank`'s batches of an n-window epoch given as a function from positions to window
+    ids (`EpochOrder`, `mixing.mixed_order`), from the resume position `consumed`: every rank a
+    contiguous run of whole global batches (1-2 above); only this rank's positions are computed."""
     check_rank(dp_rank, dp_size, micro)
     ranks, tail = rank_runs(remaining_runs(n, consumed), dp_size, micro)
     ids = np.asarray(order(run_positions(ranks[dp_rank])), dtype=np.int64)
