@@ -32,11 +32,11 @@ from bionemo_wds.lightning.loaders import (
     Pipeline,
     check_stage,
     compose,
-    epoch_batches,
     invoke,
     make_loader,
     shard_urls,
 )
+from bionemo_wds.load.plan import epoch_batches
 from bionemo_wds.load.splits import Split, by_split
 
 __all__ = [

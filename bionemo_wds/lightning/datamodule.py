@@ -205,7 +205,6 @@ class GenomicWebDataModule(L.LightningDataModule):
         has the split) and their loaders."""
         assert self.sources is not None
         if split is Split.train:
-            self.sources.of(Split.train)  # opened and checked to agree before anything else
             groups = [self.sources]
         else:
             groups = [self.sources.alone(source) for source in self.sources.of(split)]

@@ -6,13 +6,11 @@ these public functions; neither reaches into the other.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import webdataset as wds
 
-from bionemo_wds.errors import OptionError
 from bionemo_wds.lightning.epochs import EpochLoader, ResumableLoader
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.splits import Split
@@ -49,13 +47,6 @@ def shard_urls(directory: str, prefix: str, split: Split) -> list[str]:
         raise FileNotFoundError(f"no shards match {directory}/{prefix}-*.tar for the {split.name} split")
     register_webdataset_opener(directory)  # s3:// and other fsspec protocols webdataset cannot open itself
     return urls
-
-
-def epoch_batches(n_samples: int, global_batch_size: int) -> int:
-    """Batches in bionemo's pseudo-epoch: ``ceil(n_samples / global_batch_size)``."""
-    if global_batch_size < 1:
-        raise OptionError(f"global_batch_size must be at least 1, got {global_batch_size}")
-    return math.ceil(n_samples / global_batch_size)
 
 
 def compose(pipe: Any, stages: Pipeline) -> Any:

@@ -158,8 +158,7 @@ class SplitLoaders:
         ]
         trainer_epoch = self.trainer_epoch()
         epoch = self.epoch.next_epoch if trainer_epoch is None else trainer_epoch
-        restored = self.progress.restored if self.progress is not None else None
-        consumed = restored[1] if restored and restored[0] == epoch else None
+        consumed = self.progress.restored_for(epoch) if self.progress is not None else None
         return make_loader(
             self.pipeline,
             self.loader_kwargs,

@@ -36,7 +36,14 @@ from bionemo_wds.errors import OptionError
 from bionemo_wds.load.batch.model_inputs import tensors
 from bionemo_wds.load.batch.options import SampleOptions
 from bionemo_wds.load.batch.schema import BatchSchema
-from bionemo_wds.load.plan import EpochSpec, epoch_length, rank_plan, remaining_sequence, training_modes
+from bionemo_wds.load.plan import (
+    EpochSpec,
+    epoch_batches,
+    epoch_length,
+    rank_plan,
+    remaining_sequence,
+    training_modes,
+)
 from bionemo_wds.load.plan.mixing import mixed_sequence, stream_positions
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress
 from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan
@@ -187,7 +194,7 @@ class GenomicDataset(IterableDataset):
         train = self.split is Split.train
         quotas = tuple(self.quota_list) if train else tuple(t.n_windows for t in self.tables)
         seeds = self.stream_seeds if train else (self.seed,) * len(self.tables)
-        pseudo = -(-sum(quotas) // self.global_batch_size) if self.mode == "resampled" else None
+        pseudo = epoch_batches(sum(quotas), self.global_batch_size) if self.mode == "resampled" else None
         world, micro = self.world, self.micro_batch_size
         return EpochSpec(self.tables, quotas, seeds, self.seed, world.rank, world.size, micro, self.mix, pseudo)
 
@@ -203,10 +210,7 @@ class GenomicDataset(IterableDataset):
 
     def consumed(self) -> list[Consumed]:
         """Batches of this epoch consumed before a restore (none without one)."""
-        restored = self.progress.restored
-        if restored is not None and restored[0] == self.epoch:
-            return restored[1]
-        return []
+        return self.progress.restored_for(self.epoch)
 
     def plan(self, epoch: int | None = None, consumed: Sequence[Consumed] | None = None) -> RankPlan:
         """This rank's batches of `epoch` (default: the current one) from the `consumed` position

@@ -120,7 +120,7 @@ class PlannedBatches(IterableDataset):
             block = cache.get(record)
             if block is MISSING:
                 report = self.policy.raises or self.reporter(plan, record, worker.count) == worker.id
-                block = cache.put(record, self.records.read(record, self.policy, report))
+                block = cache.put(record, self.records.read(record, report))
             blocks.append(block if block is not None else FILLER_ROWS)
         row_list = [row if block is not FILLER_ROWS else 0 for row, block in zip(rows.tolist(), blocks)]
         source_list: list[int] = sources

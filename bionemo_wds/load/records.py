@@ -252,8 +252,8 @@ class SourceRecords:
         draws = [(seeds[d], p) for d, p in zip(sources, passes.tolist())]
         return windows, sources, draws
 
-    def read(self, record: int, policy: ShardErrorPolicy | None = None, report: bool = True) -> BlockRows | None:
-        """The record, read and checked by its source (whose policy reports damage)."""
+    def read(self, record: int, report: bool = True) -> BlockRows | None:
+        """The record, read and checked by its source (whose policy reports damage, when `report`)."""
         d, local = self.part(record)
         return self.parts[d].read(local, self.policies[d], report)
 

@@ -32,6 +32,7 @@ from bionemo_wds.load.plan.cut import (
 from bionemo_wds.load.plan.modes import (
     EPOCH_MODES,
     EpochSpec,
+    epoch_batches,
     epoch_length,
     epoch_mode,
     rank_plan,
@@ -54,6 +55,7 @@ __all__ = [
     "RecordTable",
     "Runs",
     "check_rank",
+    "epoch_batches",
     "epoch_length",
     "epoch_mode",
     "epoch_sequence",

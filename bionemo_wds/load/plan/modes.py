@@ -134,6 +134,13 @@ def plan_exact(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> Ran
     return plan_of_order(order, spec.samples, spec.rank, spec.size, spec.micro, consumed)
 
 
+def epoch_batches(n_samples: int, global_batch_size: int) -> int:
+    """Batches in bionemo's pseudo-epoch: ``ceil(n_samples / global_batch_size)``."""
+    if global_batch_size < 1:
+        raise OptionError(f"global_batch_size must be at least 1, got {global_batch_size}")
+    return -(-n_samples // global_batch_size)
+
+
 def pseudo_epoch_length(spec: EpochSpec, consumed: Sequence[Consumed]) -> int:
     """Batches of a pseudo-epoch (what the resampled mode was given)."""
     if spec.batches_per_epoch is None:

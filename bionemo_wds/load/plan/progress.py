@@ -37,14 +37,18 @@ class TrainProgress:
 
         A restored position stays until a pass of its epoch runs to its end (`finish_pass`), so a
         pass stopped early (a peek at the first batch) and started again starts from it again."""
-        before: list[Consumed] = []
-        if self.restored is not None and self.restored[0] == epoch:
-            before = self.restored[1]
-        else:
+        before = self.restored_for(epoch)
+        if not before:
             self.restored = None
         self.epoch, self.before = epoch, before
         self.batches = sum(seg.batches for seg in before)
         return before
+
+    def restored_for(self, epoch: int) -> list[Consumed]:
+        """The segments of `epoch` a restore says were consumed (none without one, or for another epoch)."""
+        if self.restored is not None and self.restored[0] == epoch:
+            return self.restored[1]
+        return []
 
     def finish_pass(self) -> None:
         """The training pass ran to its end: a restored position is used up."""
