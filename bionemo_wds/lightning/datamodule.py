@@ -32,7 +32,7 @@ from bionemo_wds.load.plan.progress import EpochState, TrainProgress, position
 from bionemo_wds.load.records import SplitRecords
 from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
-from bionemo_wds.load.spans import Cutting
+from bionemo_wds.load.spans import Cutting, SequenceRecords
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World
 from bionemo_wds.storage.retry import RetryPolicy
@@ -273,7 +273,9 @@ class GenomicWebDataModule(L.LightningDataModule):
     def records(self) -> dict[Split, SplitRecords]:
         """Every record of each split set up so far, by its record index (a split of several
         datasets: the first dataset's; ``datasets[split][i].records`` has them all)."""
-        return {split: datasets[0].records.parts[0] for split, datasets in self.datasets.items() if datasets}
+        return {
+            split: split_records(datasets[0].records.parts[0]) for split, datasets in self.datasets.items() if datasets
+        }
 
     @property
     def plans(self) -> dict[Split, RankPlan]:
@@ -411,3 +413,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         after the module's own, so a position already waiting to be applied is not restored twice."""
         if self.progress.restored is None or self.progress.restored != position(state):
             self.load_state_dict(state)
+
+
+def split_records(part: SplitRecords | SequenceRecords) -> SplitRecords:
+    """The records of a split of one dataset (a sequence-layout split's are its pieces)."""
+    return part.records if isinstance(part, SequenceRecords) else part

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.errors import BlendError, OptionError
 from bionemo_wds import format as stored
+from bionemo_wds.errors import BlendError, OptionError
 from bionemo_wds.format import Manifest, Params
 from bionemo_wds.load.blend_file import BlendEntry, entries_for, last_component, parse_datasets, read_blend
 from bionemo_wds.load.manifest_checks import open_dataset
@@ -274,7 +274,9 @@ class Sources:
                 f"a blend cannot mix {windows} (windows cut at prepare) with {sequences} (sequences, cut at load): "
                 "prepare both with the same --layout"
             )
-        tables = [source.sample_table(split, self.cutting, seed) for source, seed in zip(sources, seeds)]
+        # evaluation reads every split the same way every time: windows on their fixed grid
+        cutting = self.cutting if split is Split.train else replace(self.cutting, window_offset="fixed")
+        tables = [source.sample_table(split, cutting, seed) for source, seed in zip(sources, seeds)]
         if all(layouts):
             return SpanSources([t[0] for t in tables], [t[1] for t in tables], policies, seeds)
         return SourceRecords([source.split_records(split) for source in sources], policies, seeds)
