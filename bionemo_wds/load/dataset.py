@@ -42,6 +42,7 @@ from bionemo_wds.load.plan import (
     epoch_batches,
     epoch_length,
     rank_plan,
+    remaining_runs,
     remaining_sequence,
     training_modes,
 )
@@ -219,7 +220,8 @@ class GenomicDataset(IterableDataset):
         seeds = self.stream_seeds if train else (self.seed,) * len(self.tables)
         pseudo = epoch_batches(sum(quotas), self.global_batch_size) if self.mode == "resampled" else None
         world, micro = self.world, self.micro_batch_size
-        return EpochSpec(self.tables, quotas, seeds, self.seed, world.rank, world.size, micro, self.mix, pseudo)
+        whole = self.sources.cutting.pack  # packed: every base once per epoch, the last batch completed
+        return EpochSpec(self.tables, quotas, seeds, self.seed, world.rank, world.size, micro, self.mix, pseudo, whole)
 
     @property
     def mix(self) -> int:
@@ -342,13 +344,13 @@ class GenomicDataset(IterableDataset):
     def positions(self, epoch: int, consumed: Sequence[Consumed]) -> list[dict[str, Any]]:
         """Each train dataset's quota and stream position (``epoch x quota + windows consumed``)
         after `consumed` of `epoch`, so a restore can check it continues the same blend."""
-        quotas = self.quotas
+        quotas, whole = self.quotas, self.sources.cutting.pack
         if len(quotas) == 1:  # one dataset: every sample consumed is its own
-            taken = [sum(seg.batches * seg.micro * seg.dp_size for seg in consumed)]
+            taken = [int(quotas[0]) - int(remaining_runs(int(quotas[0]), consumed, whole)[1].sum())]
         elif consumed:
             spec = self.spec()
             sequence = mixed_sequence(spec.tables, spec.quotas, self.seed, epoch, spec.mix, spec.seeds)
-            left = self.records.resolve(remaining_sequence(sequence, consumed))[1]
+            left = self.records.resolve(remaining_sequence(sequence, consumed, whole))[1]
             taken = (quotas - np.bincount(np.asarray(left, dtype=np.int64), minlength=len(quotas))).tolist()
         else:
             taken = [0] * len(quotas)
