@@ -33,7 +33,8 @@ def sequences(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def windows_layout(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("winlayout") / "data"
-    prepare([str(LAMBDA)], str(root), PrepareOptions(seq_length=1024, seed=SEED, workers=1, progress=False))
+    opts = PrepareOptions(seq_length=1024, seed=SEED, split=(1.0, 0.0, 0.0), workers=1, progress=False)
+    prepare([str(LAMBDA)], str(root), opts)
     return root
 
 
@@ -78,8 +79,14 @@ def test_windows_of_any_length_equal_the_fasta(sequences, fasta, seq_length, spl
 
 def test_random_offsets_cut_afresh_every_epoch(sequences, fasta):
     ds = GenomicDataset(
-        str(sequences), "train", micro_batch_size=4, model_inputs=False, rc_prob=0.0, seq_length=1024,
-        window_offset="random", seed=SEED,
+        str(sequences),
+        "train",
+        micro_batch_size=4,
+        model_inputs=False,
+        rc_prob=0.0,
+        seq_length=1024,
+        window_offset="random",
+        seed=SEED,
     )
     starts = []
     for epoch in (0, 1):
@@ -96,8 +103,14 @@ def test_random_offsets_cut_afresh_every_epoch(sequences, fasta):
 
 def test_million_token_packed_samples_hold_the_fasta(sequences, fasta):
     ds = GenomicDataset(
-        str(sequences), "train", micro_batch_size=1, model_inputs=False, rc_prob=0.0, seq_length=1 << 20,
-        pack=True, seed=SEED,
+        str(sequences),
+        "train",
+        micro_batch_size=1,
+        model_inputs=False,
+        rc_prob=0.0,
+        seq_length=1 << 20,
+        pack=True,
+        seed=SEED,
     )
     docs = 0
     for batch in DataLoader(ds, batch_size=None):
