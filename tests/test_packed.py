@@ -27,6 +27,7 @@ from bionemo_wds.load.batch.packed import (
     packed_model_inputs,
     unpack_lengths,
 )
+from bionemo_wds.load.plan.samples import PackedSamples, SequenceTable
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MODEL_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
@@ -144,6 +145,7 @@ def test_every_document_reads_as_alone(rows_st, fold_case, weight):
             for key in MODEL_KEYS:
                 assert_equal(out[key][i, pos : pos + n], ref[key][0], key)
             assert out["tokens"][i, pos + n - 1] == EOS_ID and out["labels"][i, pos + n - 1] == PAD_ID
+            assert torch.equal(out["labels"][i, pos : pos + n - 1], out["tokens"][i, pos + 1 : pos + n])
             pos += n
         assert (out["tokens"][i, pos:] == PAD_ID).all() and (out["labels"][i, pos:] == PAD_ID).all()
         assert (out["loss_mask"][i, pos:] == 0).all()
@@ -198,3 +200,35 @@ def test_tensor_batches_give_the_same_inputs(device, rows_st, fold_case, weight)
     cu, longest = flat_cu_seqlens(got)
     cu_ref, longest_ref = flat_cu_seqlens(ref)
     assert cu.device.type == device and cu.cpu().tolist() == cu_ref.tolist() and longest == longest_ref
+
+
+def test_packed_samples_lay_out_every_base_once():
+    """A pass of `PackedSamples` laid out by `compact_packed`: every row fits seq_length, the bases
+    between each document's SEP and EOS are its stretch of the source, and together they are every
+    base of every sequence once; whole samples are full rows (no PAD)."""
+    rng = np.random.default_rng(3)
+    lengths = np.maximum(rng.lognormal(np.log(150), 1.0, 200).astype(np.int64), 1)
+    sources = [rng.choice(np.frombuffer(b"ACGTacgtN", dtype=np.uint8), n) for n in lengths.tolist()]
+    tags = [b"|t%d|" % (i % 13) for i in range(len(lengths))]
+    seq_length = 256
+    headers = np.asarray([3 + len(t) for t in tags], dtype=np.int64)
+    table = PackedSamples(SequenceTable(lengths, headers - 3, 64), seq_length, headers, "random", 9)
+    for pass_ in (0, 1):
+        ids = np.arange(table.n_windows, dtype=np.int64)
+        docs = table.documents(ids, np.full(len(ids), pass_, dtype=np.int64))
+        rows: list[list[PackedDocument]] = [[] for _ in ids]
+        for i, s, a, n in zip(docs.sample.tolist(), docs.seq.tolist(), docs.start.tolist(), docs.length.tolist()):
+            rows[i].append(PackedDocument(sources[s][a : a + n], tags[s], False, f"s{s}", a, f"s{s}:{a}"))
+        batch = compact_packed(rows, seq_length, control_tags=True)
+        tokens = batch["tokens"]
+        seen = [np.zeros(n, dtype=np.int64) for n in lengths.tolist()]
+        for i, row in enumerate(rows):
+            pos = 0
+            for d, size, prefix in zip(row, batch["doc_tokens"][i].tolist(), batch["doc_prefix"][i].tolist()):
+                assert bytes(tokens[i, pos + prefix : pos + size - 1]) == d.bases.tobytes()
+                s = int(d.seq_id[1:])
+                assert sources[s][d.start : d.start + len(d.bases)].tobytes() == d.bases.tobytes()
+                seen[s][d.start : d.start + len(d.bases)] += 1
+                pos += size
+        assert all((c == 1).all() for c in seen)
+        assert not (tokens[: table.n_full] == PAD_ID).any()
