@@ -264,7 +264,7 @@ class GenomicDataset(IterableDataset):
         """The two stages that make this worker's compact batches: `PlannedBatches` (its batches of
         the plan `current()` gives, dealt in units of `unit` batches) and the batch builder (reverse
         complement and tag dropout when training, drawn by `epoch`'s pass). Every loader runs these."""
-        reader = SpanBatches if isinstance(self.records, SpanSources) else PlannedBatches
+        reader: Any = SpanBatches if isinstance(self.records, SpanSources) else PlannedBatches
         planned = reader(self.records, self.sources.policy, current, self.mix, self.micro_batch_size, unit)
         train = self.split is Split.train
         return [planned, self.samples.assemble_stage(self.schema, self.seed, epoch, train)]

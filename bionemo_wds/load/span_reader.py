@@ -23,7 +23,7 @@ class SpanBatches(PlannedBatches):
     """The dataset of a planned loader over a sequence-layout split: this worker's batches of the
     current pass, as `PlannedDocuments`."""
 
-    records: SpanSources
+    records: SpanSources  # type: ignore[assignment]  # the sequence layout's counterpart of SourceRecords
 
     def plan_documents(self, ids: np.ndarray) -> list[list[tuple[int, int, int, int]] | None]:
         """(source, sequence, start, length) of each document of each planned id (None: filler)."""
@@ -42,13 +42,16 @@ class SpanBatches(PlannedBatches):
                 target.append((d, s, a, n))
         return out
 
-    def windows(self, plan: RankPlan, b: int, cache: RecordCache, worker: Worker) -> PlannedDocuments:
+    def windows(  # type: ignore[override]  # documents of samples cut at load, not rows of stored windows
+        self, plan: RankPlan, b: int, cache: RecordCache, worker: Worker
+    ) -> PlannedDocuments:
         """The documents of batch `b` of the plan, with their bases read."""
         ids = plan.batches[b]
         planned = self.plan_documents(ids)
         real = ids != FILLER
         _, sources, seeds, passes = self.records.resolve(ids[real])
-        source_list, draw_list = [0] * len(ids), [None] * len(ids)
+        source_list: list[int] = [0] * len(ids)
+        draw_list: list[tuple[int, int] | None] = [None] * len(ids)
         for i, src, seed, p in zip(np.flatnonzero(real).tolist(), sources.tolist(), seeds, passes.tolist()):
             source_list[i], draw_list[i] = src, (seed, p)
         samples: list[list[Document] | None] = []

@@ -33,7 +33,7 @@ from bionemo_wds.core.seeds import numpy_rng, stream_seed
 from bionemo_wds.errors import BlendError
 from bionemo_wds.load.plan.cut import plan_of_order
 from bionemo_wds.load.plan.order import epoch_order
-from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan, RecordTable
+from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan, Samples
 
 #: A dataset read more than this many times per epoch is warned about (`repeat_warnings`): a model
 #: sees its windows again and again (Evo2's small, upweighted subsets are the usual case).
@@ -98,7 +98,7 @@ def source_seeds(seed: int, n_sources: int) -> list[int]:
 
 
 def stream_windows(
-    table: RecordTable, seed: int, start: int, count: int, mix: int = DEFAULT_MIX
+    table: Samples, seed: int, start: int, count: int, mix: int = DEFAULT_MIX
 ) -> tuple[np.ndarray, np.ndarray]:
     """Windows ``[start, start + count)`` of a dataset's endless stream (pass p is
     ``EpochOrder(table, seed, p, mix)``): (window ids, pass of each)."""
@@ -119,7 +119,7 @@ def stream_windows(
 
 
 def epoch_windows(
-    table: RecordTable, seed: int, epoch: int, quota: int, mix: int = DEFAULT_MIX
+    table: Samples, seed: int, epoch: int, quota: int, mix: int = DEFAULT_MIX
 ) -> tuple[np.ndarray, np.ndarray]:
     """A dataset's `quota` windows in mixed epoch `epoch` (see the module docstring, 3): (window ids,
     pass of each)."""
@@ -149,7 +149,7 @@ def split_virtual(ids: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mixed_sequence(
-    tables: Sequence[RecordTable],
+    tables: Sequence[Samples],
     counts: Sequence[int] | np.ndarray,
     seed: int,
     epoch: int,
@@ -175,7 +175,7 @@ def mixed_sequence(
 
 
 def mixed_order(
-    tables: Sequence[RecordTable],
+    tables: Sequence[Samples],
     counts: Sequence[int] | np.ndarray,
     seed: int,
     epoch: int,
@@ -200,7 +200,7 @@ def mixed_order(
 
 
 def mixed_plan(
-    tables: Sequence[RecordTable],
+    tables: Sequence[Samples],
     counts: Sequence[int] | np.ndarray,
     seed: int,
     epoch: int,

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.plan.cut import check_rank, eval_plan, plan_of_order, train_batches
 from bionemo_wds.load.plan.mixing import mixed_order, split_virtual
-from bionemo_wds.load.plan.types import DEFAULT_MIX, FILLER, Consumed, RankPlan, RecordTable
+from bionemo_wds.load.plan.types import DEFAULT_MIX, FILLER, Consumed, RankPlan, RecordTable, Samples
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class EpochSpec:
             (packed samples: every base is trained once per epoch).
     """
 
-    tables: tuple[RecordTable, ...]
+    tables: tuple[Samples, ...]
     quotas: tuple[int, ...]
     seeds: tuple[int, ...]
     seed: int
@@ -190,7 +190,7 @@ def plan_eval(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> Rank
 
 
 def one_table(
-    table: RecordTable, seed: int, dp_rank: int = 0, dp_size: int = 1, micro: int = 1, **kw: int
+    table: RecordTable, seed: int, dp_rank: int = 0, dp_size: int = 1, micro: int = 1, **kw: Any
 ) -> EpochSpec:
     """The spec of a single dataset (a mixture of one, read once per epoch)."""
     return EpochSpec((table,), (table.n_windows,), (seed,), seed, dp_rank, dp_size, micro, **kw)

@@ -334,11 +334,11 @@ class PackedSamples:
             start.append(self.offset(s, passes[whole]) + k * self.full_length[s])
             length.append(self.full_length[s])
         for i in np.flatnonzero(ids >= self.n_full).tolist():
-            for s, a, n in self.bin_documents(int(ids[i]) - self.n_full, int(passes[i])):
+            for doc_seq, doc_start, doc_length in self.bin_documents(int(ids[i]) - self.n_full, int(passes[i])):
                 sample.append(np.array([i]))
-                seq.append(np.array([s]))
-                start.append(np.array([a]))
-                length.append(np.array([n]))
+                seq.append(np.array([doc_seq]))
+                start.append(np.array([doc_start]))
+                length.append(np.array([doc_length]))
         if not sample:
             empty = np.empty(0, dtype=np.int64)
             return Documents(empty, empty, empty, empty)
