@@ -7,15 +7,18 @@
 - `cut`: an epoch's sequence cut into every rank's batches, resumed (also elastically), evaluation
   splits, and batches dealt to loader workers (`worker_units`);
 - `modes`: the registry of epoch modes (``"exact"``, ``"resampled"``, ``"eval"``) over an `EpochSpec`;
-- `progress`: the batches consumed in the current epoch and the checkpoint state that carries them.
+- `progress`: the batches consumed in the current epoch and the checkpoint state that carries them;
+- `samples`: the samples of a sequence-layout split cut at load time (windows of any length, or
+  packed documents), from its sequences' lengths alone.
 
-**The unit is a sample.** A plan deals sample ids; today a sample is one stored window (its bases
-are one span of one record), so a sample id is a window id. Samples made at load time fit the same
-plan unchanged: windows cut at load become a sample table of (sequence, start, length) spans per
-split, and packing several short sequences into one sample makes a sample a list of such spans
-(one row of a ragged table). The plan still deals int64 ids into that table, resumes by counting
-them and cuts them across ranks and workers the same way; only the reader that turns an id into
-bases, and the batch builder that lays spans out in a row, learn what a sample holds.
+**The unit is a sample.** A plan deals sample ids from a table (`types.Samples`): a `RecordTable`
+of stored windows (a sample id is a window id, its bases one span of one record), or a table of
+samples cut at load from a sequence layout (`samples.WindowSamples`, `samples.PackedSamples`: a
+sample is one or more (sequence, start, length) documents, computed from the id and the pass). The
+plan deals int64 ids into either the same way, resumes by counting them and cuts them across
+ranks and workers unchanged; only the reader that turns an id into bases (`load.reader`,
+`load.span_reader`) and the batch builder that lays documents out in a row (`batch.assemble`,
+`batch.packed`) learn what a sample holds.
 """
 
 from bionemo_wds.load.plan.cut import (
