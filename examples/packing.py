@@ -50,9 +50,12 @@ packed = GenomicDataset(str(out), "train", micro_batch_size=4, seq_length=8192, 
 n, share = padding(packed)
 print(f"packed, 8192 tokens:      {n:>5} samples, {share:6.1%} padding")
 
-batch = next(iter(DataLoader(packed, batch_size=None)))
-print("documents in the first sample (tokens each):", batch["seq_lens"][0][batch["seq_lens"][0] > 0].tolist())
-print("position_ids restart per document:", batch["position_ids"][0][batch["cu_seqlens"][0][1:3] - 1].tolist())
+# a sample of several documents: their boundaries, and position ids restarting at each
+batch = next(b for b in DataLoader(packed, batch_size=None) if ((b["seq_lens"] > 0).sum(1) > 1).any())
+row = int(((batch["seq_lens"] > 0).sum(1) > 1).nonzero()[0])
+ends = batch["cu_seqlens"][row][batch["cu_seqlens"][row] >= 0]
+print("documents of a packed sample (tokens each):", batch["seq_lens"][row][batch["seq_lens"][row] > 0].tolist())
+print("position_ids at each document's first token:", batch["position_ids"][row][ends[:-1]].tolist())
 cu_seqlens, longest = flat_cu_seqlens(batch)  # what flash_attn_varlen_func / Transformer Engine's THD take
 print(f"flattened cu_seqlens: {len(cu_seqlens) - 1} segments, the longest {longest} tokens")
 

@@ -383,3 +383,18 @@ def test_mixing_example(getting_started: tuple[Path, str], tmp_path: Path) -> No
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{{'{data.name}': 560, 'lambda': 240}}" in result.stdout, result.stdout
     assert "rows per source: {0: 560, 1: 240}" in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_packing_example(tmp_path: Path) -> None:
+    """examples/packing.py (the packing page's example): one sequence-layout prepare, windows of three
+    lengths cut at load, packed samples with less padding, and the tiny model trained on them."""
+    result = run([sys.executable, "examples/packing.py", str(tmp_path / "data")], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    shares = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(\S+(?: of +\d+)?).*?([\d.]+)% padding", result.stdout, re.M)
+    }
+    assert shares["packed,"] < 1.0 and shares["windows of  65536"] > 10 * shares["packed,"], result.stdout
+    assert "position_ids at each document's first token: [0, 0" in result.stdout
+    assert "trained 5 steps on packed batches" in result.stdout
