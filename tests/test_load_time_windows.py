@@ -148,3 +148,26 @@ def test_a_windows_layout_refuses_load_time_cuts(windows_layout):
         GenomicDataset(str(windows_layout), "train", pack=True)
     with pytest.raises(OptionError, match=r"was cut for seq_length 1024.*--layout sequences"):
         GenomicDataset(str(windows_layout), "train", seq_length=2048)
+
+
+def test_a_blend_of_packed_datasets_keeps_exact_quotas_in_samples(sequences, tmp_path):
+    """Mixing sequence-layout datasets: each dataset's quota is counted in samples (packed samples here),
+    exactly, whatever the number of documents a sample holds."""
+    lam = tmp_path / "lambda"
+    opts = PrepareOptions(seed=SEED, layout="sequences", split=(1.0, 0.0, 0.0), workers=1, progress=False)
+    prepare([str(LAMBDA)], str(lam), opts)
+    blend = [{"path": str(sequences), "weight": 3.0}, {"path": str(lam), "weight": 1.0}]
+    ds = GenomicDataset(
+        datasets=blend,
+        samples_per_epoch=200,
+        micro_batch_size=4,
+        seq_length=4096,
+        pack=True,
+        seed=SEED,
+        model_inputs=False,
+    )
+    counts = np.zeros(2, dtype=np.int64)
+    for batch in DataLoader(ds, batch_size=None):
+        source = np.asarray(batch["dataset"])
+        counts += np.bincount(source[source >= 0], minlength=2)
+    assert counts.tolist() == ds.quotas.tolist() == [150, 50]

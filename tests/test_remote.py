@@ -592,3 +592,18 @@ def test_a_cache_dir_for_a_local_dataset_is_not_silently_ignored(local_dataset, 
     with pytest.warns(UserWarning, match="cache_dir is for remote datasets"):
         make(local_dataset, cache_dir=str(tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()
+
+
+def test_packed_samples_of_a_sequence_layout_in_a_bucket_equal_local_disk(s3_server, own_process, tmp_path):
+    """Issue 25: a sequence-layout dataset in S3, read as packed samples and as windows cut at load (with
+    loader workers, so the read-ahead works out which pieces the documents span): the batches of local disk."""
+    own_process(s3_server)
+    s3_server.make_bucket(BUCKET)
+    seqs = {"seq_length": 2048, "layout": "sequences", "progress": False}
+    prepare([KLEBSIELLA], f"s3://{BUCKET}/seqs", PrepareOptions(**seqs))
+    prepare([KLEBSIELLA], tmp_path / "seqs", PrepareOptions(**seqs))
+    for cut in ({"pack": True}, {"seq_length": 4096, "stride": 3000}):
+        remote = make(f"s3://{BUCKET}/seqs", num_workers=2, **cut)
+        local = make(tmp_path / "seqs", num_workers=0, **cut)
+        assert_same_batches(list(remote.train_dataloader()), list(local.train_dataloader()))
+        assert remote.storage_stats["bytes_fetched"] > 0
