@@ -14,7 +14,9 @@ import numpy as np
 
 from bionemo_wds.load.batch.assemble import Document, PlannedDocuments, document_key
 from bionemo_wds.load.plan import FILLER, RankPlan
+from bionemo_wds.load.plan.samples import Documents
 from bionemo_wds.load.reader import MISSING, PlannedBatches, RecordCache
+from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.spans import SpanSources
 from bionemo_wds.load.world import Worker
 
@@ -25,63 +27,73 @@ class SpanBatches(PlannedBatches):
 
     records: SpanSources  # type: ignore[assignment]  # the sequence layout's counterpart of SourceRecords
 
-    def plan_documents(self, ids: np.ndarray) -> list[list[tuple[int, int, int, int]] | None]:
-        """(source, sequence, start, length) of each document of each planned id (None: filler)."""
-        real = ids != FILLER
-        out: list[list[tuple[int, int, int, int]] | None] = [None] * len(ids)
+    def plan_documents(self, ids: np.ndarray) -> tuple[np.ndarray, list[Documents]]:
+        """The documents of each planned id: (the ids' sources, each source's `Documents` of the ids
+        that are its own, their `sample` indices into `ids`). Filler ids have none."""
+        real = np.flatnonzero(ids != FILLER)
         samples, sources, _, passes = self.records.resolve(ids[real])
-        where = np.flatnonzero(real)
-        for d in np.unique(sources).tolist():
+        found = []
+        for d in range(len(self.records.parts)):
             at = np.flatnonzero(sources == d)
-            docs = self.records.tables[d].documents(samples[at], passes[at])
-            for i in at.tolist():
-                out[int(where[i])] = []
-            for k, s, a, n in zip(docs.sample.tolist(), docs.seq.tolist(), docs.start.tolist(), docs.length.tolist()):
-                target = out[int(where[at[k]])]
-                assert target is not None
-                target.append((d, s, a, n))
-        return out
+            docs = self.records.tables[d].documents(samples[at], passes[at]) if len(at) else EMPTY_DOCUMENTS
+            found.append(Documents(real[at][docs.sample], docs.seq, docs.start, docs.length))
+        return sources, found
 
     def windows(  # type: ignore[override]  # documents of samples cut at load, not rows of stored windows
         self, plan: RankPlan, b: int, cache: RecordCache, worker: Worker
     ) -> PlannedDocuments:
         """The documents of batch `b` of the plan, with their bases read."""
         ids = plan.batches[b]
-        planned = self.plan_documents(ids)
         real = ids != FILLER
-        _, sources, seeds, passes = self.records.resolve(ids[real])
+        sources, found = self.plan_documents(ids)
+        _, _, seeds, passes = self.records.resolve(ids[real])
         source_list: list[int] = [0] * len(ids)
         draw_list: list[tuple[int, int] | None] = [None] * len(ids)
+        samples: list[list[Document] | None] = [None] * len(ids)
         for i, src, seed, p in zip(np.flatnonzero(real).tolist(), sources.tolist(), seeds, passes.tolist()):
-            source_list[i], draw_list[i] = src, (seed, p)
-        samples: list[list[Document] | None] = []
-        for docs in planned:
-            if docs is None:
-                samples.append(None)
-                continue
-            read = [self.read_document(d, s, a, n, cache) for d, s, a, n in docs]
-            samples.append(None if any(doc is None for doc in read) else [doc for doc in read if doc is not None])
-        return PlannedDocuments(samples, source_list, list(draw_list))
+            source_list[i], draw_list[i], samples[i] = src, (seed, p), []
+        damaged: set[int] = set()
+        for d, docs in enumerate(found):
+            for i, doc in zip(docs.sample.tolist(), self.read_documents(d, docs, cache)):
+                row = samples[i]
+                if doc is None:
+                    damaged.add(i)
+                elif row is not None:
+                    row.append(doc)
+        for i in damaged:  # a sample with a damaged piece is filler
+            samples[i] = None
+        return PlannedDocuments(samples, source_list, draw_list)
 
-    def read_document(self, d: int, seq: int, start: int, length: int, cache: RecordCache) -> Document | None:
-        """Bases ``[start, start + length)`` of sequence `seq` of source `d` (None: a piece is damaged)."""
-        parts, first = [], None
+    def read_documents(self, d: int, docs: Documents, cache: RecordCache) -> list[Document | None]:
+        """The bases of each document of source `d` (None: a piece of it is damaged), read from the
+        pieces they span through the cache."""
+        part = self.records.parts[d]
+        pieces = part.pieces(docs.seq, docs.start, docs.length)
         offset = int(self.records.record_offsets[d])
-        for record, row, lo, hi in self.records.parts[d].pieces(seq, start, length):
+        parts: list[list[np.ndarray]] = [[] for _ in range(len(docs))]
+        heads: list[tuple[BlockRows, int, int] | None] = [None] * len(docs)
+        broken: set[int] = set()
+        for span, record, row, lo, hi in zip(*(column.tolist() for column in pieces)):
             number = offset + record
             block = cache.get(number)
             if block is MISSING:
                 block = cache.put(number, self.records.read(number, True))
             if block is None:
-                return None
-            parts.append(block.bases(row)[lo:hi])
-            if first is None:
-                first = (block, row, lo)
-        assert first is not None
-        block, row, lo = first
-        bases = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        seq_id, source_start = block.seq_id[row], block.start[row] + lo
-        return Document(bases, block.tag[row], seq_id, source_start, document_key(seq_id, source_start, length))
+                broken.add(span)
+                continue
+            parts[span].append(block.bases(row)[lo:hi])
+            if heads[span] is None:
+                heads[span] = (block, row, lo)
+        out: list[Document | None] = []
+        for j, (length, head) in enumerate(zip(docs.length.tolist(), heads)):
+            if j in broken or head is None:
+                out.append(None)
+                continue
+            block, row, lo = head
+            bases = parts[j][0] if len(parts[j]) == 1 else np.concatenate(parts[j])
+            seq_id, start = block.seq_id[row], block.start[row] + lo
+            out.append(Document(bases, block.tag[row], seq_id, start, document_key(seq_id, start, length)))
+        return out
 
     def prefetch(self, plan: RankPlan, batches: list[int], cache: RecordCache) -> None:
         """Ask for the records of `batches` not decoded already, in the order they are read."""
@@ -89,13 +101,12 @@ class SpanBatches(PlannedBatches):
             return
         wanted: dict[int, None] = {}
         for b in batches:
-            for docs in self.plan_documents(plan.batches[b]):
-                for d, s, a, n in docs or ():
-                    offset = int(self.records.record_offsets[d])
-                    for record, _, _, _ in self.records.parts[d].pieces(s, a, n):
-                        wanted.setdefault(offset + record)
+            for d, docs in enumerate(self.plan_documents(plan.batches[b])[1]):
+                offset = int(self.records.record_offsets[d])
+                for record in self.records.parts[d].pieces(docs.seq, docs.start, docs.length).record.tolist():
+                    wanted.setdefault(offset + record)
         self.records.prefetch([r for r in wanted if r not in cache])
 
-    def reporter(self, plan: RankPlan, record: int, workers: int) -> int:
-        """Every worker reports the damaged records it reads (one record is seldom read by two)."""
-        return Worker.detect().id
+
+#: No documents.
+EMPTY_DOCUMENTS = Documents(*(np.empty(0, dtype=np.int64) for _ in range(4)))

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 
 from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
-from bionemo_wds.errors import OptionError
+from bionemo_wds.errors import ManifestError, OptionError
 from bionemo_wds.format import Params
 from bionemo_wds.load.plan import RecordTable
 from bionemo_wds.load.plan.mixing import split_virtual
@@ -122,6 +123,16 @@ class Cutting:
         return WindowSamples(seqs, window, stride, self.tail or params.tail, self.window_offset, seed)
 
 
+class Pieces(NamedTuple):
+    """Stored pieces of some spans (`SequenceRecords.pieces`): parallel int64 arrays, in order."""
+
+    span: np.ndarray
+    record: np.ndarray
+    row: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
 class SequenceRecords:
     """A sequence-layout split of one dataset: its records (pieces) and its sequences."""
 
@@ -129,21 +140,24 @@ class SequenceRecords:
         self.records, self.seqs = records, seqs
         pieces = int(seqs.first_piece[-1])
         if pieces != records.table.n_windows:
-            raise OptionError(
+            raise ManifestError(
                 f"{records.paths[0] if records.paths else 'a split'}: the sequence index lists {pieces} pieces, "
                 f"the record index {records.table.n_windows}"
             )
 
-    def pieces(self, seq: int, start: int, length: int) -> list[tuple[int, int, int, int]]:
-        """(record, row, first base, end) within each stored piece that bases ``[start, start + length)``
-        of sequence `seq` lie in, in order."""
+    def pieces(self, seq: np.ndarray, start: np.ndarray, length: np.ndarray) -> Pieces:
+        """The stored pieces that bases ``[start, start + length)`` of each sequence `seq` lie in, for
+        many spans at once (int64 arrays): for each piece in order, its span, record, row in the record,
+        and the bases of it the span takes (``lo:hi``)."""
         size = self.seqs.piece
-        first, last = start // size, (start + max(length, 1) - 1) // size
-        k = np.arange(first, last + 1, dtype=np.int64)
-        record, row = self.records.table.locate(self.seqs.first_piece[seq] + k)
-        lo = np.maximum(start - k * size, 0)
-        hi = np.minimum(start + length - k * size, size)
-        return list(zip(record.tolist(), row.tolist(), lo.tolist(), hi.tolist()))
+        first = start // size
+        counts = (start + np.maximum(length, 1) - 1) // size - first + 1
+        span = np.repeat(np.arange(len(seq), dtype=np.int64), counts)
+        k = first[span] + np.arange(len(span), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        record, row = self.records.table.locate(self.seqs.first_piece[seq[span]] + k)
+        lo = np.maximum(start[span] - k * size, 0)
+        hi = np.minimum(start[span] + length[span] - k * size, size)
+        return Pieces(span, record, row, lo, hi)
 
 
 class SpanSources:
