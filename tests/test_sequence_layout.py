@@ -274,7 +274,7 @@ def test_stride_with_the_sequence_layout_is_refused_and_nothing_written(tmp_path
 def test_a_window_database_with_the_sequence_layout_is_refused():
     opts = PrepareOptions(layout="sequences", window_db={"train": "w.db"}, source="sharded-eden")
     with pytest.raises(BadInputError, match=r"--window-db fixes the windows .* --layout sequences"):
-        opts.check()
+        opts.check_layout()
 
 
 def test_the_shipped_config_asks_for_the_sequence_layout(tmp_path):

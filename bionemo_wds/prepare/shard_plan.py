@@ -128,6 +128,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     """
     opts.check()
     opts.check_source()
+    opts.check_layout()
     opts.check_executor()
     if opts.compress == "zstd":
         try:
