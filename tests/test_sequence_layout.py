@@ -12,7 +12,7 @@ import numpy as np
 import pyfaidx
 import pytest
 import servers
-from conftest import KLEBSIELLA, tree_bytes
+from conftest import KLEBSIELLA, tree_bytes, write_fasta
 
 from bionemo_wds.cli.main import main as cli_main
 from bionemo_wds.errors import BadInputError, ManifestError
@@ -144,6 +144,36 @@ def test_tag_bytes_are_the_stored_tags(tmp_path, lambda_lineage_fa):
         assert ["".join(p[3] for p in pieces) for pieces in stored] == [seqs[pieces[0][0]] for pieces in stored]
         total += len(stored)
     assert total == len(seqs)
+
+
+def test_pieces_of_sequences_cut_at_n_runs_in_zstd_records(tmp_path, lambda_seq):
+    """--split-at-n rows are sequences of the index (each its own run of pieces, at its place in its
+    FASTA record; piece numbers run on across a record's rows, so keys stay unique); zstd records."""
+    seqs = {"a": lambda_seq[:9000] + "N" * 20 + lambda_seq[9000:20000], "b": lambda_seq[20000:21500]}
+    seqs["c"] = lambda_seq[30000:31000] + "N" * 30 + lambda_seq[31000:40000] + "N" * 12 + lambda_seq[40000:]
+    path = write_fasta(tmp_path / "cut.fa", seqs)
+    out = tmp_path / "cut"
+    opts = dict(seq_length=512, layout="sequences", split=(1.0, 0.0, 0.0), split_at_n=10, compress="zstd")
+    prepare([path], out, PrepareOptions(**opts, progress=False))
+    manifest = read_manifest(out)
+    index = read_sequence_index(out, manifest, "train")
+    window = manifest.params.window_length
+    pieces = stored_pieces(out, "train")
+    counts = (-(-index["length"].astype(np.int64) // window)).tolist()
+    assert sum(counts) == len(pieces) == manifest.splits["train"].n_samples and len(index) == 6
+    assert len({(p[0], p[2]) for p in pieces}) == len(pieces)  # unique keys
+    covered = {name: ["N"] * len(seq) for name, seq in seqs.items()}
+    at = 0
+    for length, n in zip(index["length"].tolist(), counts):
+        row, at = pieces[at : at + n], at + n
+        name, start = row[0][0], row[0][1]
+        assert {p[0] for p in row} == {name} and [p[1] for p in row] == [start + k * window for k in range(n)]
+        assert [p[2] for p in row] == list(range(row[0][2], row[0][2] + n))
+        bases = "".join(p[3] for p in row)
+        assert bases == seqs[name][start : start + length] and "N" not in bases
+        covered[name][start : start + length] = list(bases)
+    assert {name: "".join(c) for name, c in covered.items()} == seqs  # every base but the N runs, once
+    assert verify(out, progress=False).ok
 
 
 # --- determinism -------------------------------------------------------------------------------------------
