@@ -18,7 +18,7 @@ from conftest import KLEBSIELLA, LAMBDA
 from bionemo_wds.cli.main import main
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, PrepareRequest, option_specs, parse_request
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import CASE_MODES, CODECS
+from bionemo_wds.format import CASE_MODES, CODECS, LAYOUTS
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.options import EXECUTORS, SOURCE_KINDS
 from bionemo_wds.prepare.scan import ON_INVALID
@@ -32,6 +32,7 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
     "seq_length": (["--seq-length", "1024"], {"seq_length": 1024}, 1024),
     "stride": (["--stride", "1000"], {"stride": 1000}, 1000),
     "tail": (["--tail", "drop"], {"tail": "drop"}, "drop"),
+    "layout": (["--layout", "sequences"], {"layout": "sequences"}, "sequences"),
     "split": (["--split", "0.5,0.25,0.25"], {"split": [0.5, 0.25, 0.25]}, (0.5, 0.25, 0.25)),
     "split_lists": (
         ["--split-list", "train=a.txt", "--split-list", "val=b.txt"],
@@ -158,6 +159,7 @@ def test_choices_are_the_constants_the_code_checks_against():
     constants = {
         "source": SOURCE_KINDS,
         "tail": TAIL_MODES,
+        "layout": LAYOUTS,
         "case": CASE_MODES,
         "on_invalid": ON_INVALID,
         "compress": CODECS,

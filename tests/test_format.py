@@ -470,7 +470,7 @@ def test_write_shard_refuses_a_name_that_needs_an_extended_header(tmp_path):
 
 
 def test_old_versions_stay_readable_without_an_index():
-    assert set(READABLE_VERSIONS) == {1, 2, 3, 4}
+    assert set(READABLE_VERSIONS) == {1, 2, 3, 4, 5}
     assert index_of({"path": "train/wdshards-000000.tar", "n_samples": 1}) is None
     with pytest.raises(ValueError, match="malformed"):
         index_of({"records": {"offset": [512], "size": [10]}})

@@ -98,7 +98,7 @@ def test_a_version_3_manifest_gives_the_record_index_of_version_4(pristine: dict
     assert shard_indexes(Store(pristine[1]), read_manifest(pristine[1]), "train") is None
 
 
-@pytest.mark.parametrize("version", [0, 5, "4", None, 2.5])
+@pytest.mark.parametrize("version", [0, 6, "4", None, 2.5])
 def test_a_version_no_reader_takes_is_refused_naming_the_file(tmp_path: Path, pristine, version: Any) -> None:
     root = tmp_path / "ds"
     shutil.copytree(pristine[4], root)
@@ -108,9 +108,9 @@ def test_a_version_no_reader_takes_is_refused_naming_the_file(tmp_path: Path, pr
     with pytest.raises(ManifestError) as got:
         read_manifest(root)
     assert str(got.value) == (
-        f"{root / MANIFEST_NAME} has format version {version}; this bionemo-wds reads versions 1, 2, 3, 4"
+        f"{root / MANIFEST_NAME} has format version {version}; this bionemo-wds reads versions 1, 2, 3, 4, 5"
     )
-    assert READABLE_VERSIONS == (1, 2, 3, 4) == tuple(sorted(READERS))
+    assert READABLE_VERSIONS == (1, 2, 3, 4, 5) == tuple(sorted(READERS))
 
 
 def test_a_foreign_or_damaged_manifest_is_named(tmp_path: Path, pristine) -> None:

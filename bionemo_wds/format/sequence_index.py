@@ -104,6 +104,7 @@ def read_sequence_index(
     if info.n_bases is not None and bases != int(info.n_bases):
         raise ManifestError(
             f"{url}: its sequences hold {bases} bases, but the manifest's {split} split has {info.n_bases} "
-            "(n_bases): the sequence index file disagrees with the manifest (run `bionemo-wds verify`, or prepare again)"
+            "(n_bases): the sequence index file disagrees with the manifest (run `bionemo-wds verify`, "
+            "or prepare again)"
         )
     return rows

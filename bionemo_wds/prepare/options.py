@@ -379,21 +379,27 @@ class PrepareOptions:
             raise BadInputError(
                 f"--seq-length {self.seq_length} leaves no room for bases after {N_SPECIALS_PER_SAMPLE} special tokens"
             )
-        if self.layout == "sequences" and self.stride is not None:
-            raise BadInputError(
-                f"--stride {self.stride} does not apply to --layout sequences: its windows are cut at load "
-                "(GenomicDataset(stride=...)); leave --stride out"
-            )
-        if self.layout == "sequences" and self.window_db:
-            raise BadInputError(
-                "--window-db fixes the windows of a split, --layout sequences stores whole sequences: "
-                "give one (use --layout windows with --window-db)"
-            )
         if self.stride is not None and self.stride > room:
             raise BadInputError(
                 f"--stride {self.stride} is larger than the window of {room} bases (--seq-length "
                 f"{self.seq_length} minus {N_SPECIALS_PER_SAMPLE} special tokens, before any control tag): bases "
                 f"between windows would be lost; use --stride <= {room}, or leave it out to follow --seq-length"
+            )
+
+    def check_layout(self) -> None:
+        """Refuse what the sequence layout cannot honour: a stride (its windows are cut at load) and
+        a window database (which fixes the windows)."""
+        if self.layout != "sequences":
+            return
+        if self.stride is not None:
+            raise BadInputError(
+                f"--stride {self.stride} does not apply to --layout sequences: its windows are cut at load "
+                "(GenomicDataset(stride=...)); leave --stride out"
+            )
+        if self.window_db:
+            raise BadInputError(
+                "--window-db fixes the windows of a split, --layout sequences stores whole sequences: "
+                "give one (use --layout windows with --window-db)"
             )
 
     def check_executor(self) -> None:

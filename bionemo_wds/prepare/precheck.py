@@ -19,7 +19,8 @@ from bionemo_wds.errors import OptionError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import check_placed, group_names
 from bionemo_wds.prepare.options import PrepareOptions
-from bionemo_wds.prepare.shard_plan import check_layout, check_split_rules, fixed_windows, read_split_lists
+from bionemo_wds.prepare.sequence_layout import check_layout
+from bionemo_wds.prepare.shard_plan import check_split_rules, fixed_windows, read_split_lists
 from bionemo_wds.prepare.splits import split_count_problem, split_from_lists
 from bionemo_wds.prepare.windows import check_stride, window_length
 

@@ -26,6 +26,7 @@ from bionemo_wds.format import (
     unlisted_shards,
 )
 from bionemo_wds.format.record_index import RecordIndex
+from bionemo_wds.prepare.sequence_checks import PieceLengths, check_sequence_index
 from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.storage.store import Store
 
@@ -122,7 +123,8 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         f"inputs ({len(inputs)} file(s), {input_size}): {input_paths}",
         f"seq_length {params.seq_length}  window {params.window_length}  stride {params.stride}  "
         f"tail {params.tail}  tags {params.tags}  case {stored_case(manifest)}  seed {params.seed}  "
-        f"windows/record {params.windows_per_record}  codec {params.codec or 'none'}",
+        f"windows/record {params.windows_per_record}  codec {params.codec or 'none'}  layout {params.layout}",
+        *_layout_line(params),
         *_source_line(params),
         "",
         _table(
@@ -147,13 +149,29 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
     return "\n".join(out)
 
 
-def _index_files(splits: dict[str, SplitInfo]) -> list[str]:
-    """One line on the splits' record index files (format version 4), when there are any."""
-    files = [s.record_index for s in splits.values() if s.record_index is not None]
-    if not files:
+def _layout_line(params: Params) -> list[str]:
+    """One line on what the sequence layout stores, when the dataset has it."""
+    if params.layout != "sequences":
         return []
-    described = [f"{f.path} {_fmt_bytes(int(f.bytes))} ({int(f.records):,} records)" for f in files]
-    return [f"record index: {', '.join(described)}"]
+    return [
+        f"sequence layout: every base stored once, as pieces of up to {params.window_length} bases of whole "
+        "sequences in a seeded order; windows of any length are cut at load"
+    ]
+
+
+def _index_files(splits: dict[str, SplitInfo]) -> list[str]:
+    """One line each on the splits' record index files (format version 4) and sequence index files
+    (version 5), when there are any."""
+    files = [s.record_index for s in splits.values() if s.record_index is not None]
+    out = []
+    if files:
+        described = [f"{f.path} {_fmt_bytes(int(f.bytes))} ({int(f.records):,} records)" for f in files]
+        out.append(f"record index: {', '.join(described)}")
+    sequences = [s.sequence_index for s in splits.values() if s.sequence_index is not None]
+    if sequences:
+        described = [f"{f.path} {_fmt_bytes(int(f.bytes))} ({int(f.sequences):,} sequences)" for f in sequences]
+        out.append(f"sequence index: {', '.join(described)}")
+    return out
 
 
 @dataclass
@@ -183,7 +201,7 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             f"{store.root} has no record index (format version {manifest.format_version}; written since version "
             f"{INDEXED_FORMAT_VERSION}): records are checked by their shard's sha256 only"
         )
-    shards: list[tuple[ShardInfo, RecordIndex | None]] = []
+    shards: list[tuple[ShardInfo, RecordIndex | None, tuple[PieceLengths, int] | None]] = []
     listed: dict[str, str] = {}  # shard path -> the split that lists it first
     for split, info in manifest.splits.items():
         held = [sum(getattr(sh, key) for sh in info.shards) for key in ("n_samples", "n_tokens")]
@@ -193,7 +211,11 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
                     f"manifest.json: the {split} split lists {key} {getattr(info, key)} but its shards hold {total}"
                 )
         indexes = _split_indexes(store, manifest, split, report.problems)
+        pieces = check_sequence_index(store, manifest, split, indexes, report.problems)  # the sequence layout
+        first_piece = 0
         for n, sh in enumerate(info.shards):
+            first_piece += sh.n_samples
+            shard_pieces = None if pieces is None else (pieces, first_piece - sh.n_samples)
             path = sh.path
             if path in listed:  # read once; a loader would read its windows twice
                 report.problems.append(f"{path}: listed more than once in the manifest ({listed[path]}, {split})")
@@ -201,13 +223,13 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             if path.rpartition("/")[0] != split:
                 report.problems.append(f"{path}: listed in the {split} split but not in its folder {split}/")
             listed[path] = split
-            shards.append((sh, indexes[n] if indexes is not None else None))
+            shards.append((sh, indexes[n] if indexes is not None else None, shard_pieces))
     found: dict[str, dict[str, int] | None] = {}
     for split in dict.fromkeys([*manifest.splits, *SPLIT_NAMES]):  # a split's folder without its split too
         found[split] = store.sizes(split)  # None: the protocol cannot list (each shard is then fetched)
         for rel in unlisted_shards(split, found[split] or {}, manifest.params.prefix, listed):
             report.problems.append(f"{rel}: shard on disk but not in the manifest")
-    for sh, index in tqdm(shards, desc="verify", unit="shard", disable=not progress):
+    for sh, index, shard_pieces in tqdm(shards, desc="verify", unit="shard", disable=not progress):
         split, _, name = sh.path.rpartition("/")
         report.checked += 1
         if found.get(split) is not None and name not in found[split]:  # type: ignore[operator]
@@ -217,7 +239,7 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             report.problems.append(f"{sh.path}: no record index in the manifest")
         try:
             with store.open(sh.path) as fh:
-                read = _read_shard(fh, sh.path, index)
+                read = _read_shard(fh, sh.path, index, shard_pieces)
         except FileNotFoundError:
             report.problems.append(f"{sh.path}: missing")
             continue
@@ -260,9 +282,13 @@ def _split_indexes(
         return None
 
 
-def _read_shard(fh: Any, name: str, index: Any) -> tuple[int, str, int, int, int, str | None, list[str]]:
+def _read_shard(
+    fh: Any, name: str, index: Any, pieces: tuple[PieceLengths, int] | None = None
+) -> tuple[int, str, int, int, int, str | None, list[str]]:
     """One read of a shard serves the hash, the parse and the record-index check: (size, sha256,
-    samples, tokens, records, the first parse problem, the record-index disagreements)."""
+    samples, tokens, records, the first parse problem, the record-index disagreements). `pieces`
+    (the sequence layout): the split's piece lengths and the position of the shard's first piece,
+    which each record's lengths are checked against (the first disagreement per shard)."""
     samples = tokens = records = 0
     parse_problem = None
     disagree: list[str] = []
@@ -277,6 +303,11 @@ def _read_shard(fh: Any, name: str, index: Any) -> tuple[int, str, int, int, int
             if index is not None:
                 windows = len(block) if block is not None else None
                 disagree += index.disagreements(records, key, offset, data, windows)
+            if pieces is not None and block is not None:
+                wrong = pieces[0].disagreement(key, pieces[1] + samples, block.lengths)
+                if wrong is not None:
+                    disagree.append(wrong)
+                    pieces = None  # the rest of the shard would disagree the same way
             records += 1
             if block is not None:
                 samples += len(block)

@@ -44,7 +44,8 @@ from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
 from bionemo_wds.prepare.precheck import check_before_scan
 from bionemo_wds.prepare.scan import scan
-from bionemo_wds.prepare.shard_plan import ShardPlan, plan, request_of, sequence_index_rows
+from bionemo_wds.prepare.sequence_layout import sequence_index_rows
+from bionemo_wds.prepare.shard_plan import ShardPlan, plan, request_of
 from bionemo_wds.prepare.sources import source_catalog
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table
 from bionemo_wds.storage.store import Store

@@ -26,7 +26,6 @@ from bionemo_wds.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     SEQUENCE_FORMAT_VERSION,
-    SEQUENCE_INDEX_DTYPE,
     ShardInfo,
     shard_name,
 )
@@ -37,6 +36,7 @@ from bionemo_wds.prepare.options import (
     SHARD_TARGET_BYTES,
     PrepareOptions,
 )
+from bionemo_wds.prepare.sequence_layout import MAX_INDEXED_TAG_BYTES, check_layout, sequence_order
 from bionemo_wds.prepare.sources import file_fingerprint, input_files
 from bionemo_wds.prepare.splits import (
     DEFAULT_BUCKET_EDGES,
@@ -61,8 +61,6 @@ from bionemo_wds.prepare.windows import (
 #: How prepare orders a split's windows across its shards (in the request: a different order is
 #: different bytes). "feistel": `permutation.SeededPermutation` of the window ids, computed per shard.
 WINDOW_ORDER = "feistel"
-#: The largest control tag the sequence index can describe (its ``tag_bytes`` column is 16 bits).
-MAX_INDEXED_TAG_BYTES = int(np.iinfo(SEQUENCE_INDEX_DTYPE["tag_bytes"]).max)
 
 
 @dataclass(frozen=True)
@@ -128,6 +126,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     """
     opts.check()
     opts.check_source()
+    opts.check_layout()
     opts.check_executor()
     if opts.compress == "zstd":
         try:
@@ -270,33 +269,6 @@ def fixed_windows(catalog: Catalog, split: str, window: int, stride: int) -> Win
             f"starts at {int(start[outside[0]])}, beyond its {int(lengths[outside[0]])} bases"
         )
     return WindowTable(rows, numbers, start, np.minimum(lengths - start, window))
-
-
-def check_layout(catalog: Catalog, opts: PrepareOptions) -> None:
-    """Refuse the sequence layout for a source that fixed its windows (Eden window databases)."""
-    if opts.layout == "sequences" and catalog.windows:
-        raise BadInputError(
-            f"--layout sequences stores whole sequences, but the {catalog.source.kind} source fixes the windows of "
-            f"the {', '.join(catalog.windows)} split(s) (a window database): use --layout windows"
-        )
-
-
-def sequence_order(seed: int, split: str, n_rows: int) -> np.ndarray:
-    """The seeded order of a sequence-layout split's `n_rows` sequences (positions into its rows
-    in catalog order): shards mix sequences, each sequence's pieces stay together."""
-    return SeededPermutation(n_rows, seed, "sequence_order", SPLIT_NAMES.index(split)).all()
-
-
-def sequence_index_rows(catalog: Catalog, windows: OrderedWindows) -> np.ndarray:
-    """The sequence index of a sequence-layout split (`format.sequence_index`): per row of
-    `windows`, in storage order, its length and the bytes of its control tag as records store it."""
-    out = np.empty(len(windows.rows), dtype=SEQUENCE_INDEX_DTYPE)
-    out["length"] = windows.lengths
-    tag_bytes = {tag: len(tag.encode()) for tag in set(catalog.tags)}
-    out["tag_bytes"] = np.fromiter(
-        (tag_bytes[catalog.tags[row]] for row in windows.rows.tolist()), dtype=np.int64, count=len(windows.rows)
-    )
-    return out
 
 
 def window_order(seed: int, split: str) -> Callable[[int], SeededPermutation]:
