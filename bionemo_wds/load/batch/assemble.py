@@ -16,7 +16,7 @@ import numpy as np
 from webdataset.filters import pipelinefilter
 
 from bionemo_wds.core.seeds import flip_salt, tag_salt
-from bionemo_wds.load.batch.compact import compact_batch
+from bionemo_wds.load.batch.compact import Part, compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
 from bionemo_wds.load.batch.packed import PackedDocument, PackedSchema, compact_packed
 from bionemo_wds.load.batch.schema import BatchSchema
@@ -36,10 +36,11 @@ class PlannedRows(NamedTuple):
 
 
 class Document(NamedTuple):
-    """One document of a planned sample: its bases as stored, tag, sequence name, first base in the
-    source sequence, and key (``<seq_id>:<start>+<length>``, what its random draws are keyed by)."""
+    """One document of a planned sample: its bases as stored (one array, or the pieces it spans, in
+    order), tag, sequence name, first base in the source sequence, and key
+    (``<seq_id>:<start>+<length>``, what its random draws are keyed by)."""
 
-    bases: np.ndarray
+    bases: Part
     tag: bytes
     seq_id: str
     start: int

@@ -23,26 +23,55 @@ from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, PAD_ID
 assert COMPLEMENT_TABLE[PAD_ID] == PAD_ID, "padding must complement to itself (whole rows are complemented)"
 
 
-def compact_bases(parts: Sequence[np.ndarray], flip: Sequence[bool], window: int | None = None) -> np.ndarray:
-    """Rows of `parts` (uint8 bases as stored) padded with PAD to `window` (default: the longest),
-    each row reverse-complemented where `flip` says so.
+#: A row's bases as stored: one array, or the pieces a window cut at load spans, in order.
+Part = np.ndarray | tuple[np.ndarray, ...]
+
+
+def part_length(part: Part) -> int:
+    """Bases of a part."""
+    return sum(map(len, part)) if isinstance(part, tuple) else len(part)
+
+
+def put_bases(row: np.ndarray, part: Part, reverse: bool) -> None:
+    """Write `part` at the start of `row` (a view), reversed when `reverse` (the caller complements):
+    pieces are copied one after another, never joined first."""
+    if not isinstance(part, tuple):
+        row[: len(part)] = part[::-1] if reverse else part
+        return
+    pos = 0
+    for piece in reversed(part) if reverse else part:
+        row[pos : pos + len(piece)] = piece[::-1] if reverse else piece
+        pos += len(piece)
+
+
+def compact_bases(parts: Sequence[Part], flip: Sequence[bool], window: int | None = None) -> np.ndarray:
+    """Rows of `parts` (uint8 bases as stored, or the pieces of a row) padded with PAD to `window`
+    (default: the longest), each row reverse-complemented where `flip` says so.
 
     One slice copy per row (reversed for flipped rows), then one complement over the flipped rows
     together: a per-row `reverse_complement_bases` costs three copies and a translate call per row.
     """
     n = len(parts)
-    width = window or max(map(len, parts), default=0)
+    width = window or max(map(part_length, parts), default=0)
     bases = np.empty((n, width), dtype=np.uint8)
     flipped: list[int] = []
     for i, part in enumerate(parts):
-        m = len(part)
-        if m > width:
-            raise ValueError(f"row {i} has {m} bases, more than the batch width {width}")
-        if flip[i]:
-            bases[i, :m] = part[::-1]
-            flipped.append(i)
+        if isinstance(part, tuple):
+            m = part_length(part)
+            if m > width:
+                raise ValueError(f"row {i} has {m} bases, more than the batch width {width}")
+            put_bases(bases[i], part, flip[i])
+            if flip[i]:
+                flipped.append(i)
         else:
-            bases[i, :m] = part
+            m = len(part)
+            if m > width:
+                raise ValueError(f"row {i} has {m} bases, more than the batch width {width}")
+            if flip[i]:
+                bases[i, :m] = part[::-1]
+                flipped.append(i)
+            else:
+                bases[i, :m] = part
         if m < width:
             bases[i, m:] = PAD_ID
     if flipped:
@@ -79,7 +108,7 @@ def compact_tags(tags: Sequence[bytes], max_tag: int | None = None) -> tuple[np.
 
 
 def compact_batch(
-    parts: Sequence[np.ndarray],
+    parts: Sequence[Part],
     flip: Sequence[bool],
     tags: Sequence[bytes],
     rc: Sequence[bool],
@@ -99,7 +128,7 @@ def compact_batch(
     tag_matrix, tag_lengths = compact_tags(tags, max_tag)
     return {
         "bases": compact_bases(parts, flip, window),
-        "lengths": np.fromiter(map(len, parts), dtype=np.int32, count=n),
+        "lengths": np.fromiter(map(part_length, parts), dtype=np.int32, count=n),
         "tags": tag_matrix,
         "tag_lengths": tag_lengths,
         "rc": np.fromiter(rc, dtype=bool, count=n),

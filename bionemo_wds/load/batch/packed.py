@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
+from bionemo_wds.load.batch.compact import Part, part_length, put_bases
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
 
 #: Documents per sample the transfer slots are sized for (a batch with more sends its document
@@ -63,7 +64,7 @@ class PackedDocument:
 
     __slots__ = ("bases", "key", "rc", "seq_id", "start", "tag")
 
-    def __init__(self, bases: np.ndarray, tag: bytes, rc: bool, seq_id: str, start: int, key: str):
+    def __init__(self, bases: Part, tag: bytes, rc: bool, seq_id: str, start: int, key: str):
         self.bases, self.tag, self.rc, self.seq_id, self.start, self.key = bases, tag, rc, seq_id, start, key
 
 
@@ -84,13 +85,14 @@ def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, co
                 tokens[i, p : p + t] = np.frombuffer(doc.tag, dtype=np.uint8)
                 tokens[i, p + t] = SEP_ID
                 p += t + 1
-            m = len(doc.bases)
+            m = part_length(doc.bases)
             if p + m + 1 > seq_length:
                 raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {doc.key})")
+            put_bases(tokens[i, p : p + m], doc.bases, doc.rc)
             if doc.rc:
-                tokens[i, p : p + m] = np.frombuffer(doc.bases[::-1].tobytes().translate(COMPLEMENT_TABLE), np.uint8)
-            else:
-                tokens[i, p : p + m] = doc.bases
+                tokens[i, p : p + m] = np.frombuffer(
+                    tokens[i, p : p + m].tobytes().translate(COMPLEMENT_TABLE), np.uint8
+                )
             tokens[i, p + m] = EOS_ID
             doc_tokens[i, j], doc_prefix[i, j] = p + m + 1 - pos, p - pos
             pos = p + m + 1
