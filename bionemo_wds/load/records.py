@@ -264,16 +264,22 @@ class SourceRecords:
 
     def prefetch(self, records: list[int]) -> None:
         """Start fetching these records' bytes (remote sources; in the order given)."""
-        by_part: dict[int, list[int]] = {}
-        for record in records:
-            d, local = self.part(record)
-            by_part.setdefault(d, []).append(local)
-        for d, wanted in by_part.items():
+        for d, wanted in by_source(records, self.record_offsets).items():
             self.parts[d].prefetch(wanted)
 
     def close(self) -> None:
         for part in self.parts:
             part.close()
+
+
+def by_source(records: list[int], record_offsets: np.ndarray) -> dict[int, list[int]]:
+    """Record numbers across sources (source d's record r is ``record_offsets[d] + r``) -> each
+    source's own record numbers, in the order given."""
+    sources = np.searchsorted(record_offsets, np.asarray(records, dtype=np.int64), side="right") - 1
+    out: dict[int, list[int]] = {}
+    for d, record in zip(sources.tolist(), records):
+        out.setdefault(d, []).append(record - int(record_offsets[d]))
+    return out
 
 
 #: Rows checked at once (`_shard_checks`): about 4M, ~100 MB of temporaries.

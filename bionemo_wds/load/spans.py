@@ -25,7 +25,7 @@ from bionemo_wds.format import Params
 from bionemo_wds.load.plan import RecordTable
 from bionemo_wds.load.plan.mixing import split_virtual
 from bionemo_wds.load.plan.samples import OFFSETS, TAILS, PackedSamples, SequenceTable, WindowSamples, check_choice
-from bionemo_wds.load.records import SplitRecords
+from bionemo_wds.load.records import SplitRecords, by_source
 from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 
@@ -203,11 +203,7 @@ class SpanSources:
 
     def prefetch(self, records: list[int]) -> None:
         """Start fetching these records' bytes (remote sources; in the order given)."""
-        by_part: dict[int, list[int]] = {}
-        for record in records:
-            d, local = self.source_of(record)
-            by_part.setdefault(d, []).append(local)
-        for d, wanted in by_part.items():
+        for d, wanted in by_source(records, self.record_offsets).items():
             self.parts[d].records.prefetch(wanted)
 
     def close(self) -> None:
