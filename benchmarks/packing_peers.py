@@ -39,6 +39,7 @@ import torch
 from benchmarks.peers import SAMPLES_PER_SHARD, SEED, Ours
 from benchmarks.streaming_peers import LitData, import_library
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, SEP_ID, UPPERCASE_TABLE
+from bionemo_wds.load.batch.model_inputs import position_ids
 
 #: The peers that read a sequence-layout dataset.
 SEQUENCE_PEERS = ("ours_windows", "ours_packed")
@@ -110,13 +111,15 @@ class DocumentTokens:
 
 def block_inputs(blocks: torch.Tensor) -> dict[str, torch.Tensor]:
     """Model inputs from a batch of (seq_length + 1)-token blocks: tokens the first seq_length,
-    labels the next token of each, loss on the bases, positions 0..seq_length-1."""
-    tokens, labels = blocks[:, :-1].to(torch.int64), blocks[:, 1:].to(torch.int64)
+    labels the next token of each, loss on the bases, positions 0..seq_length-1 (in numpy, one
+    thread, as `to_model_inputs`)."""
+    b = blocks.numpy()
+    tokens, labels = b[:, :-1].astype(np.int64), b[:, 1:].astype(np.int64)
     return {
-        "tokens": tokens,
-        "labels": labels,
-        "loss_mask": (labels > SEP_ID + 1).to(torch.float32),  # bases are >= 65; specials are 0..4
-        "position_ids": torch.arange(tokens.shape[1]).expand_as(tokens),
+        "tokens": torch.from_numpy(tokens),
+        "labels": torch.from_numpy(labels),
+        "loss_mask": torch.from_numpy((b[:, 1:] > SEP_ID + 1).astype(np.float32)),  # bases >= 65; specials 0..4
+        "position_ids": position_ids(tokens.shape[1]).expand(*tokens.shape),
     }
 
 

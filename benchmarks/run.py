@@ -19,6 +19,7 @@ from typing import Any
 from tqdm import tqdm
 
 from benchmarks import child_env
+from benchmarks.catalogs import CHOICES, catalog_fasta, catalog_names
 from benchmarks.memory import PeakPss
 from benchmarks.peers import PEERS
 from benchmarks.remote import (
@@ -29,7 +30,6 @@ from benchmarks.remote import (
     measure_remote,
 )
 from benchmarks.streaming_peers import unavailable
-from benchmarks.synthetic import write_genome
 from benchmarks.table import table, targets
 from bionemo_wds.storage.atomic import atomic_write
 
@@ -177,7 +177,7 @@ def _prepared(prep: dict[str, Any], bases: int) -> dict[str, Any]:
 
 def _rates(load: dict[str, Any]) -> dict[str, Any]:
     """A load result with its rates: samples/s and tokens/s of the pass, samples/s with the loader
-    set-up counted, CPU seconds per million tokens."""
+    set-up counted, CPU seconds per million tokens, real (not PAD) tokens/s and the padding share."""
     out = {
         **load,
         "samples_per_s": load["samples"] / load["seconds"],
@@ -187,6 +187,9 @@ def _rates(load: dict[str, Any]) -> dict[str, Any]:
         out["samples_per_s_with_setup"] = load["samples"] / load["total_s"]
     if load.get("cpu_s") is not None and load["tokens"]:
         out["cpu_s_per_mtok"] = load["cpu_s"] / (load["tokens"] / 1e6)
+    if load.get("real_tokens") is not None and load["tokens"]:
+        out["real_tokens_per_s"] = load["real_tokens"] / load["seconds"]
+        out["padding"] = 1 - load["real_tokens"] / load["tokens"]  # share of the token slots that are PAD
     return out
 
 
@@ -198,9 +201,10 @@ class BaselineUnreadable(RuntimeError):
     """The ``--memory-baseline`` file is missing, is not this benchmark's JSON, or has no `ours`."""
 
 
-def memory_baseline(path: str | Path) -> dict[str, Any]:
+def memory_baseline(path: str | Path, catalog: str | None = None) -> dict[str, Any]:
     """What the memory target needs of an earlier run's ``--json`` (`path`): its genome size and
-    ours' peak PSS per worker count; read before any peer runs, so that a wrong path costs nothing."""
+    ours' peak PSS per worker count; read before any peer runs, so that a wrong path costs nothing.
+    From the JSON of a run of several catalogs, catalog `catalog`'s (default: the genome's)."""
 
     def unreadable(why: str) -> BaselineUnreadable:
         return BaselineUnreadable(f"--memory-baseline {path}: {why}")
@@ -209,6 +213,11 @@ def memory_baseline(path: str | Path) -> dict[str, Any]:
         earlier = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise unreadable(f"cannot read it as JSON ({exc})") from exc
+    if isinstance(earlier, dict) and "catalogs" in earlier:
+        try:
+            earlier = earlier["catalogs"][catalog or "genome"]
+        except (KeyError, TypeError) as exc:
+            raise unreadable(f"no run of the {catalog or 'genome'} catalog in it") from exc
     try:
         ours = earlier["peers"]["ours"]
     except (KeyError, TypeError) as exc:
@@ -223,9 +232,38 @@ def memory_baseline(path: str | Path) -> dict[str, Any]:
     return {"path": str(path), "bases": bases, "ours_peak_pss_bytes": pss}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Prepare and load every peer asked for (skipping, with a note, those whose library is missing)."""
-    baseline = memory_baseline(args.memory_baseline) if args.memory_baseline else None
+def memory_baselines(path: str | Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The memory baseline (`memory_baseline`) of each catalog run now, by name. One catalog takes
+    the earlier run's (its namesake where that run had several); several take their namesakes
+    only (a run of one catalog is named by its ``catalog``, the genome before there were names),
+    and at least one of them must have one."""
+    if len(names) == 1:
+        return {names[0]: memory_baseline(path, names[0])}
+    try:
+        earlier = json.loads(Path(path).read_text())
+        ran = set(earlier["catalogs"]) if "catalogs" in earlier else {earlier.get("catalog", "genome")}
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+        return {names[0]: memory_baseline(path, names[0])}  # unreadable: its error, as one catalog's
+    found = {name: memory_baseline(path, name) for name in names if name in ran}
+    if not found:
+        raise BaselineUnreadable(f"--memory-baseline {path}: no run of {' or '.join(names)} in it")
+    return found
+
+
+def _inputs(args: argparse.Namespace) -> list[tuple[str, Path, int | None]]:
+    """(name, FASTA, bases or None to count them) of each catalog to run: the ``--fasta`` given,
+    or the ``--catalog`` ones, written into the work directory first."""
+    if args.fasta:
+        return [(Path(args.fasta).name, Path(args.fasta), None)]
+    workdir = Path(args.workdir)
+    return [(name, *catalog_fasta(name, workdir, args.size_mbp, args.seed)) for name in catalog_names(args.catalog)]
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Prepare and load every peer asked for (skipping, with a note, those whose library is missing),
+    on each catalog in turn: one results dict per catalog."""
+    names = [Path(args.fasta).name] if args.fasta else catalog_names(args.catalog)
+    baselines = memory_baselines(args.memory_baseline, names) if args.memory_baseline else {}
     if args.remote:
         check_available(args.remote)  # before the local peers' runs, not after them
     asked = [p for p in PEERS if not args.only or p in args.only]
@@ -233,20 +271,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     peers = [p for p in asked if p not in skipped]
     if skipped and not peers and not args.remote:
         raise PeerUnavailable("; ".join(f"{p}: {why}" for p, why in skipped.items()))
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    if args.fasta:
-        fasta = Path(args.fasta)
-        bases = None
-    else:
-        fasta = workdir / f"synthetic_{args.size_mbp:g}mbp_seed{args.seed}.fa"
-        if not fasta.exists():
-            write_genome(fasta, args.size_mbp, args.seed)
-        bases = int(args.size_mbp * 1_000_000)
-    if bases is None:
-        from bionemo_wds.prepare.sources.fasta import catalog_fasta
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, fasta, bases in _inputs(args):
+        one = argparse.Namespace(**{**vars(args), "workdir": str(Path(args.workdir) / name)})
+        out.append(run_catalog(one, name, fasta, bases, peers, skipped, baselines.get(name)))
+    return out
 
-        bases = catalog_fasta([fasta], workdir / ".catalog", progress=False).total_bases
+
+def run_catalog(
+    args: argparse.Namespace,
+    name: str,
+    fasta: Path,
+    bases: int | None,
+    peers: list[str],
+    skipped: dict[str, str],
+    baseline: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Every peer of `peers` on one catalog (`fasta`, called `name`), prepared into and loaded from
+    ``args.workdir``."""
+    if bases is None:
+        from bionemo_wds.prepare.sources.fasta import catalog_fasta as count_bases
+
+        bases = count_bases([fasta], Path(args.workdir) / ".catalog", progress=False).total_bases
     workers = [int(w) for w in args.workers.split(",")]
     tasks = [(p, w) for p in peers for w in workers]
     compress_runs = [("ours", w) for w in workers] if args.compress and "ours" in peers else []
@@ -255,11 +302,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         + len(tasks)
         + (1 + len(compress_runs) if compress_runs else 0)
         + (1 + len(ROWS) * len(workers) if args.remote else 0),
-        desc="benchmark",
+        desc=f"benchmark {name}",
         unit="run",
         disable=args.quiet,
     )
     results: dict[str, Any] = {
+        "catalog": name,
         "fasta": str(fasta),
         "bases": bases,
         "seq_length": args.seq_length,
@@ -308,9 +356,17 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bionemo-wds benchmark", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--fasta", help="FASTA to use (default: a seeded synthetic genome of --size-mbp)")
-    p.add_argument("--size-mbp", type=float, default=32.0, help="size of the synthetic genome, in Mbp")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic genome")
+    p.add_argument("--fasta", help="FASTA to use instead of a --catalog")
+    p.add_argument(
+        "--catalog",
+        choices=CHOICES,
+        help="seeded synthetic input(s): genome (a draft assembly's contig mix, 32 Mbp), metagenome "
+        "(log-normal contigs, median 3 kb, 64 Mbp) or both, one table each (default: genome)",
+    )
+    p.add_argument(
+        "--size-mbp", type=float, help="size of each synthetic catalog, in Mbp (default: 32 genome, 64 metagenome)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic catalogs")
     p.add_argument("--only", type=lambda s: s.split(","), help=f"comma-separated peers to run ({','.join(PEERS)})")
     p.add_argument("--workers", default="0,2", help="comma-separated loader worker counts")
     p.add_argument("--seq-length", type=int, default=8192, help="tokens per sample")
@@ -336,19 +392,27 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.fasta and args.catalog:
+        p.error("--fasta and --catalog: give one of them (the FASTA is the input when given)")
+    args.catalog = args.catalog or "genome"
     try:
-        results = run(args)
+        runs = run(args)
     except (RemoteUnavailable, PeerUnavailable, BaselineUnreadable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    results["targets"] = [{"target": t, "met": met, "value": v} for t, met, v in targets(results)]
-    print(table(results))
-    print()
-    for t in results["targets"]:
-        print(f"  [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['value']}")
+    for results in runs:
+        results["targets"] = [{"target": t, "met": met, "value": v} for t, met, v in targets(results)]
+        print(table(results))
+        print()
+        for t in results["targets"]:
+            print(f"  [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['value']}")
+        print()
     if args.json:
+        # one catalog: its results as before catalogs; several: each by its name
+        out = runs[0] if len(runs) == 1 else {"catalogs": {r["catalog"]: r for r in runs}}
         with atomic_write(args.json, "w") as fh:
-            fh.write(json.dumps(results, indent=1) + "\n")
-        print(f"\nJSON: {args.json}")
+            fh.write(json.dumps(out, indent=1) + "\n")
+        print(f"JSON: {args.json}")
     return 0
