@@ -65,7 +65,7 @@ class OursWindows(Ours):
     pack = False
 
     def _prepare_options(self) -> dict[str, Any]:
-        return {"layout": "sequences"}
+        return {"layout": "sequences", "stride": None}  # the stride is the loader's
 
     def _load_options(self) -> dict[str, Any]:
         return {

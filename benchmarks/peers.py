@@ -331,7 +331,8 @@ class Ours(Peer):
         return self.url or str(self.dir)
 
     def _prepare_options(self) -> dict[str, Any]:
-        """`PrepareOptions` beyond the shared ones (none: format 4 windows; see `packing_peers`)."""
+        """`PrepareOptions` that replace or add to the shared ones (none: format 4 windows; see
+        `packing_peers`)."""
         return {}
 
     def _load_options(self) -> dict[str, Any]:
@@ -348,19 +349,18 @@ class Ours(Peer):
     def prepare(self, workers: int) -> None:
         from bionemo_wds.prepare import PrepareOptions, prepare
 
-        opts = PrepareOptions(
-            seq_length=self.seq_length,
-            stride=self.stride,
-            tail=self.tail,
-            split=(1, 0, 0),
-            workers=max(workers, 1),
-            progress=False,
-            overwrite=True,
-            samples_per_shard=SAMPLES_PER_SHARD,
-            compress=self.compress or "none",
-            **self._prepare_options(),
-        )
-        prepare([self.fasta], self.location, opts)  # a URL's endpoint and credentials: from the environment
+        opts = {
+            "seq_length": self.seq_length,
+            "stride": self.stride,
+            "tail": self.tail,
+            "split": (1, 0, 0),
+            "workers": max(workers, 1),
+            "progress": False,
+            "overwrite": True,
+            "samples_per_shard": SAMPLES_PER_SHARD,
+            "compress": self.compress or "none",
+        }
+        prepare([self.fasta], self.location, PrepareOptions(**(opts | self._prepare_options())))  # a URL's endpoint and credentials: from the environment
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
         from bionemo_wds.lightning.datamodule import GenomicWebDataModule
