@@ -339,9 +339,9 @@ def test_the_epoch_order_is_records_in_a_seeded_order_mixed_within_blocks(table,
     n, full = table.n_windows, table.n_windows // mix * mix
     if mix > 1:
         for b in range(full // mix):
-            shuffle = order.block(np.arange(mix), tweak=np.full(mix, b))
+            shuffle = order.slots.block(np.arange(mix), tweak=np.full(mix, b))
             expected[b * mix : (b + 1) * mix] = by_records[b * mix + shuffle]
-        expected[full:] = by_records[full + order.tail.all()]
+        expected[full:] = by_records[full + order.slots.tail.all()]
     assert np.array_equal(epoch_sequence(table, seed, epoch, mix), expected)
     positions = np.arange(n)[::-3]
     assert np.array_equal(order(positions), expected[positions])  # any positions alone

@@ -38,3 +38,31 @@ def test_ten_terabases_are_planned_in_under_a_gigabyte_and_shards_are_computed_a
     assert len(report["checked"]) == 3 and report["checked"][0]["shard"] == 0
     assert all(c["inverse_ok"] and c["grid_ok"] and c["full_order_ok"] for c in report["checked"]), report
     print(json.dumps({k: v for k, v in report.items() if k != "checked"}))  # seconds: reported, not asserted
+
+
+LOAD_TOOL = Path(__file__).resolve().parents[1] / "tools" / "load_plan_scale.py"
+
+
+def run_load_tool(*args: str) -> dict:
+    done = subprocess.run([sys.executable, str(LOAD_TOOL), *args], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_load_plan_tool_checks_a_small_sequence_catalog():
+    report = run_load_tool("--tbp", "0.001", "--sequences", "300", "--dp-size", "4", "--pack", "--offsets", "random")
+    assert report["samples"] > 1000 and report["rank_batches"] > 0
+    assert report["ids_ok"] and report["documents_ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seq_length", ["8192", "1048576"])
+@pytest.mark.parametrize("pack", [False, True])
+def test_a_ten_terabase_sequence_layout_is_planned_at_load_in_under_a_gigabyte(seq_length, pack):
+    """Issue 25: windows cut at load and packed samples of a 10 Tbp sequence-layout catalog, at 8 k and 1 M:
+    one rank's plan (1024 ranks) and its first batches' documents, without an array of every sample."""
+    report = run_load_tool("--seq-length", seq_length, *(["--pack", "--offsets", "random"] if pack else []))
+    assert report["bases"] >= 10 * 10**12
+    assert report["peak_rss_mb"] < MEMORY_BOUND_MB, report
+    assert report["ids_ok"] and report["documents_ok"], report
+    print(json.dumps(report))  # seconds: reported, not asserted

@@ -127,6 +127,15 @@ def flips(key: str, p: float, seed: int, epoch: int) -> bool:
     return salted_flip(key, p, flip_salt(seed, epoch))
 
 
+def salted_ints(ids: np.ndarray, bounds: np.ndarray, salt: int) -> np.ndarray:
+    """One integer in ``[0, bounds[i])`` for each id (int64 arrays; bounds >= 1), a pure function
+    of (id, bound, salt): the per-sequence draws of load-time window offsets."""
+    h = splitmix64_array(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ np.uint64(salt & _M64))
+    u = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)  # 53 uniform bits in [0, 1)
+    bounds = np.asarray(bounds, dtype=np.int64)
+    return np.minimum((u * bounds).astype(np.int64), bounds - 1)
+
+
 # --- tag dropout: per-window uniform draws, also without generator state --------------------------
 
 

@@ -6,6 +6,8 @@
   in the manifest as JSON columns);
 - `split_index_file`: a split's record index, read for versions 3 and 4 (`shard_indexes`), and its file
   ``<split>/record-index.npy`` (version 4: written by `write_manifest`);
+- `sequence_index`: a sequence-layout split's sequences in storage order (version 5), its file
+  ``<split>/sequence-index.npy`` (`read_sequence_index`, `write_sequence_index`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
 - `manifest_types`: the typed manifest (`Manifest`, `Params`, `SplitInfo`, `ShardInfo`) and its
   reader per format version (`READERS`);
@@ -26,6 +28,7 @@ from bionemo_wds.format.manifest import (
     Manifest,
     Params,
     RecordIndexEntry,
+    SequenceIndexEntry,
     ShardInfo,
     SplitInfo,
     has_record_index,
@@ -45,6 +48,16 @@ from bionemo_wds.format.records import (
     encode_record,
     record_key,
     window_key,
+)
+from bionemo_wds.format.sequence_index import (
+    LAYOUTS,
+    SEQUENCE_FORMAT_VERSION,
+    SEQUENCE_INDEX_DTYPE,
+    SEQUENCE_INDEX_NAME,
+    read_sequence_index,
+    sequence_index_path,
+    sequence_pieces,
+    write_sequence_index,
 )
 from bionemo_wds.format.split_index_file import (
     INDEX_FILE_FORMAT_VERSION,
@@ -85,11 +98,15 @@ __all__ = [
     "INDEXED_FORMAT_VERSION",
     "INDEX_DTYPE",
     "INDEX_FILE_FORMAT_VERSION",
+    "LAYOUTS",
     "MANIFEST_NAME",
     "READABLE_VERSIONS",
     "READERS",
     "RECORD_INDEX_NAME",
     "RECORD_SUFFIX",
+    "SEQUENCE_FORMAT_VERSION",
+    "SEQUENCE_INDEX_DTYPE",
+    "SEQUENCE_INDEX_NAME",
     "TAR_MTIME",
     "HashingReader",
     "HashingWriter",
@@ -98,6 +115,7 @@ __all__ = [
     "RecordIndex",
     "RecordIndexBuilder",
     "RecordIndexEntry",
+    "SequenceIndexEntry",
     "ShardInfo",
     "SplitIndex",
     "SplitInfo",
@@ -117,18 +135,22 @@ __all__ = [
     "iter_record_members",
     "iter_records",
     "read_manifest",
+    "read_sequence_index",
     "read_split_index",
     "reader",
     "record_crc32",
     "record_index_path",
     "record_key",
     "remove_stale_temporaries",
+    "sequence_index_path",
+    "sequence_pieces",
     "shard_indexes",
     "shard_name",
     "stored_case",
     "unlisted_shards",
     "window_key",
     "write_manifest",
+    "write_sequence_index",
     "write_shard",
     "write_tar",
 ]

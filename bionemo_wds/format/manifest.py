@@ -15,6 +15,11 @@ Format versions (``format_version``; the shard bytes are the same in all of them
    its rows are the shard's (``"n_records"``, in place of ``records``). At 100,000 shards of
    2048 records that is a manifest of tens of MB instead of 6.3 GB, and 20 bytes per record that
    the loader memory-maps instead of ~27 GB of parsed JSON.
+5. (``prepare --layout sequences``) version 4 holding the sequence layout: ``params.layout``
+   ``"sequences"``; every base of a split stored once, as pieces of ``window_length`` bases of
+   whole sequences in a seeded sequence order (windows are cut at load), and each split entry
+   lists its sequence index file, ``"sequence_index": {"path", "sequences", "bytes", "sha256"}``
+   (`format.sequence_index`). The windows layout is still written as version 4.
 
 Since version 3 the loader checks every record against its index as it decodes, `verify` checks
 all of it (and, in version 4, the index file against its listed size and sha256). One new version
@@ -57,6 +62,7 @@ from bionemo_wds.format.manifest_types import (
     Manifest,
     Params,
     RecordIndexEntry,
+    SequenceIndexEntry,
     ShardInfo,
     SplitInfo,
     reader,
@@ -85,6 +91,7 @@ __all__ = [
     "ManifestError",
     "Params",
     "RecordIndexEntry",
+    "SequenceIndexEntry",
     "ShardInfo",
     "SplitInfo",
     "complete_record_index",

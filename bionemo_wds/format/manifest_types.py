@@ -1,4 +1,5 @@
-"""The manifest as typed objects: `Manifest`, `Params`, `SplitInfo`, `ShardInfo`, `RecordIndexEntry`.
+"""The manifest as typed objects: `Manifest`, `Params`, `SplitInfo`, `ShardInfo`, `RecordIndexEntry`,
+`SequenceIndexEntry`.
 
 `Manifest.from_json` turns the JSON object of a ``manifest.json`` into them, by a reader chosen by
 its ``format_version`` (`READERS`, filled by `reader`: one per version, see `format.manifest` for
@@ -20,10 +21,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
+from bionemo_wds.format.sequence_index import LAYOUTS, SEQUENCE_ENTRY_KEYS, SEQUENCE_FORMAT_VERSION
 from bionemo_wds.format.split_index_file import INDEX_ENTRY_KEYS, INDEX_FILE_FORMAT_VERSION
 
 FORMAT_NAME = "bionemo-wds"
-#: The version `prepare` writes (both codecs).
+#: The version `prepare` writes for the windows layout (both codecs); the sequence layout
+#: (``--layout sequences``) writes `SEQUENCE_FORMAT_VERSION`.
 FORMAT_VERSION = INDEX_FILE_FORMAT_VERSION
 #: The first version with a record index (in the shard entries; since version 4 in a file per split).
 INDEXED_FORMAT_VERSION = 3
@@ -47,11 +50,16 @@ REQUIRED_SPLIT_KEYS = ("n_samples", "shards")
 REQUIRED_SHARD_KEYS = ("path", "n_samples", "n_tokens", "bytes", "sha256")
 #: What version 4 adds to every split entry and every shard entry (its record index file, its rows).
 INDEX_FILE_SPLIT_KEY, INDEX_FILE_SHARD_KEY = "record_index", "n_records"
+#: What version 5 adds to every split entry: its sequence index file.
+SEQUENCE_INDEX_SPLIT_KEY = "sequence_index"
 _SHARD_KEYS = frozenset(REQUIRED_SHARD_KEYS)
 _INDEX_FILE_SHARD_KEYS = frozenset((*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY))
 #: Keys written even when their value is null (`prepare` always writes them); any other optional
 #: key whose value is None is left out.
 _ALWAYS = frozenset(("group_by", "split_at_n"))
+#: Keys left out when they hold this value: what a manifest without them means (``layout``: the
+#: windows layout, which versions 1-4 have and do not name, so a windows manifest stays as it was).
+_OMITTED_DEFAULTS = {"layout": "windows"}
 
 
 def _known(cls: type) -> tuple[str, ...]:
@@ -64,6 +72,8 @@ def _json_of(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in names:
         value = getattr(obj, name)
+        if name in _OMITTED_DEFAULTS and value == _OMITTED_DEFAULTS[name]:
+            continue
         if value is not None or name in _ALWAYS:
             out[name] = value
     out.update(obj.extra)
@@ -101,6 +111,9 @@ class Params:
     group_by: str | None = None
     split_at_n: dict[str, Any] | None = None
     tokenizer: dict[str, Any] | None = None
+    #: ``windows`` (versions 1-4: the key is absent) or ``sequences`` (version 5: pieces of whole
+    #: sequences, windows cut at load; `format.sequence_index`)
+    layout: str = "windows"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -160,6 +173,19 @@ class RecordIndexEntry:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SequenceIndexEntry:
+    """A version-5 split's ``sequence_index``: its file (relative to the root), rows, size and sha256."""
+
+    path: str
+    sequences: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sequences": self.sequences, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, kw_only=True)
 class SplitInfo:
     """One split: its windows, sequences, bases, tokens, its shards in order and (version 4) its
     record index file."""
@@ -171,6 +197,7 @@ class SplitInfo:
     length_mix: dict[str, Any] | None = None
     seq_ids: list[str] | None = None
     samples_per_shard: int | None = None
+    sequence_index: SequenceIndexEntry | None = None  # version 5 (the sequence layout)
     record_index: RecordIndexEntry | None = None
     shards: tuple[ShardInfo, ...]
     extra: dict[str, Any] = field(default_factory=dict)
@@ -186,14 +213,23 @@ class SplitInfo:
             else:  # kept as it is: `index_file` names what is wrong with it when the index is read
                 del known["record_index"]
                 extra = {**extra, "record_index": entry}
+        entry = known.get(SEQUENCE_INDEX_SPLIT_KEY)
+        if entry is not None:
+            if isinstance(entry, dict) and all(key in entry for key in SEQUENCE_ENTRY_KEYS) and len(entry) == 4:
+                known[SEQUENCE_INDEX_SPLIT_KEY] = SequenceIndexEntry(**entry)
+            else:  # kept as it is: `read_sequence_index` says the split has no complete entry
+                del known[SEQUENCE_INDEX_SPLIT_KEY]
+                extra = {**extra, SEQUENCE_INDEX_SPLIT_KEY: entry}
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
         out = _json_of(self, _SPLIT_KEYS)
+        if self.sequence_index is not None:
+            out[SEQUENCE_INDEX_SPLIT_KEY] = self.sequence_index.to_json()
         if self.record_index is not None:
             out["record_index"] = self.record_index.to_json()
         out["shards"] = [shard.to_json() for shard in self.shards]
-        if "record_index" in self.extra:  # a damaged entry, where it was: before the shards
+        if "record_index" in self.extra or SEQUENCE_INDEX_SPLIT_KEY in self.extra:  # a damaged entry: before the shards
             out["shards"] = out.pop("shards")
         return out
 
@@ -261,8 +297,8 @@ def reader(*versions: int) -> Callable[[Callable[[dict[str, Any], str], Manifest
     return register
 
 
-def _parse(obj: dict[str, Any], where: str, indexed_by_file: bool) -> Manifest:
-    missing = missing_key(obj, indexed_by_file)
+def _parse(obj: dict[str, Any], where: str, indexed_by_file: bool, sequences: bool = False) -> Manifest:
+    missing = missing_key(obj, indexed_by_file, sequences)
     if missing is not None:
         raise ManifestError(f"{where} is damaged: it has no {missing} (prepare the dataset again)")
     known, extra = _split_known(obj, _MANIFEST_KEYS)
@@ -289,10 +325,21 @@ def _read_index_file(obj: dict[str, Any], where: str) -> Manifest:
     return _parse(obj, where, indexed_by_file=True)
 
 
+@reader(SEQUENCE_FORMAT_VERSION)
+def _read_sequence_layout(obj: dict[str, Any], where: str) -> Manifest:
+    """Version 5: version 4 that may hold the sequence layout (``params.layout``; each split of a
+    sequence-layout dataset then lists its ``sequence_index`` file)."""
+    params = obj.get("params")
+    layout = params.get("layout", "windows") if isinstance(params, dict) else "windows"
+    if layout not in LAYOUTS:
+        raise ManifestError(f"{where} has params.layout {layout!r}; this bionemo-wds reads {', '.join(LAYOUTS)}")
+    return _parse(obj, where, indexed_by_file=True, sequences=layout == "sequences")
+
+
 READABLE_VERSIONS = tuple(sorted(READERS))
 
 
-def missing_key(manifest: dict[str, Any], indexed_by_file: bool) -> str | None:
+def missing_key(manifest: dict[str, Any], indexed_by_file: bool, sequences: bool = False) -> str | None:
     """The first key readers need that `manifest` lacks (`params.prefix`, `splits.train.shards[0].bytes`), or None."""
     params, splits = manifest.get("params"), manifest.get("splits")
     if not isinstance(params, dict):
@@ -303,6 +350,8 @@ def missing_key(manifest: dict[str, Any], indexed_by_file: bool) -> str | None:
     if not isinstance(splits, dict):
         return "splits"
     split_keys = (*REQUIRED_SPLIT_KEYS, INDEX_FILE_SPLIT_KEY) if indexed_by_file else REQUIRED_SPLIT_KEYS
+    if sequences:
+        split_keys = (*split_keys, SEQUENCE_INDEX_SPLIT_KEY)
     shard_keys = (*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY) if indexed_by_file else REQUIRED_SHARD_KEYS
     all_keys = _INDEX_FILE_SHARD_KEYS if indexed_by_file else _SHARD_KEYS
     for name, info in splits.items():

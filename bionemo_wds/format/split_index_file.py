@@ -199,7 +199,24 @@ def _record_counts(store: Store, shards: Sequence[ShardInfo], split: str) -> np.
 def _load_rows(store: Store, entry: RecordIndexEntry, problems: list[str] | None) -> np.ndarray:
     """The rows of a version-4 index file, checked against its manifest entry (size; sha256 where
     the file is read whole, or always under `problems`)."""
-    rel = str(entry.path)
+    return load_npy_rows(store, str(entry.path), int(entry.bytes), str(entry.sha256), INDEX_DTYPE, problems)
+
+
+def load_npy_rows(
+    store: Store,
+    rel: str,
+    size_listed: int,
+    sha_listed: str,
+    dtype: np.dtype,
+    problems: list[str] | None,
+    what: str = "record index",
+    row: str = "record",
+) -> np.ndarray:
+    """The rows of a ``.npy`` file a manifest lists (`rel`, relative to the root) with its size and
+    sha256: memory-mapped when local, fetched whole when remote (its sha256 then checked, as it is
+    always under `problems`, where a differing sha256 is reported instead of raised). A file missing,
+    of another size, or not a 1-d array of `dtype` is a `ManifestError` naming it; `what` is what
+    the file is to the split (the record index, the sequence index), `row` what one row stands for."""
     url = store.url(rel)
     data = None
     try:
@@ -210,11 +227,11 @@ def _load_rows(store: Store, entry: RecordIndexEntry, problems: list[str] | None
             size = store.size(rel)
     except FileNotFoundError:
         raise ManifestError(
-            f"{url} is missing: the manifest lists it as the record index of its split (prepare the dataset again)"
+            f"{url} is missing: the manifest lists it as the {what} of its split (prepare the dataset again)"
         ) from None
-    if size != entry.bytes:
+    if size != size_listed:
         raise ManifestError(
-            f"{url} has {size} bytes, but the manifest lists {entry.bytes}: the record index file is truncated "
+            f"{url} has {size} bytes, but the manifest lists {size_listed}: the {what} file is truncated "
             "or replaced (run `bionemo-wds verify`, or prepare the dataset again)"
         )
     if data is not None or problems is not None:
@@ -223,10 +240,10 @@ def _load_rows(store: Store, entry: RecordIndexEntry, problems: list[str] | None
         else:
             with store.open(rel) as fh:
                 sha = HashingReader(fh).finish()[1]
-        if sha != entry.sha256:
+        if sha != sha_listed:
             message = (
-                f"{url}: sha256 {sha[:12]}... differs from the manifest's {str(entry.sha256)[:12]}...: the "
-                "record index file changed after it was written"
+                f"{url}: sha256 {sha[:12]}... differs from the manifest's {str(sha_listed)[:12]}...: the "
+                f"{what} file changed after it was written"
             )
             if problems is None:
                 raise ManifestError(f"{message} (run `bionemo-wds verify`, or prepare the dataset again)")
@@ -237,10 +254,10 @@ def _load_rows(store: Store, entry: RecordIndexEntry, problems: list[str] | None
         else:
             rows = np.load(url, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
-        raise ManifestError(f"{url} is damaged: it is not a record index file ({exc})") from exc
-    if rows.dtype != INDEX_DTYPE or rows.ndim != 1:
+        raise ManifestError(f"{url} is damaged: it is not a {what} file ({exc})") from exc
+    if rows.dtype != dtype or rows.ndim != 1:
         raise ManifestError(
-            f"{url} is damaged: it holds an array of {rows.dtype} and shape {rows.shape}, not a record index "
-            f"(one row of {INDEX_DTYPE} per record)"
+            f"{url} is damaged: it holds an array of {rows.dtype} and shape {rows.shape}, not a {what} "
+            f"(one row of {dtype} per {row})"
         )
     return rows

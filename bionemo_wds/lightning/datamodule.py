@@ -32,6 +32,7 @@ from bionemo_wds.load.plan.progress import EpochState, TrainProgress, position
 from bionemo_wds.load.records import SplitRecords
 from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
+from bionemo_wds.load.spans import Cutting, SequenceRecords
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World
 from bionemo_wds.storage.retry import RetryPolicy
@@ -97,6 +98,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         blend: an Evo2-format blend YAML (``dataset_prefix``, ``dataset_split``, ``dataset_weight``)
             naming prepared datasets, instead of `shards` or `datasets`.
         samples_per_epoch: windows in a mixed epoch (default: the sum of the datasets' train splits).
+        stride, tail, pack, window_offset: how a sequence-layout dataset (``prepare --layout
+            sequences``) is cut at load: windows of seq_length every `stride` bases with the `tail`
+            rule, or packed samples (`pack`), on a grid shifted per epoch (``window_offset="random"``);
+            see `GenomicDataset`.
     """
 
     def __init__(
@@ -132,6 +137,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         datasets: list[dict[str, Any]] | None = None,
         blend: str | None = None,
         samples_per_epoch: int | None = None,
+        stride: int | None = None,
+        tail: str | None = None,
+        pack: bool = False,
+        window_offset: str = "fixed",
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -151,6 +160,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.store = Store(self.entries[0].path, storage_options, retry, what="shards")  # the first dataset's
         self.root = self.store.root
         self.opening = OpenOptions(seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit)
+        self.cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
         self.micro_batch_size, self.requested_global_batch_size = micro_batch_size, global_batch_size
         self.global_batch_size = global_batch_size or micro_batch_size
         self.seq_length, self.seed, self.handler = seq_length, seed, handler
@@ -189,7 +199,13 @@ class GenomicWebDataModule(L.LightningDataModule):
         if self.sources is None:  # once; later stages reuse what was built so far
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
             self.sources = Sources(
-                self.entries, self.samples_per_epoch, self.seed, self.opening, self.world.rank, self.samples.unused
+                self.entries,
+                self.samples_per_epoch,
+                self.seed,
+                self.opening,
+                self.world.rank,
+                self.samples.unused,
+                self.cutting,
             )
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
         for split in REQUIRED_SPLITS[stage]:
@@ -257,7 +273,9 @@ class GenomicWebDataModule(L.LightningDataModule):
     def records(self) -> dict[Split, SplitRecords]:
         """Every record of each split set up so far, by its record index (a split of several
         datasets: the first dataset's; ``datasets[split][i].records`` has them all)."""
-        return {split: datasets[0].records.parts[0] for split, datasets in self.datasets.items() if datasets}
+        return {
+            split: split_records(datasets[0].records.parts[0]) for split, datasets in self.datasets.items() if datasets
+        }
 
     @property
     def plans(self) -> dict[Split, RankPlan]:
@@ -395,3 +413,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         after the module's own, so a position already waiting to be applied is not restored twice."""
         if self.progress.restored is None or self.progress.restored != position(state):
             self.load_state_dict(state)
+
+
+def split_records(part: SplitRecords | SequenceRecords) -> SplitRecords:
+    """The records of a split of one dataset (a sequence-layout split's are its pieces)."""
+    return part.records if isinstance(part, SequenceRecords) else part

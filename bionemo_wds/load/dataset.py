@@ -35,12 +35,14 @@ from torch.utils.data import IterableDataset
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.batch.model_inputs import tensors
 from bionemo_wds.load.batch.options import SampleOptions
+from bionemo_wds.load.batch.packed import PackedSchema
 from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.plan import (
     EpochSpec,
     epoch_batches,
     epoch_length,
     rank_plan,
+    remaining_runs,
     remaining_sequence,
     training_modes,
 )
@@ -50,6 +52,8 @@ from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan
 from bionemo_wds.load.reader import PlannedBatches
 from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
+from bionemo_wds.load.span_reader import SpanBatches
+from bionemo_wds.load.spans import Cutting, SpanSources
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World, in_loader_worker
 
@@ -89,6 +93,17 @@ class GenomicDataset(IterableDataset):
         datasets: several prepared datasets mixed with exact quotas, ``[{"path": ..., "weight": ...}, ...]``.
         blend: an Evo2-format blend YAML naming prepared datasets.
         samples_per_epoch: samples of a mixed training epoch (default: every train window once).
+        stride, tail: a sequence-layout dataset's windows (``prepare --layout sequences``) are cut at
+            load: `seq_length` tokens every `stride` bases (default: prepare's, 7992 at 8192), the tail
+            rule ``"end"`` (a last window aligned to the sequence's end) or ``"drop"`` (default: the
+            dataset's). A windows-layout dataset serves its own windows only.
+        pack: fill every sample with whole sequences and sequence tails, each its own document (BOS,
+            tag, SEP, bases, EOS), until seq_length is full: every base once per epoch, position ids
+            restarting per document, and the boundaries as ``seq_lens`` / ``cu_seqlens``
+            (`batch.packed`). Sequence-layout datasets only.
+        window_offset: ``"fixed"`` (windows at 0, stride, ...) or ``"random"`` (each sequence's grid
+            shifted per epoch by an offset drawn from seed, epoch and sequence, within the room its tail
+            leaves: a fresh cut every epoch with the same number of samples).
     """
 
     def __init__(
@@ -119,6 +134,10 @@ class GenomicDataset(IterableDataset):
         datasets: Sequence[Mapping[str, Any]] | None = None,
         blend: str | None = None,
         samples_per_epoch: int | None = None,
+        stride: int | None = None,
+        tail: str | None = None,
+        pack: bool = False,
+        window_offset: str = "fixed",
     ):
         super().__init__()
         world = World.detect(None, dp_rank, dp_size)
@@ -127,7 +146,8 @@ class GenomicDataset(IterableDataset):
         resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)
         opening = OpenOptions(seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit)
-        sources = Sources(entries, samples_per_epoch, seed, opening, world.rank, samples.unused)
+        cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
+        sources = Sources(entries, samples_per_epoch, seed, opening, world.rank, samples.unused, cutting)
         self.build(sources, as_split(split), micro_batch_size, world, samples, seed, shuffle_buffer, epoch)
         self.global_batch_size = global_batch_size or micro_batch_size * world.size
         self.emit_model_inputs = model_inputs
@@ -177,14 +197,18 @@ class GenomicDataset(IterableDataset):
         self.records = sources.records(split)
         self.params = sources.params(split)
         self.seq_length: int = self.params.seq_length
-        self.schema = BatchSchema(micro, self.params.window_length, self.params.max_tag_bytes)
+        self.schema: BatchSchema | PackedSchema = (
+            PackedSchema(micro, self.seq_length)
+            if sources.cutting.pack
+            else BatchSchema(micro, self.params.window_length, self.params.max_tag_bytes)
+        )
         quotas, seeds = sources.train_mix() if split is Split.train else (np.zeros(0, np.int64), [])
         self.quota_list: list[int] = [int(q) for q in quotas]
         self.progress = progress if progress is not None else TrainProgress()
         self.epoch = 0
         self.counted = 0  # batches of the current pass this process yielded (no loader workers)
         self.source_counts: dict[int, dict[str, int]] = {}  # per epoch: windows of each dataset yielded here
-        self.tables = tuple(part.table for part in self.records.parts)
+        self.tables = self.records.tables
         self.stream_seeds = tuple(seeds)
 
     # -- the plan -----------------------------------------------------------------------------------
@@ -196,7 +220,8 @@ class GenomicDataset(IterableDataset):
         seeds = self.stream_seeds if train else (self.seed,) * len(self.tables)
         pseudo = epoch_batches(sum(quotas), self.global_batch_size) if self.mode == "resampled" else None
         world, micro = self.world, self.micro_batch_size
-        return EpochSpec(self.tables, quotas, seeds, self.seed, world.rank, world.size, micro, self.mix, pseudo)
+        whole = self.sources.cutting.pack  # packed: every base once per epoch, the last batch completed
+        return EpochSpec(self.tables, quotas, seeds, self.seed, world.rank, world.size, micro, self.mix, pseudo, whole)
 
     @property
     def mix(self) -> int:
@@ -239,7 +264,8 @@ class GenomicDataset(IterableDataset):
         """The two stages that make this worker's compact batches: `PlannedBatches` (its batches of
         the plan `current()` gives, dealt in units of `unit` batches) and the batch builder (reverse
         complement and tag dropout when training, drawn by `epoch`'s pass). Every loader runs these."""
-        planned = PlannedBatches(self.records, self.sources.policy, current, self.mix, self.micro_batch_size, unit)
+        reader: Any = SpanBatches if isinstance(self.records, SpanSources) else PlannedBatches
+        planned = reader(self.records, self.sources.policy, current, self.mix, self.micro_batch_size, unit)
         train = self.split is Split.train
         return [planned, self.samples.assemble_stage(self.schema, self.seed, epoch, train)]
 
@@ -318,13 +344,13 @@ class GenomicDataset(IterableDataset):
     def positions(self, epoch: int, consumed: Sequence[Consumed]) -> list[dict[str, Any]]:
         """Each train dataset's quota and stream position (``epoch x quota + windows consumed``)
         after `consumed` of `epoch`, so a restore can check it continues the same blend."""
-        quotas = self.quotas
+        quotas, whole = self.quotas, self.sources.cutting.pack
         if len(quotas) == 1:  # one dataset: every sample consumed is its own
-            taken = [sum(seg.batches * seg.micro * seg.dp_size for seg in consumed)]
+            taken = [int(quotas[0]) - int(remaining_runs(int(quotas[0]), consumed, whole)[1].sum())]
         elif consumed:
             spec = self.spec()
             sequence = mixed_sequence(spec.tables, spec.quotas, self.seed, epoch, spec.mix, spec.seeds)
-            left = self.records.resolve(remaining_sequence(sequence, consumed))[1]
+            left = self.records.resolve(remaining_sequence(sequence, consumed, whole))[1]
             taken = (quotas - np.bincount(np.asarray(left, dtype=np.int64), minlength=len(quotas))).tolist()
         else:
             taken = [0] * len(quotas)

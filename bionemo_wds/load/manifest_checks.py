@@ -49,11 +49,15 @@ def _read_checked(
     manifest = read_manifest(store)
     params = manifest.params
     where = store.url(MANIFEST_NAME)
-    if seq_length is not None and seq_length != params.seq_length:
+    if (
+        seq_length is not None
+        and seq_length != params.seq_length
+        and getattr(params, "layout", "windows") != "sequences"
+    ):
         raise OptionError(
             f"{store.root} was cut for seq_length {params.seq_length} (windows of {params.window_length} "
-            f"bases); seq_length={seq_length} was asked for. Use seq_length={params.seq_length} or "
-            f"prepare again with --seq-length {seq_length}"
+            f"bases); seq_length={seq_length} was asked for. Use seq_length={params.seq_length}, or prepare "
+            f"again with --seq-length {seq_length}, or with --layout sequences (which serves any seq_length)"
         )
     sizes: dict[str, int | None] = {}
     expected: dict[str, int] = {}

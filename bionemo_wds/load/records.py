@@ -231,6 +231,11 @@ class SourceRecords:
         # what the reader asks of the shards: whether to work out and prefetch what comes next
         self.shards = SimpleNamespace(reads_ahead=any(p.shards.reads_ahead for p in parts))
 
+    @property
+    def tables(self) -> tuple[RecordTable, ...]:
+        """Each source's record table (what the plan deals windows from)."""
+        return tuple(p.table for p in self.parts)
+
     def part(self, record: int) -> tuple[int, int]:
         """(source, record within it) of a record of the table."""
         d = int(np.searchsorted(self.record_offsets, record, side="right")) - 1

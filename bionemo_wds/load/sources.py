@@ -18,13 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds import format as stored
 from bionemo_wds.errors import BlendError, OptionError
 from bionemo_wds.format import Manifest, Params
 from bionemo_wds.load.blend_file import BlendEntry, entries_for, last_component, parse_datasets, read_blend
 from bionemo_wds.load.manifest_checks import open_dataset
 from bionemo_wds.load.plan.mixing import describe_shares, quotas, repeat_warnings, source_seeds
+from bionemo_wds.load.plan.samples import SequenceTable
 from bionemo_wds.load.records import SourceRecords, SplitRecords
 from bionemo_wds.load.shard_errors import Handler, ShardErrorPolicy
+from bionemo_wds.load.spans import Cutting, SequenceRecords, SpanSources, is_sequence_layout
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.retry import RetryPolicy
@@ -63,6 +66,7 @@ class Source:
     stats: StorageStats
     cache: RangeCache | None
     records: dict[str, SplitRecords] = field(default_factory=dict)
+    tables: dict[tuple[str, int], Any] = field(default_factory=dict)
 
     @classmethod
     def open(cls, entry: BlendEntry, options: OpenOptions, report: bool) -> Source:
@@ -80,6 +84,28 @@ class Source:
 
     def has_split(self, split: Split) -> bool:
         return split.name in self.manifest.splits
+
+    def sequence_table(self, split: Split) -> SequenceTable:
+        """`split`'s sequences in storage order (a sequence-layout dataset's sequence index)."""
+        rows = stored.read_sequence_index(self.store, self.manifest, split.name)
+        if rows is None:
+            raise OptionError(f"{self.root} has no sequence index for its {split.name} split (not a sequence layout)")
+        lengths = np.asarray(rows["length"], dtype=np.int64)
+        return SequenceTable(lengths, np.asarray(rows["tag_bytes"], dtype=np.int64), self.manifest.params.window_length)
+
+    def sample_table(self, split: Split, cutting: Cutting, seed: int) -> Any:
+        """What the plan deals from for `split`: the record table of stored windows, or the samples a
+        sequence-layout split is cut into at load (made once per split and seed)."""
+        key = (split.name, seed)
+        if key not in self.tables:
+            params = self.manifest.params
+            if is_sequence_layout(params):
+                seqs = SequenceRecords(self.split_records(split), self.sequence_table(split))
+                self.tables[key] = (seqs, cutting.table(self.root, params, seqs.seqs, seed))
+            else:
+                cutting.check_windows_layout(self.root, params)
+                self.tables[key] = (None, self.split_records(split).table)
+        return self.tables[key]
 
     def split_records(self, split: Split) -> SplitRecords:
         """Every record of `split` (read from the record index once)."""
@@ -115,6 +141,7 @@ class Sources:
         options: how each dataset is opened.
         rank: this process's data-parallel rank (rank 0 warns and logs the shares).
         checks: what to warn about a dataset when it is opened (options it cannot use, as lines).
+        cutting: how a sequence-layout dataset's samples are cut at load (windows, packing).
     """
 
     def __init__(
@@ -125,7 +152,9 @@ class Sources:
         options: OpenOptions,
         rank: int = 0,
         checks: Callable[[Any], list[str]] | None = None,
+        cutting: Cutting | None = None,
     ):
+        self.cutting = cutting or Cutting(options.seq_length)
         self.entries = {split: entries_for(entries, split.name) for split in Split}
         if not self.entries[Split.train]:
             raise BlendError("a blend needs at least one train dataset")
@@ -157,7 +186,7 @@ class Sources:
     def alone(self, source: Source) -> Sources:
         """The datasets of `source` alone (a dataset evaluated by itself), sharing what it opened."""
         entry = BlendEntry(source.entry.path, 1.0, "train", source.entry.name)
-        one = Sources([entry], None, self.seed, self.options, self.rank, self.checks)
+        one = Sources([entry], None, self.seed, self.options, self.rank, self.checks, self.cutting)
         one.opened[entry.path] = source
         return one
 
@@ -194,7 +223,7 @@ class Sources:
         for other in sources[1:]:
             params = other.manifest.params
             for key in AGREE_PARAMS:
-                if getattr(params, key) != getattr(base, key):
+                if self.served(params, key) != self.served(base, key):
                     raise BlendError(
                         f"datasets of a blend must agree on {key}: {first.root} has {getattr(base, key)}, "
                         f"{other.root} has {getattr(params, key)}"
@@ -205,14 +234,24 @@ class Sources:
                     f"datasets of a blend must share a tokenizer: {first.root} has {mine}, {other.root} has {theirs}"
                 )
 
+    def served(self, params: Params, key: str) -> Any:
+        """A parameter as this loader serves it (a sequence-layout dataset serves the seq_length asked for)."""
+        if key == "seq_length" and is_sequence_layout(params) and self.cutting.seq_length is not None:
+            return self.cutting.seq_length
+        return getattr(params, key)
+
     def train_mix(self) -> tuple[np.ndarray, list[int]]:
         """(quota, stream seed) of every train dataset; the shares are logged once, by rank 0."""
         if self.mix is None:
             entries, sources = self.entries[Split.train], self.of(Split.train)
-            sizes = [source.split_records(Split.train).table.n_windows for source in sources]
+            seeds = source_seeds(self.seed, len(entries))
+            sizes = [
+                source.sample_table(Split.train, self.cutting, seed)[1].n_windows
+                for source, seed in zip(sources, seeds)
+            ]
             length = self.samples_per_epoch or sum(sizes)
             weights = [e.weight for e in entries]
-            self.mix = quotas(weights, length), source_seeds(self.seed, len(entries))
+            self.mix = quotas(weights, length), seeds
             if self.rank == 0 and len(entries) > 1:  # a blend's shares (one dataset has nothing to share)
                 log.warning("%s", describe_shares(self.names, weights, self.mix[0], sizes))
             if self.rank == 0:
@@ -220,21 +259,40 @@ class Sources:
                     warnings.warn(line, stacklevel=3)
         return self.mix
 
-    def records(self, split: Split) -> SourceRecords:
-        """`split`'s records over its datasets, as one table (each dataset read by its own policy)."""
+    def records(self, split: Split) -> SourceRecords | SpanSources:
+        """`split`'s records over its datasets, as one table (each dataset read by its own policy): stored
+        windows, or samples cut at load from sequence-layout datasets (a blend is of one layout)."""
         sources = self.of(split)
         if not sources:
             raise OptionError(f"no dataset has a {split.name} split")
         seeds = self.train_mix()[1] if split is Split.train else [self.seed] * len(sources)
-        parts = [source.split_records(split) for source in sources]
-        return SourceRecords(parts, [source.policy for source in sources], seeds)
+        policies = [source.policy for source in sources]
+        layouts = [is_sequence_layout(source.manifest.params) for source in sources]
+        if any(layouts) and not all(layouts):
+            windows, sequences = sources[layouts.index(False)].root, sources[layouts.index(True)].root
+            raise BlendError(
+                f"a blend cannot mix {windows} (windows cut at prepare) with {sequences} (sequences, cut at load): "
+                "prepare both with the same --layout"
+            )
+        # evaluation reads every split the same way every time: windows on their fixed grid
+        cutting = self.cutting if split is Split.train else replace(self.cutting, window_offset="fixed")
+        tables = [source.sample_table(split, cutting, seed) for source, seed in zip(sources, seeds)]
+        if all(layouts):
+            return SpanSources([t[0] for t in tables], [t[1] for t in tables], policies, seeds)
+        return SourceRecords([source.split_records(split) for source in sources], policies, seeds)
 
     def params(self, split: Split) -> Params:
         """The manifest params `split`'s batches are laid out by: the widest window and tag room of its datasets."""
         first = self.source(self.entries[Split.train][0])
         manifests = [source.manifest for source in self.of(split)] or [first.manifest]
+        base = manifests[0].params
+        if is_sequence_layout(base):  # cut at load: the window the asked seq_length leaves
+            tags = max_tag_bytes(manifests)
+            seq_length = self.cutting.seq_length or base.seq_length
+            room = replace(base, seq_length=seq_length, max_tag_bytes=tags)
+            return replace(room, window_length=self.cutting.window(room))
         window = max(m.params.window_length for m in manifests)
-        return replace(manifests[0].params, window_length=window, max_tag_bytes=max_tag_bytes(manifests))
+        return replace(base, window_length=window, max_tag_bytes=max_tag_bytes(manifests))
 
     # -- counters -----------------------------------------------------------------------------------
 

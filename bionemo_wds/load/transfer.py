@@ -34,7 +34,8 @@ from bionemo_wds.load.world import Worker, in_loader_worker
 
 T = TypeVar("T")
 
-#: The numpy columns of a compact batch that go through shared memory; the rest is pickled.
+#: The numpy columns of a (windows) compact batch, which go through shared memory; so does every
+#: other array a batch holds (a packed batch's), and the rest is pickled.
 ARRAYS = SHARED_FIELDS
 #: Seconds a worker waits for a free slot before it reports the main process as stuck.
 DEFAULT_TIMEOUT = 600.0
@@ -147,9 +148,9 @@ def _to_main(src: Iterable[dict[str, Any]], transfer: BatchTransfer, per_message
         slot = np.frombuffer(view, dtype=np.uint8)
         offset, metas = 0, []
         for batch in group:
-            meta = {k: v for k, v in batch.items() if k not in ARRAYS}
+            meta = {k: v for k, v in batch.items() if not isinstance(v, np.ndarray)}
             layout = {}
-            for key in ARRAYS:
+            for key in [k for k, v in batch.items() if isinstance(v, np.ndarray)]:  # every array field
                 arr = np.ascontiguousarray(batch[key])
                 if offset + arr.nbytes > transfer.slot_bytes:  # does not fit: it travels in the message
                     meta[key] = arr

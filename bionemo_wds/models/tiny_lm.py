@@ -2,7 +2,8 @@
 
 Byte-level vocabulary (256), learned positions, a few pre-norm transformer blocks with causal
 attention, loss averaged over ``loss_mask`` (bases only). Takes the batches `to_model_inputs`
-makes: ``tokens``, ``labels``, ``loss_mask``, ``position_ids``.
+makes: ``tokens``, ``labels``, ``loss_mask``, ``position_ids``; a packed batch (``pack=True``: several
+documents per sample, ``seq_lens`` present) is attended document by document.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bionemo_wds.errors import OptionError
+from bionemo_wds.load.batch.packed import document_mask
 
 
 class TinyDNALM(L.LightningModule):
@@ -63,13 +65,20 @@ class TinyDNALM(L.LightningModule):
         nn.init.normal_(self.embed.weight, std=0.02)  # default N(0, 1) makes tied logits huge at step 0
         nn.init.normal_(self.pos.weight, std=0.02)
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, packed: bool = False) -> torch.Tensor:
+        """Logits of every position. `packed`: the samples hold several documents (``pack=True``), and
+        a token attends only to the earlier tokens of its own document: the causal block-diagonal mask
+        (`document_mask`) of the position ids, which restart at every document."""
         x = self.embed(tokens) + self.pos(position_ids)
+        if packed:  # per sample and head: True where attention is not allowed
+            blocked = ~document_mask(position_ids)
+            mask = blocked.repeat_interleave(self.hparams["n_heads"], dim=0)
+            return self.head(self.norm(self.blocks(x, mask=mask)))
         mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1], device=tokens.device)
         return self.head(self.norm(self.blocks(x, mask=mask, is_causal=True)))
 
     def _loss(self, batch: dict[str, Any]) -> torch.Tensor:
-        logits = self(batch["tokens"], batch["position_ids"])
+        logits = self(batch["tokens"], batch["position_ids"], "seq_lens" in batch)
         per_token = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), reduction="none")
         mask = batch["loss_mask"].flatten()
         return (per_token * mask).sum() / mask.sum().clamp(min=1)
@@ -92,7 +101,7 @@ class TinyDNALM(L.LightningModule):
         return loss
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
-        logits = self(batch["tokens"], batch["position_ids"])
+        logits = self(batch["tokens"], batch["position_ids"], "seq_lens" in batch)
         return {"keys": batch.get("keys"), "next_token": logits.argmax(-1)}
 
     def configure_optimizers(self):

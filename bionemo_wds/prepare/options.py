@@ -22,7 +22,7 @@ from typing import Any
 
 from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX
+from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX, LAYOUTS
 from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
 from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.scan import ON_INVALID
@@ -208,6 +208,14 @@ class PrepareOptions:
         "'drop': Eden's counts, up to stride-1 tail bases dropped",
         choices=TAIL_MODES,
     )
+    layout: str = option(
+        "windows",
+        "windows: the windows of --seq-length and --stride, overlaps stored (format version 4; the loader serves "
+        "exactly those); sequences: every base stored once, as pieces of whole sequences in a seeded order "
+        "(format version 5), windows of any length and stride cut at load (GenomicDataset(seq_length=..., "
+        "stride=...)), short sequences packable; --stride does not apply",
+        choices=LAYOUTS,
+    )
     split: Sequence[float] = option(
         (0.8, 0.1, 0.1),
         f"{','.join(SPLIT_NAMES)} ratios for the length-stratified split "
@@ -370,6 +378,16 @@ class PrepareOptions:
         if room < 1:
             raise BadInputError(
                 f"--seq-length {self.seq_length} leaves no room for bases after {N_SPECIALS_PER_SAMPLE} special tokens"
+            )
+        if self.layout == "sequences" and self.stride is not None:
+            raise BadInputError(
+                f"--stride {self.stride} does not apply to --layout sequences: its windows are cut at load "
+                "(GenomicDataset(stride=...)); leave --stride out"
+            )
+        if self.layout == "sequences" and self.window_db:
+            raise BadInputError(
+                "--window-db fixes the windows of a split, --layout sequences stores whole sequences: "
+                "give one (use --layout windows with --window-db)"
             )
         if self.stride is not None and self.stride > room:
             raise BadInputError(

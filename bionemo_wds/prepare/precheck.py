@@ -19,7 +19,7 @@ from bionemo_wds.errors import OptionError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import check_placed, group_names
 from bionemo_wds.prepare.options import PrepareOptions
-from bionemo_wds.prepare.shard_plan import check_split_rules, fixed_windows, read_split_lists
+from bionemo_wds.prepare.shard_plan import check_layout, check_split_rules, fixed_windows, read_split_lists
 from bionemo_wds.prepare.splits import split_count_problem, split_from_lists
 from bionemo_wds.prepare.windows import check_stride, window_length
 
@@ -36,6 +36,7 @@ def check_before_scan(catalog: Catalog, opts: PrepareOptions) -> None:
     stride = opts.effective_stride(window)
     check_stride(stride, window, opts.seq_length, max_tag)
     check_split_rules(catalog, opts)
+    check_layout(catalog, opts)
     names = list(dict.fromkeys(catalog.names))
     if opts.split_lists:
         split_from_lists(names, read_split_lists(opts))  # a name not in the inputs, or in two lists

@@ -35,14 +35,16 @@ from bionemo_wds.format import (
     read_manifest,
     remove_stale_temporaries,
     write_manifest,
+    write_sequence_index,
 )
+from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
 from bionemo_wds.prepare.groups import apply_groups
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
 from bionemo_wds.prepare.precheck import check_before_scan
 from bionemo_wds.prepare.scan import scan
-from bionemo_wds.prepare.shard_plan import plan, request_of
+from bionemo_wds.prepare.shard_plan import ShardPlan, plan, request_of, sequence_index_rows
 from bionemo_wds.prepare.sources import source_catalog
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table
 from bionemo_wds.storage.store import Store
@@ -196,6 +198,8 @@ def _prepare_locked(
         manifest["splits"][split]["shards"][k]["n_tokens"] = int(windows.length.sum())
     if not store.remote:  # what writers that died (a killed pool or cluster worker) left, now that all are done
         remove_stale_temporaries(store.root)
+    if manifest["params"].get("layout") == "sequences":
+        _write_sequence_indexes(store, manifest, catalog, shard_plan)
     # last: it names only shards that exist (and writes each split's record index file just before)
     write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)  # `manifest` is then what the file holds
     written_manifest = Manifest.from_json(manifest, store.url(MANIFEST_NAME))
@@ -204,6 +208,14 @@ def _prepare_locked(
     status = "resumed" if state is OutState.RESUME else "written"
     seconds = time.perf_counter() - t0 - startup
     return PrepareResult(status, result_out, written_manifest, written, len(reused), seconds, startup)
+
+
+def _write_sequence_indexes(store: Store, manifest: dict[str, Any], catalog: Catalog, shard_plan: ShardPlan) -> None:
+    """Write each split's sequence index file (the sequence layout) and list it in its split entry,
+    just before the manifest (a rerun writes the same bytes again)."""
+    for split, windows in shard_plan.splits.items():
+        entry = write_sequence_index(store, split, sequence_index_rows(catalog, windows))
+        manifest["splits"][split]["sequence_index"] = entry
 
 
 def _load_tar_writer() -> float:

@@ -25,6 +25,8 @@ from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    SEQUENCE_FORMAT_VERSION,
+    SEQUENCE_INDEX_DTYPE,
     ShardInfo,
     shard_name,
 )
@@ -47,6 +49,8 @@ from bionemo_wds.prepare.splits import (
 )
 from bionemo_wds.prepare.tags import tag_file
 from bionemo_wds.prepare.windows import (
+    PIECE,
+    IdentityOrder,
     OrderedWindows,
     WindowTable,
     check_stride,
@@ -57,6 +61,8 @@ from bionemo_wds.prepare.windows import (
 #: How prepare orders a split's windows across its shards (in the request: a different order is
 #: different bytes). "feistel": `permutation.SeededPermutation` of the window ids, computed per shard.
 WINDOW_ORDER = "feistel"
+#: The largest control tag the sequence index can describe (its ``tag_bytes`` column is 16 bits).
+MAX_INDEXED_TAG_BYTES = int(np.iinfo(SEQUENCE_INDEX_DTYPE["tag_bytes"]).max)
 
 
 @dataclass(frozen=True)
@@ -139,11 +145,12 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         }
     parquet = _named_files(opts.split_parquet)
     window_dbs = _named_files(opts.window_db)
-    return {
+    sequences = opts.layout == "sequences"
+    request = {
         "source": opts.source,
         "inputs": file_fingerprint(input_files(inputs, opts)),
         "seq_length": opts.seq_length,
-        "stride": opts.requested_stride,
+        "stride": None if sequences else opts.requested_stride,  # cut at load
         "tail": opts.tail,
         "split": [float(r) for r in opts.split] if not (lists or parquet) else None,
         "split_lists": lists,
@@ -169,6 +176,9 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "compress_level": opts.compress_level if opts.compress != "none" else None,
         "window_order": WINDOW_ORDER,
     }
+    if sequences:  # only then: a windows request (and so its manifest) is what it was before layouts
+        request["layout"] = opts.layout
+    return request
 
 
 def _named_files(named: dict[str, str] | None) -> dict[str, dict[str, Any]] | None:
@@ -262,6 +272,33 @@ def fixed_windows(catalog: Catalog, split: str, window: int, stride: int) -> Win
     return WindowTable(rows, numbers, start, np.minimum(lengths - start, window))
 
 
+def check_layout(catalog: Catalog, opts: PrepareOptions) -> None:
+    """Refuse the sequence layout for a source that fixed its windows (Eden window databases)."""
+    if opts.layout == "sequences" and catalog.windows:
+        raise BadInputError(
+            f"--layout sequences stores whole sequences, but the {catalog.source.kind} source fixes the windows of "
+            f"the {', '.join(catalog.windows)} split(s) (a window database): use --layout windows"
+        )
+
+
+def sequence_order(seed: int, split: str, n_rows: int) -> np.ndarray:
+    """The seeded order of a sequence-layout split's `n_rows` sequences (positions into its rows
+    in catalog order): shards mix sequences, each sequence's pieces stay together."""
+    return SeededPermutation(n_rows, seed, "sequence_order", SPLIT_NAMES.index(split)).all()
+
+
+def sequence_index_rows(catalog: Catalog, windows: OrderedWindows) -> np.ndarray:
+    """The sequence index of a sequence-layout split (`format.sequence_index`): per row of
+    `windows`, in storage order, its length and the bytes of its control tag as records store it."""
+    out = np.empty(len(windows.rows), dtype=SEQUENCE_INDEX_DTYPE)
+    out["length"] = windows.lengths
+    tag_bytes = {tag: len(tag.encode()) for tag in set(catalog.tags)}
+    out["tag_bytes"] = np.fromiter(
+        (tag_bytes[catalog.tags[row]] for row in windows.rows.tolist()), dtype=np.int64, count=len(windows.rows)
+    )
+    return out
+
+
 def window_order(seed: int, split: str) -> Callable[[int], SeededPermutation]:
     """The seeded order of a split's windows across its shards (shards mix sequences instead of
     following them), for a split of n windows: ``window_order(seed, split)(n)``."""
@@ -282,14 +319,23 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     shards, not with the windows: no window is computed here."""
     max_tag = catalog.max_tag_bytes()
     window = window_length(opts.seq_length, max_tag)
-    stride = opts.effective_stride(window)
+    sequences = opts.layout == "sequences"
+    check_layout(catalog, opts)
+    if sequences and max_tag > MAX_INDEXED_TAG_BYTES:
+        raise BadInputError(
+            f"--layout sequences: a control tag of {max_tag} bytes is longer than the sequence index holds "
+            f"({MAX_INDEXED_TAG_BYTES} bytes)"
+        )
+    # the sequence layout: pieces of `window` bases, one after the other (stride = window)
+    stride = window if sequences else opts.effective_stride(window)
     check_stride(stride, window, opts.seq_length, max_tag)
+    tail = PIECE if sequences else opts.tail
     per_shard = opts.samples_per_shard or max(1, SHARD_TARGET_BYTES // window)
     per_record = min(opts.windows_per_record or max(1, RECORD_TARGET_BYTES // window), per_shard)
     assignment = _assign_splits(catalog, opts)
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,  # both codecs; params.codec says which
+        "format_version": SEQUENCE_FORMAT_VERSION if sequences else FORMAT_VERSION,  # params.codec says which codec
         "package_version": __version__,
         "request": request,
         "params": {
@@ -320,6 +366,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
                 "sep": SEP_ID,
                 "unk": UNK_ID,
             },
+            **({"layout": opts.layout} if sequences else {}),  # absent: windows (what versions 1-4 hold)
         },
         "splits": {},
         "skipped": catalog.skipped,
@@ -327,18 +374,23 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     }
     ordered: dict[str, OrderedWindows] = {}
     fixed = catalog.windows or {}
-    first = first_windows(catalog, window, stride, opts.tail)
+    first = first_windows(catalog, window, stride, tail)
     for code, split in enumerate(SPLIT_NAMES):
         rows = np.flatnonzero(assignment == code)
         if len(rows) == 0:
             continue
         lengths = catalog.lengths[rows]
-        order_of = window_order(opts.seed, split)
+        order_of: Callable[[int], SeededPermutation | IdentityOrder] = window_order(opts.seed, split)
         if split in fixed:
             windows = OrderedWindows.of_table(fixed_windows(catalog, split, window, stride), order_of, per_shard)
         else:
-            offset = None if first is None else first[rows]
-            windows = OrderedWindows.grid(rows, lengths, window, stride, opts.tail, order_of, per_shard, offset)
+            stored = rows
+            if sequences:  # the rows in a seeded order, their pieces in that order (each row's together)
+                stored, order_of = rows[sequence_order(opts.seed, split, len(rows))], IdentityOrder
+            offset = None if first is None else first[stored]
+            windows = OrderedWindows.grid(
+                stored, catalog.lengths[stored], window, stride, tail, order_of, per_shard, offset
+            )
         n = len(windows)
         if opts.samples_per_shard is None:
             windows = dataclasses.replace(windows, per_shard=split_shard_size(n, per_shard, per_record))

@@ -5,6 +5,11 @@ property tests. Eden's rule for a sequence of length ``L``, window ``W`` and str
 ``1 + (L - W) // S`` windows for ``L >= W`` (dropping up to ``S - 1`` tail bases), one short window
 for ``L < W``. ``tail="end"`` (our default) adds one window aligned to the sequence end whenever
 the regular grid leaves tail bases, so no base is lost.
+
+``tail="piece"`` (internal: the sequence layout, ``prepare --layout sequences``) cuts every base
+once, with the stride equal to the window: piece k of a sequence of length ``L`` is bases
+``[k * W, min((k + 1) * W, L))`` (the last one shorter, not moved back to end at ``L``), so a
+sequence has ``ceil(L / W)`` pieces (one when ``L <= W``) and no base is stored twice.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
 from bionemo_wds.errors import BadInputError, OptionError
 
 TAIL_MODES = ("end", "drop")
+#: The tail mode of the sequence layout's pieces (not a `--tail` choice: the loader cuts windows).
+PIECE = "piece"
+_ALL_TAILS = (*TAIL_MODES, PIECE)
 
 
 def window_length(seq_length: int, max_tag_bytes: int) -> int:
@@ -46,9 +54,11 @@ def check_stride(stride: int, window: int, seq_length: int, max_tag_bytes: int) 
 
 def window_counts(lengths: np.ndarray, window: int, stride: int, tail: str = "end") -> np.ndarray:
     """Number of windows cut from each sequence length."""
-    if tail not in TAIL_MODES:
+    if tail not in _ALL_TAILS:
         raise OptionError(f"tail must be one of {TAIL_MODES}, got {tail!r}")
     lengths = np.asarray(lengths, dtype=np.int64)
+    if tail == PIECE:  # every base once: ceil(L / stride) pieces, at least one
+        return np.maximum(1, -(-lengths // stride))
     excess = np.maximum(lengths - window, 0)
     counts = 1 + excess // stride
     if tail == "end":
@@ -84,12 +94,43 @@ def window_table(
     rows = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
     first_row = np.repeat(np.cumsum(counts) - counts, counts)
     window_index = np.arange(total, dtype=np.int64) - first_row
-    seq_len = lengths[rows]
+    start, length = _cut(window_index, lengths[rows], window, stride, tail)
+    return WindowTable(seq_indices[rows], window_index, start, length)
+
+
+def _cut(number: np.ndarray, seq_len: np.ndarray, window: int, stride: int, tail: str) -> tuple[np.ndarray, np.ndarray]:
+    """(start, length) of window `number` of sequences of `seq_len` bases."""
+    if tail == PIECE:  # piece k: bases [k * stride, min((k + 1) * stride, L)), stride = window
+        start = number * stride
+        return start, np.minimum(seq_len - start, window)
     # The tail window of `tail="end"` is the one grid step that would run past the end:
     # clamping its start to L - W aligns it to the sequence end.
-    start = np.minimum(window_index * stride, np.maximum(seq_len - window, 0))
-    length = np.minimum(seq_len, window)
-    return WindowTable(seq_indices[rows], window_index, start, length)
+    start = np.minimum(number * stride, np.maximum(seq_len - window, 0))
+    return start, np.minimum(seq_len, window)
+
+
+@dataclass(frozen=True)
+class IdentityOrder:
+    """The order that keeps ids where they are (``range(n)`` itself), with the part of
+    `SeededPermutation`'s interface a plan uses: the sequence layout stores pieces in id order."""
+
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        return np.asarray(positions, dtype=np.int64)
+
+    def inverse(self, elements: np.ndarray) -> np.ndarray:
+        return np.asarray(elements, dtype=np.int64)
+
+    def range(self, lo: int, hi: int) -> np.ndarray:
+        """The ids at positions ``[lo, hi)``: those numbers."""
+        return np.arange(lo, max(lo, hi), dtype=np.int64)
+
+    def all(self) -> np.ndarray:
+        return self.range(0, self.n)
 
 
 @dataclass(frozen=True)
@@ -101,7 +142,9 @@ class OrderedWindows:
     global order to a window id (`permutation.SeededPermutation`), so shard k, positions
     ``[k * per_shard, (k + 1) * per_shard)``, needs the per-row window counts and a few integers,
     never an array of every window. `fixed` (a source that fixed its windows, Eden window
-    databases) replaces the grid: window id i is row i of it.
+    databases) replaces the grid: window id i is row i of it. `tail` ``"piece"`` (the sequence
+    layout) cuts pieces instead of windows (`window_counts`), usually with an `IdentityOrder`
+    over rows already put in a seeded order, so each row's pieces stay consecutive.
     """
 
     rows: np.ndarray  # int64: the split's catalog rows
@@ -109,11 +152,12 @@ class OrderedWindows:
     first_id: np.ndarray  # int64: window id of each row's first window, plus the total (len rows + 1)
     window: int
     stride: int
-    order: SeededPermutation
+    order: SeededPermutation | IdentityOrder
     per_shard: int
     #: int64 per split row: window numbers its sequence has in earlier rows (pieces), or None
     number_offset: np.ndarray | None = None
     fixed: WindowTable | None = None
+    tail: str = "end"
 
     @classmethod
     def grid(
@@ -123,7 +167,7 @@ class OrderedWindows:
         window: int,
         stride: int,
         tail: str,
-        order_of: Callable[[int], SeededPermutation],
+        order_of: Callable[[int], SeededPermutation | IdentityOrder],
         per_shard: int,
         number_offset: np.ndarray | None = None,
     ) -> OrderedWindows:
@@ -131,11 +175,12 @@ class OrderedWindows:
         counts = window_counts(lengths, window, stride, tail)
         first_id = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         rows, lengths = np.asarray(rows, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
-        return cls(rows, lengths, first_id, window, stride, order_of(int(first_id[-1])), per_shard, number_offset)
+        order = order_of(int(first_id[-1]))
+        return cls(rows, lengths, first_id, window, stride, order, per_shard, number_offset, tail=tail)
 
     @classmethod
     def of_table(
-        cls, table: WindowTable, order_of: Callable[[int], SeededPermutation], per_shard: int
+        cls, table: WindowTable, order_of: Callable[[int], SeededPermutation | IdentityOrder], per_shard: int
     ) -> OrderedWindows:
         """Windows a source fixed (`table`), in the order `order_of(len(table))` gives."""
         empty = np.empty(0, dtype=np.int64)
@@ -153,6 +198,8 @@ class OrderedWindows:
         """Bases in all windows (without computing them)."""
         if self.fixed is not None:
             return int(self.fixed.length.sum())
+        if self.tail == PIECE:  # every base once
+            return int(self.lengths.sum())
         return int((np.diff(self.first_id) * np.minimum(self.lengths, self.window)).sum())
 
     def by_id(self, ids: np.ndarray) -> WindowTable:
@@ -161,12 +208,10 @@ class OrderedWindows:
             return self.fixed.take(ids)
         row = np.searchsorted(self.first_id, ids, side="right") - 1
         number = ids - self.first_id[row]
-        seq_len = self.lengths[row]
-        # as `window_table`: the tail window of tail="end" is clamped to end at the sequence's end
-        start = np.minimum(number * self.stride, np.maximum(seq_len - self.window, 0))
+        start, length = _cut(number, self.lengths[row], self.window, self.stride, self.tail)  # as `window_table`
         if self.number_offset is not None:
             number = number + self.number_offset[row]
-        return WindowTable(self.rows[row], number, start, np.minimum(seq_len, self.window))
+        return WindowTable(self.rows[row], number, start, length)
 
     def at(self, lo: int, hi: int) -> WindowTable:
         """The windows at positions ``[lo, hi)`` of the global order."""

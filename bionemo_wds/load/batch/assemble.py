@@ -17,7 +17,8 @@ from webdataset.filters import pipelinefilter
 
 from bionemo_wds.core.seeds import flip_salt, tag_salt
 from bionemo_wds.load.batch.compact import compact_batch
-from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, row_flip
+from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
+from bionemo_wds.load.batch.packed import PackedDocument, PackedSchema, compact_packed
 from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
@@ -34,6 +35,31 @@ class PlannedRows(NamedTuple):
     draws: list[tuple[int, int] | None]
 
 
+class Document(NamedTuple):
+    """One document of a planned sample: its bases as stored, tag, sequence name, first base in the
+    source sequence, and key (``<seq_id>:<start>+<length>``, what its random draws are keyed by)."""
+
+    bases: np.ndarray
+    tag: bytes
+    seq_id: str
+    start: int
+    key: str
+
+
+class PlannedDocuments(NamedTuple):
+    """The samples of one planned batch: each one's documents (None: filler, no sample or a damaged
+    piece; empty: a packed sample the pass left unused), its source, and the (seed, pass) of its draws."""
+
+    samples: list[list[Document] | None]
+    sources: list[int]
+    draws: list[tuple[int, int] | None]
+
+
+def document_key(seq_id: str, start: int, length: int) -> str:
+    """A document's identity: its sequence and the bases it holds."""
+    return f"{seq_id}:{start}+{length}"
+
+
 def _assemble(
     src: Iterable[tuple[int, PlannedRows]],
     schema: BatchSchema,
@@ -41,6 +67,7 @@ def _assemble(
     seed: int,
     epoch: EpochState,
     tag_dropout: float = 0.0,
+    control_tags: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """(index, planned rows) -> the compact batch of `schema`, with its index (for putting workers'
     batches back in order), reverse-complemented and with tags dropped (seeded by seed, pass and
@@ -48,6 +75,13 @@ def _assemble(
     pass_draw = (seed, epoch.epoch)
     rc_salts, drop_salts = Salts(flip_salt), Salts(tag_salt)
     for index, planned in src:
+        if isinstance(planned, PlannedDocuments):
+            batch = documents_batch(
+                planned, schema, pass_draw, rc_prob, rc_salts, tag_dropout, drop_salts, control_tags
+            )
+            batch["index"] = index
+            yield batch
+            continue
         blocks, rows = planned.blocks, planned.rows
         filler = [block is FILLER_ROWS for block in blocks]
         draws = [pass_draw if d is None else d for d in planned.draws]
@@ -82,5 +116,56 @@ def _assemble(
         batch["index"] = index
         yield batch
 
+
+def documents_batch(
+    planned: PlannedDocuments,
+    schema: BatchSchema | PackedSchema,
+    pass_draw: tuple[int, int],
+    rc_prob: float,
+    rc_salts: Salts,
+    tag_dropout: float,
+    drop_salts: Salts,
+    control_tags: bool,
+) -> dict[str, Any]:
+    """The compact batch of samples cut at load (`PlannedDocuments`): one window per row (`BatchSchema`,
+    the same batch as stored windows give), or packed rows of several documents (`PackedSchema`).
+    Each document draws its strand and tag dropout by its own key."""
+    draws = [pass_draw if d is None else d for d in planned.draws]
+    rows: list[list[PackedDocument]] = []
+    for docs, draw in zip(planned.samples, draws):
+        row = []
+        for doc in docs or ():
+            rc = rc_prob > 0 and key_flip(doc.key, rc_prob, rc_salts[draw])
+            tag = dropped_tag(doc.tag, doc.key, tag_dropout, drop_salts[draw]) if tag_dropout > 0 else doc.tag
+            row.append(PackedDocument(doc.bases, tag, rc, doc.seq_id, doc.start, doc.key))
+        rows.append(row)
+    filler = [docs is None for docs in planned.samples]
+    if isinstance(schema, PackedSchema):
+        batch = compact_packed(rows, schema.seq_length, control_tags)
+    else:
+        one = [row[0] if row else None for row in rows]
+        tags = [d.tag if d is not None else b"" for d in one]
+        keys = [d.key if d is not None else "" for d in one]
+        if tag_dropout > 0:
+            check_tag_room(tags, keys, schema.max_tag)
+        flips = [d is not None and d.rc for d in one]
+        batch = compact_batch(
+            [d.bases if d is not None else EMPTY for d in one],
+            flips,
+            tags,
+            flips,
+            [d.start if d is not None else 0 for d in one],
+            [d.seq_id if d is not None else "" for d in one],
+            keys,
+            schema.window,
+            schema.max_tag,
+        )
+    batch["filler"] = np.array(filler, dtype=bool)
+    batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
+    return batch
+
+
+#: The bases of a filler row.
+EMPTY = np.empty(0, dtype=np.uint8)
 
 assemble = pipelinefilter(_assemble)

@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from bionemo_wds.errors import OptionError
 from bionemo_wds.format.manifest import Manifest, stored_case
 from bionemo_wds.load.batch.assemble import assemble
-from bionemo_wds.load.batch.model_inputs import check_soft_mask_weight, to_model_inputs
+from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
+from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
 from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.plan.progress import EpochState
 
@@ -49,12 +52,20 @@ class SampleOptions:
             problems.append(f"tag_dropout={self.tag_dropout} has no effect: {why}")
         return problems
 
-    def assemble_stage(self, schema: BatchSchema, seed: int, epoch: EpochState, train: bool) -> Any:
+    def assemble_stage(self, schema: BatchSchema | PackedSchema, seed: int, epoch: EpochState, train: bool) -> Any:
         """The stage turning planned windows into compact batches of `schema`: reverse complement
         and tag dropout for training only."""
         rc, drop = (self.rc_prob, self.tag_dropout) if train else (0.0, 0.0)
-        return assemble(schema, rc, seed, epoch, drop)
+        return assemble(schema, rc, seed, epoch, drop, self.control_tags)
 
     def model_inputs(self, compact: dict[str, Any], seq_length: int) -> dict[str, Any]:
-        """Compact batch -> tokens, labels, loss_mask, position_ids."""
+        """Compact batch -> tokens, labels, loss_mask, position_ids (and a packed batch's document
+        boundaries: `packed.packed_model_inputs`)."""
+        if "doc_tokens" in compact:
+            out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight)
+            for passthrough in ("keys", "seq_id", "start", "rc", "dataset"):
+                if passthrough in compact:
+                    value = compact[passthrough]
+                    out[passthrough] = SampleNames(value) if isinstance(value, list) else torch.as_tensor(value)
+            return out
         return to_model_inputs(compact, seq_length, self.control_tags, self.fold_case, self.soft_mask_weight)

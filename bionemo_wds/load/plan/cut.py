@@ -3,7 +3,8 @@
 1. The sequence is cut into ``steps = len // (micro * dp_size)`` global batches; rank ``r`` takes
    the contiguous run ``[r * steps * micro, (r + 1) * steps * micro)`` and reads it in batches of
    `micro`. The windows after ``steps * micro * dp_size`` (fewer than one global batch) are left
-   out of this epoch, and every rank yields exactly `steps` batches.
+   out of this epoch, and every rank yields exactly `steps` batches. A `whole` epoch (packed
+   samples) instead completes the last global batch with `FILLER`: ``ceil`` instead of ``floor``.
 2. A resume position lists the (dp_size, micro, batches) already consumed this epoch; what is left
    is each rank's unconsumed run, in rank order, followed by the left-out tail, and it is cut again
    for the current data-parallel size (elastic). With the same size this gives exactly the batches
@@ -49,24 +50,26 @@ def run_positions(runs: Runs) -> np.ndarray:
     return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total, dtype=np.int64)
 
 
-def rank_runs(runs: Runs, dp_size: int, micro: int) -> tuple[list[Runs], Runs]:
-    """Each rank's contiguous run of whole global batches, and the tail no rank gets."""
+def rank_runs(runs: Runs, dp_size: int, micro: int, whole: bool = False) -> tuple[list[Runs], Runs, int]:
+    """Each rank's contiguous run of whole global batches, the tail no rank gets, and the positions
+    each rank reads. `whole`: the last global batch is completed with filler instead of left out (so
+    the last ranks' runs may be shorter than what they read, and there is no tail)."""
     total = int(runs[1].sum())
-    per_rank = total // (micro * dp_size) * micro
+    steps = -(-total // (micro * dp_size)) if whole else total // (micro * dp_size)
+    per_rank = steps * micro
     ranks = [cut_runs(runs, r * per_rank, (r + 1) * per_rank) for r in range(dp_size)]
-    return ranks, cut_runs(runs, dp_size * per_rank, total)
+    return ranks, cut_runs(runs, min(dp_size * per_rank, total), total), per_rank
 
 
-def remaining_runs(n: int, consumed: Sequence[Consumed]) -> Runs:
+def remaining_runs(n: int, consumed: Sequence[Consumed], whole: bool = False) -> Runs:
     """The positions of an n-window epoch not yet consumed, after each segment in turn (each
     rank's unconsumed run in rank order, then the tail), as runs: a few per segment, never one
-    entry per window."""
+    entry per window. `whole`: epochs cut with their last global batch completed by filler."""
     runs: Runs = (np.zeros(1, np.int64), np.array([n], np.int64))
     for seg in consumed:
         if seg.dp_size < 1 or seg.micro < 1 or seg.batches < 0:
             raise OptionError(f"invalid resume segment {seg}")
-        ranks, tail = rank_runs(runs, seg.dp_size, seg.micro)
-        per_rank = int(ranks[0][1].sum())
+        ranks, tail, per_rank = rank_runs(runs, seg.dp_size, seg.micro, whole)
         taken = seg.batches * seg.micro
         if taken > per_rank:
             raise OptionError(
@@ -78,15 +81,20 @@ def remaining_runs(n: int, consumed: Sequence[Consumed]) -> Runs:
     return runs
 
 
-def remaining_sequence(sequence: np.ndarray, consumed: Sequence[Consumed]) -> np.ndarray:
+def remaining_sequence(sequence: np.ndarray, consumed: Sequence[Consumed], whole: bool = False) -> np.ndarray:
     """The epoch's windows not yet consumed, after each segment in turn (rank order, then the tail)."""
-    return sequence[run_positions(remaining_runs(len(sequence), consumed))]
+    return sequence[run_positions(remaining_runs(len(sequence), consumed, whole))]
 
 
-def train_batches(n_windows: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = ()) -> int:
+def train_batches(
+    n_windows: int, dp_size: int, micro: int, consumed: Sequence[Consumed] = (), whole: bool = False
+) -> int:
     """Batches every rank yields in a training epoch (those consumed before a resume included):
     `train_plan`'s ``total_batches`` by arithmetic alone, without ordering the epoch."""
     done = sum(seg.batches for seg in consumed)
+    if whole:  # filler was consumed too: count what is left by the runs (a few per segment)
+        left = int(remaining_runs(n_windows, consumed, whole)[1].sum())
+        return done + -(-left // (micro * dp_size))
     left = n_windows - sum(seg.batches * seg.micro * seg.dp_size for seg in consumed)
     return done + left // (micro * dp_size)
 
@@ -113,19 +121,24 @@ def plan_of_order(
     dp_size: int,
     micro: int,
     consumed: Sequence[Consumed] = (),
+    whole: bool = False,
 ) -> RankPlan:
     """Rank `dp_rank`'s batches of an n-window epoch given as a function from positions to window
     ids (`EpochOrder`, `mixing.mixed_order`), from the resume position `consumed`: every rank a
-    contiguous run of whole global batches (1-2 above); only this rank's positions are computed."""
+    contiguous run of whole global batches (1-2 above); only this rank's positions are computed.
+    `whole`: the last global batch is completed with `FILLER` instead of left out, so every sample
+    is read (packed samples: every base once per epoch)."""
     check_rank(dp_rank, dp_size, micro)
-    ranks, tail = rank_runs(remaining_runs(n, consumed), dp_size, micro)
-    ids = np.asarray(order(run_positions(ranks[dp_rank])), dtype=np.int64)
+    ranks, tail, per_rank = rank_runs(remaining_runs(n, consumed, whole), dp_size, micro, whole)
+    ids = np.full(per_rank, FILLER, dtype=np.int64)
+    found = np.asarray(order(run_positions(ranks[dp_rank])), dtype=np.int64)
+    ids[: len(found)] = found
     done = sum(seg.batches for seg in consumed)
     return RankPlan(
         ids.reshape(-1, micro),
         left_out=int(tail[1].sum()),
         first_batch=done,
-        total_batches=done + len(ids) // micro,
+        total_batches=done + per_rank // micro,
     )
 
 

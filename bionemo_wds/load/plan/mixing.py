@@ -32,8 +32,8 @@ import numpy as np
 from bionemo_wds.core.seeds import numpy_rng, stream_seed
 from bionemo_wds.errors import BlendError
 from bionemo_wds.load.plan.cut import plan_of_order
-from bionemo_wds.load.plan.order import EpochOrder
-from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan, RecordTable
+from bionemo_wds.load.plan.order import epoch_order
+from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan, Samples
 
 #: A dataset read more than this many times per epoch is warned about (`repeat_warnings`): a model
 #: sees its windows again and again (Evo2's small, upweighted subsets are the usual case).
@@ -98,7 +98,7 @@ def source_seeds(seed: int, n_sources: int) -> list[int]:
 
 
 def stream_windows(
-    table: RecordTable, seed: int, start: int, count: int, mix: int = DEFAULT_MIX
+    table: Samples, seed: int, start: int, count: int, mix: int = DEFAULT_MIX
 ) -> tuple[np.ndarray, np.ndarray]:
     """Windows ``[start, start + count)`` of a dataset's endless stream (pass p is
     ``EpochOrder(table, seed, p, mix)``): (window ids, pass of each)."""
@@ -110,7 +110,7 @@ def stream_windows(
     while position < end:
         p, within = divmod(position, n)
         take = min(n - within, end - position)
-        ids.append(EpochOrder(table, seed, p, mix).range(within, within + take))
+        ids.append(epoch_order(table, seed, p, mix).range(within, within + take))
         passes.append(np.full(take, p, dtype=np.int64))
         position += take
     if not ids:
@@ -119,7 +119,7 @@ def stream_windows(
 
 
 def epoch_windows(
-    table: RecordTable, seed: int, epoch: int, quota: int, mix: int = DEFAULT_MIX
+    table: Samples, seed: int, epoch: int, quota: int, mix: int = DEFAULT_MIX
 ) -> tuple[np.ndarray, np.ndarray]:
     """A dataset's `quota` windows in mixed epoch `epoch` (see the module docstring, 3): (window ids,
     pass of each)."""
@@ -128,7 +128,7 @@ def epoch_windows(
         return np.empty(0, np.int64), np.empty(0, np.int64)
     if quota <= n:  # subsampled: a pass serves whole epochs, so no window twice in one
         p, j = divmod(epoch, n // quota)
-        ids = EpochOrder(table, seed, p, mix).range(j * quota, (j + 1) * quota)
+        ids = epoch_order(table, seed, p, mix).range(j * quota, (j + 1) * quota)
         return ids, np.full(quota, p, dtype=np.int64)
     return stream_windows(table, seed, epoch * quota, quota, mix)
 
@@ -149,7 +149,7 @@ def split_virtual(ids: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mixed_sequence(
-    tables: Sequence[RecordTable],
+    tables: Sequence[Samples],
     counts: Sequence[int] | np.ndarray,
     seed: int,
     epoch: int,
@@ -175,7 +175,7 @@ def mixed_sequence(
 
 
 def mixed_order(
-    tables: Sequence[RecordTable],
+    tables: Sequence[Samples],
     counts: Sequence[int] | np.ndarray,
     seed: int,
     epoch: int,
@@ -190,7 +190,7 @@ def mixed_order(
     if len(tables) == 1 and 0 < int(counts[0]) <= tables[0].n_windows:
         n, quota = tables[0].n_windows, int(counts[0])
         p, j = divmod(epoch, n // quota)
-        order, first, shift = EpochOrder(tables[0], seeds[0], p, mix), j * quota, p * n
+        order, first, shift = epoch_order(tables[0], seeds[0], p, mix), j * quota, p * n
 
         def ids(positions: np.ndarray) -> np.ndarray:
             return order(np.asarray(positions, dtype=np.int64) + first) + shift
@@ -200,7 +200,7 @@ def mixed_order(
 
 
 def mixed_plan(
-    tables: Sequence[RecordTable],
+    tables: Sequence[Samples],
     counts: Sequence[int] | np.ndarray,
     seed: int,
     epoch: int,

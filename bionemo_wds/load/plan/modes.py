@@ -20,15 +20,15 @@ A plan's ids are virtual sample ids: ``pass x total + offset_of_source + window`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import numpy as np
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.plan.cut import check_rank, eval_plan, plan_of_order, train_batches
 from bionemo_wds.load.plan.mixing import mixed_order, split_virtual
-from bionemo_wds.load.plan.types import DEFAULT_MIX, FILLER, Consumed, RankPlan, RecordTable
+from bionemo_wds.load.plan.types import DEFAULT_MIX, FILLER, Consumed, RankPlan, RecordTable, Samples
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,11 @@ class EpochSpec:
         micro: samples per batch.
         mix: samples mixed together at once in a training epoch (`shuffle_buffer`).
         batches_per_epoch: batches of a pseudo-epoch (the ``"resampled"`` mode only).
+        whole: an exact epoch's last global batch is completed with filler instead of left out
+            (packed samples: every base is trained once per epoch).
     """
 
-    tables: tuple[RecordTable, ...]
+    tables: tuple[Samples, ...]
     quotas: tuple[int, ...]
     seeds: tuple[int, ...]
     seed: int
@@ -55,6 +57,7 @@ class EpochSpec:
     micro: int = 1
     mix: int = DEFAULT_MIX
     batches_per_epoch: int | None = None
+    whole: bool = False
 
     def __post_init__(self) -> None:
         if not len(self.tables) == len(self.quotas) == len(self.seeds) > 0:
@@ -127,11 +130,12 @@ def epoch_length(name: str, spec: EpochSpec, consumed: Sequence[Consumed] = ()) 
     return mode(name).length(spec, consumed)
 
 
-@epoch_mode("exact", lambda spec, consumed: train_batches(spec.samples, spec.size, spec.micro, consumed))
+@epoch_mode("exact", lambda spec, consumed: train_batches(spec.samples, spec.size, spec.micro, consumed, spec.whole))
 def plan_exact(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> RankPlan:
-    """Every sample of the mixed epoch at most once; every rank the same number of batches."""
+    """Every sample of the mixed epoch at most once (exactly once when `whole`); every rank the same
+    number of batches."""
     order = mixed_order(spec.tables, spec.quotas, spec.seed, epoch, spec.mix, spec.seeds)
-    return plan_of_order(order, spec.samples, spec.rank, spec.size, spec.micro, consumed)
+    return plan_of_order(order, spec.samples, spec.rank, spec.size, spec.micro, consumed, spec.whole)
 
 
 def epoch_batches(n_samples: int, global_batch_size: int) -> int:
@@ -155,6 +159,7 @@ def plan_resampled(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) ->
     if any((seg.dp_size, seg.micro) != (spec.size, spec.micro) for seg in consumed):
         raise OptionError('resuming with another data-parallel size or micro batch needs epoch="exact"')
     per_epoch = pseudo_epoch_length(spec, consumed)
+    spec = replace(spec, whole=False)  # an endless stream of exact epochs: none is completed with filler
     steps = spec.samples // (spec.micro * spec.size)
     if steps == 0:
         raise OptionError(f"{spec.samples} windows cannot fill one global batch of {spec.micro * spec.size}")
@@ -185,7 +190,7 @@ def plan_eval(spec: EpochSpec, epoch: int, consumed: Sequence[Consumed]) -> Rank
 
 
 def one_table(
-    table: RecordTable, seed: int, dp_rank: int = 0, dp_size: int = 1, micro: int = 1, **kw: int
+    table: RecordTable, seed: int, dp_rank: int = 0, dp_size: int = 1, micro: int = 1, **kw: Any
 ) -> EpochSpec:
     """The spec of a single dataset (a mixture of one, read once per epoch)."""
     return EpochSpec((table,), (table.n_windows,), (seed,), seed, dp_rank, dp_size, micro, **kw)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 
@@ -23,6 +24,15 @@ CHUNK = 1 << 16
 #: Consecutive batches one loader worker produces at a time: enough that a worker reads the
 #: records of its batches once, few enough that the main process holds little to reorder.
 UNIT_BATCHES = 16
+
+
+class Samples(Protocol):
+    """What a plan deals sample ids from: a `RecordTable` of stored windows, or a table of samples cut
+    at load time (`plan.samples`); the plan needs only how many samples it holds (and its epoch order,
+    `order.epoch_order`)."""
+
+    @property
+    def n_windows(self) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,194 @@
+"""Packed batches: several documents per sample, laid out in the worker, expanded where they are used.
+
+A packed sample holds documents one after another, each ``BOS tag SEP bases EOS`` (``BOS bases
+EOS`` without control tags), then PAD to ``seq_length``. The compact packed batch (what crosses
+from loader workers) is those tokens as uint8 ids plus, per document, its tokens and the tokens
+before its first base; `packed_model_inputs` expands it on whatever device it is on:
+
+- ``tokens``, ``labels`` (the next token within the document; PAD at each document's EOS and in
+  the padding, so no label crosses a document boundary: a document's last base predicts its EOS,
+  which is not trained, as in the unpacked layout), ``loss_mask`` (1 where the label is a base;
+  the soft-mask weight for lower-case bases), ``position_ids`` restarting at 0 in every document
+  (and in the padding after them);
+- the boundaries as variable-length attention takes them: ``seq_lens`` (samples x documents,
+  int32: each document's tokens, 0 after a sample's last document) and ``cu_seqlens`` (samples x
+  documents + 1, int32: 0 then each document's end, -1 after a sample's last document, as NeMo's
+  packed-sequence parameters pad them). `flat_cu_seqlens` gives the one-dimensional form over the
+  whole batch that flash-attention's varlen functions and Transformer Engine's THD layout take;
+  `document_mask` the dense causal block-diagonal mask for attention that takes a mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
+from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
+
+#: Documents per sample the transfer slots are sized for (a batch with more sends its document
+#: columns with the message instead).
+SLOT_DOCUMENTS = 32
+#: The value `cu_seqlens` is padded with after a sample's last document.
+CU_SEQLENS_PAD = -1
+
+
+@dataclass(frozen=True)
+class PackedSchema:
+    """The layout of packed compact batches: `rows` samples of `seq_length` tokens."""
+
+    rows: int
+    seq_length: int
+    documents: int = SLOT_DOCUMENTS
+
+    @property
+    def window(self) -> int:
+        """Bytes per row of the token matrix (what transfer sizing reads as a row's width)."""
+        return self.seq_length
+
+    @property
+    def shared_nbytes(self) -> int:
+        """Bytes one batch takes in a transfer slot: tokens, two document columns, and the per-row flags."""
+        docs = 2 * self.rows * self.documents * 4
+        per_row = self.rows * (1 + 2 + 8)  # filler, dataset, and room for alignment
+        return -(-(self.rows * self.seq_length + docs + per_row) // 8) * 8 + 64
+
+
+class PackedDocument:
+    """One document of a packed sample: its bases as stored, its tag, strand, and where it comes from."""
+
+    __slots__ = ("bases", "key", "rc", "seq_id", "start", "tag")
+
+    def __init__(self, bases: np.ndarray, tag: bytes, rc: bool, seq_id: str, start: int, key: str):
+        self.bases, self.tag, self.rc, self.seq_id, self.start, self.key = bases, tag, rc, seq_id, start, key
+
+
+def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, control_tags: bool) -> dict[str, Any]:
+    """The compact packed batch of `rows` (each a list of documents, laid out in order)."""
+    n = len(rows)
+    width = max(1, max((len(r) for r in rows), default=0))
+    tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
+    doc_tokens = np.zeros((n, width), dtype=np.int32)
+    doc_prefix = np.zeros((n, width), dtype=np.int32)
+    for i, row in enumerate(rows):
+        pos = 0
+        for j, doc in enumerate(row):
+            tokens[i, pos] = BOS_ID
+            p = pos + 1
+            if control_tags:
+                t = len(doc.tag)
+                tokens[i, p : p + t] = np.frombuffer(doc.tag, dtype=np.uint8)
+                tokens[i, p + t] = SEP_ID
+                p += t + 1
+            m = len(doc.bases)
+            if p + m + 1 > seq_length:
+                raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {doc.key})")
+            if doc.rc:
+                tokens[i, p : p + m] = np.frombuffer(doc.bases[::-1].tobytes().translate(COMPLEMENT_TABLE), np.uint8)
+            else:
+                tokens[i, p : p + m] = doc.bases
+            tokens[i, p + m] = EOS_ID
+            doc_tokens[i, j], doc_prefix[i, j] = p + m + 1 - pos, p - pos
+            pos = p + m + 1
+    first = [row[0] if row else None for row in rows]
+    return {
+        "tokens": tokens,
+        "doc_tokens": doc_tokens,
+        "doc_prefix": doc_prefix,
+        "rc": np.array([bool(d.rc) if d is not None else False for d in first], dtype=bool),
+        "start": np.array([d.start if d is not None else 0 for d in first], dtype=np.int64),
+        "seq_id": [d.seq_id if d is not None else "" for d in first],
+        "keys": [";".join(doc.key for doc in row) for row in rows],
+    }
+
+
+def document_columns(doc_tokens: torch.Tensor, seq_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For every token column of every sample: its document (the number of documents for the padding
+    after them), its position within that document, and whether it lies in a document."""
+    n = doc_tokens.shape[0]
+    ends = torch.cumsum(doc_tokens.long(), dim=1)
+    col = torch.arange(seq_length, device=doc_tokens.device).expand(n, seq_length).contiguous()
+    doc = torch.searchsorted(ends, col, right=True)
+    width = doc_tokens.shape[1]
+    begin = torch.cat([torch.zeros_like(ends[:, :1]), ends], dim=1).gather(1, doc)
+    inside = doc < width
+    inside &= col < ends[:, -1:]
+    return doc, col - begin, inside
+
+
+def packed_model_inputs(
+    batch: dict[str, Any], fold_case: bool = True, soft_mask_weight: float | None = None
+) -> dict[str, Any]:
+    """Compact packed batch -> ``tokens``, ``labels``, ``loss_mask``, ``position_ids``, ``seq_lens``,
+    ``cu_seqlens`` (module docstring), on the device the batch is on."""
+    check_soft_mask_weight(soft_mask_weight)
+    raw = torch.as_tensor(batch["tokens"])
+    doc_tokens = torch.as_tensor(batch["doc_tokens"]).to(raw.device)
+    doc_prefix = torch.as_tensor(batch["doc_prefix"]).to(raw.device).long()
+    n, seq_length = raw.shape
+    doc, position, inside = document_columns(doc_tokens, seq_length)
+    at = doc.clamp(max=doc_tokens.shape[1] - 1)
+    size = doc_tokens.long().gather(1, at)
+    is_base = inside & (position >= doc_prefix.gather(1, at)) & (position < size - 1)
+    tokens = raw.long()
+    lower = is_base & (tokens >= LOWER_A)
+    if fold_case:
+        tokens = torch.where(lower, tokens - CASE_OFFSET, tokens)
+    labels = torch.full_like(tokens, PAD_ID)
+    within = inside & (position < size - 1)  # the next token is in the same document
+    labels[:, :-1] = torch.where(within[:, :-1], tokens[:, 1:], labels[:, :-1])
+    loss_mask = torch.zeros((n, seq_length), dtype=torch.float32, device=raw.device)
+    loss_mask[:, :-1] = is_base[:, 1:].float()
+    if soft_mask_weight is not None:
+        label_lower = torch.zeros_like(lower)
+        label_lower[:, :-1] = lower[:, 1:]
+        loss_mask = torch.where(label_lower, torch.full_like(loss_mask, soft_mask_weight), loss_mask)
+    seq_lens = doc_tokens.int()
+    ends = torch.cumsum(seq_lens, dim=1, dtype=torch.int32)
+    cu = torch.cat([torch.zeros_like(ends[:, :1]), ends], dim=1)
+    present = torch.cat([torch.ones_like(seq_lens[:, :1], dtype=torch.bool), seq_lens > 0], dim=1)
+    out = {
+        "tokens": tokens,
+        "labels": labels,
+        "loss_mask": loss_mask,
+        "position_ids": position,
+        "seq_lens": seq_lens,
+        "cu_seqlens": torch.where(present, cu, torch.full_like(cu, CU_SEQLENS_PAD)),
+    }
+    return out
+
+
+def flat_cu_seqlens(batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    """The documents of a packed batch as one sequence of segments over the flattened batch
+    (``tokens.view(-1)``), each sample's padding a segment of its own: (cu_seqlens int32 of
+    segments + 1, the longest segment), as flash-attention's ``flash_attn_varlen_func`` and Transformer
+    Engine's THD layout take them."""
+    seq_lens = torch.as_tensor(batch["seq_lens"])
+    n, seq_length = seq_lens.shape[0], batch["tokens"].shape[1]
+    pad = seq_length - seq_lens.sum(dim=1, keepdim=True)
+    segments = torch.cat([seq_lens, pad.to(seq_lens.dtype)], dim=1).reshape(-1)
+    segments = segments[segments > 0]
+    cu = torch.cat([segments.new_zeros(1), torch.cumsum(segments, 0)]).int()
+    assert int(cu[-1]) == n * seq_length
+    return cu, int(segments.max()) if len(segments) else 0
+
+
+def document_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """The dense causal mask of packed samples (samples x seq x seq, True where a token may attend):
+    each token sees the tokens before it in its own document. From ``position_ids`` alone (they
+    restart at 0 in every document): tokens i >= j share a document when no position between them
+    restarts."""
+    s = position_ids.shape[1]
+    starts = torch.cumsum((position_ids == 0).int(), dim=1)  # document number of each column
+    same = starts[:, :, None] == starts[:, None, :]
+    causal = torch.ones((s, s), dtype=torch.bool, device=position_ids.device).tril()
+    return same & causal
+
+
+def unpack_lengths(batch: dict[str, Any]) -> list[list[int]]:
+    """Tokens of each document of each sample (for logs and tests)."""
+    return [[int(x) for x in row if x > 0] for row in np.asarray(batch["doc_tokens"])]

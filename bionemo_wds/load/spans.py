@@ -1,0 +1,201 @@
+"""A sequence-layout split read as samples cut at load: its sequences, where their bases lie, how to cut them.
+
+A dataset prepared with ``--layout sequences`` (format version 5) stores every base of a split once,
+as pieces of ``params.window_length`` bases, each sequence's pieces consecutive, and lists the
+split's sequences in storage order in ``sequence-index.npy`` (`format.read_sequence_index`).
+`Cutting` holds a dataset's load-time options (seq_length, stride, tail, pack, window_offset) and
+makes the split's sample table (`plan.samples.WindowSamples` or `PackedSamples`), refusing what the
+data cannot serve; `SequenceRecords` finds the pieces (record, row, bases) a span of a sequence
+lies in; `SpanSources` is a split of one or more such datasets as one table of samples, the
+counterpart of `records.SourceRecords` for the reader (`span_reader.SpanBatches`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
+from bionemo_wds.errors import OptionError
+from bionemo_wds.format import Params
+from bionemo_wds.load.plan import RecordTable
+from bionemo_wds.load.plan.mixing import split_virtual
+from bionemo_wds.load.plan.samples import OFFSETS, TAILS, PackedSamples, SequenceTable, WindowSamples, check_choice
+from bionemo_wds.load.records import SplitRecords
+from bionemo_wds.load.rows import BlockRows
+from bionemo_wds.load.shard_errors import ShardErrorPolicy
+
+#: A load-time sample table.
+SampleTable = WindowSamples | PackedSamples
+#: The default stride's ratio to seq_length (prepare's `default_stride`: 7992 at 8192, as Eden).
+STRIDE_PER_TOKEN = (999, 1024)
+
+
+def is_sequence_layout(params: Params) -> bool:
+    """Whether a dataset stores sequences (format 5, ``--layout sequences``) rather than windows."""
+    return getattr(params, "layout", "windows") == "sequences"
+
+
+@dataclass(frozen=True)
+class Cutting:
+    """How samples are cut at load time (see `GenomicDataset` for each option); checked when made."""
+
+    seq_length: int | None = None
+    stride: int | None = None
+    tail: str | None = None
+    pack: bool = False
+    window_offset: str = "fixed"
+    control_tags: bool = True
+    tag_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.tail is not None:
+            check_choice("tail", self.tail, TAILS)
+        check_choice("window_offset", self.window_offset, OFFSETS)
+        if self.stride is not None and self.stride < 1:
+            raise OptionError(f"stride must be at least 1, got {self.stride}")
+        if self.pack and self.stride is not None:
+            raise OptionError("pack=True trains every base once (stride = window): leave stride unset")
+        if self.seq_length is not None and self.seq_length <= N_SPECIALS_PER_SAMPLE:
+            raise OptionError(f"seq_length must be more than {N_SPECIALS_PER_SAMPLE}, got {self.seq_length}")
+
+    @property
+    def at_load(self) -> bool:
+        """Whether an option asks for a cut only a sequence-layout dataset can make."""
+        return self.pack or self.stride is not None or self.tail is not None or self.window_offset != "fixed"
+
+    def check_windows_layout(self, root: str, params: Params) -> None:
+        """A windows-layout dataset (cut at prepare) serves its own windows only: say why not otherwise."""
+        if not self.at_load:
+            return
+        asked = ", ".join(
+            f"{name}={value!r}"
+            for name, value, default in (
+                ("pack", self.pack, False),
+                ("stride", self.stride, None),
+                ("tail", self.tail, None),
+                ("window_offset", self.window_offset, "fixed"),
+            )
+            if value != default
+        )
+        raise OptionError(
+            f"{root} stores windows cut at prepare (seq_length {params.seq_length}, stride {params.stride}, tail "
+            f"{params.tail}), so {asked} cannot be served from it: its windows overlap and short sequences are "
+            "padded in the shards. Prepare it with --layout sequences to cut windows and pack at load"
+        )
+
+    def window(self, params: Params) -> int:
+        """Bases of a window (the room BOS, the longest tag, SEP and EOS leave in seq_length)."""
+        seq_length = self.seq_length or params.seq_length
+        return seq_length - N_SPECIALS_PER_SAMPLE - params.max_tag_bytes
+
+    def table(self, root: str, params: Params, seqs: SequenceTable, seed: int) -> SampleTable:
+        """The split's samples: windows, or packed samples."""
+        seq_length = self.seq_length or params.seq_length
+        window = self.window(params)
+        if window < 1:
+            raise OptionError(
+                f"seq_length {seq_length} leaves no room for bases in {root} after {N_SPECIALS_PER_SAMPLE} special "
+                f"tokens and its longest control tag ({params.max_tag_bytes} bytes)"
+            )
+        if self.pack:
+            if self.control_tags:  # a dropped lineage tag may grow up to the room prepare left for it
+                tags = np.where(seqs.tag_bytes > 0, params.max_tag_bytes, 0) if self.tag_dropout > 0 else seqs.tag_bytes
+                headers = N_SPECIALS_PER_SAMPLE + tags
+            else:
+                headers = np.full(len(seqs), N_SPECIALS_PER_SAMPLE - 1, dtype=np.int64)
+            return PackedSamples(seqs, seq_length, headers.astype(np.int64), self.window_offset, seed)
+        longest = int(seqs.lengths.max(initial=0))
+        if longest < window:
+            raise OptionError(
+                f"seq_length {seq_length} asks for windows of {window} bases, longer than every sequence of {root} "
+                f"(the longest has {longest} bases): every sample would be one padded sequence; use a seq_length of "
+                f"at most {longest + N_SPECIALS_PER_SAMPLE + params.max_tag_bytes}, or pack=True"
+            )
+        default = max(1, seq_length * STRIDE_PER_TOKEN[0] // STRIDE_PER_TOKEN[1])
+        stride = self.stride if self.stride is not None else min(default, window)
+        if stride > window:
+            raise OptionError(f"stride {stride} is longer than the window of {window} bases: bases would be skipped")
+        return WindowSamples(seqs, window, stride, self.tail or params.tail, self.window_offset, seed)
+
+
+class SequenceRecords:
+    """A sequence-layout split of one dataset: its records (pieces) and its sequences."""
+
+    def __init__(self, records: SplitRecords, seqs: SequenceTable):
+        self.records, self.seqs = records, seqs
+        pieces = int(seqs.first_piece[-1])
+        if pieces != records.table.n_windows:
+            raise OptionError(
+                f"{records.paths[0] if records.paths else 'a split'}: the sequence index lists {pieces} pieces, "
+                f"the record index {records.table.n_windows}"
+            )
+
+    def pieces(self, seq: int, start: int, length: int) -> list[tuple[int, int, int, int]]:
+        """(record, row, first base, end) within each stored piece that bases ``[start, start + length)``
+        of sequence `seq` lie in, in order."""
+        size = self.seqs.piece
+        first, last = start // size, (start + max(length, 1) - 1) // size
+        k = np.arange(first, last + 1, dtype=np.int64)
+        record, row = self.records.table.locate(self.seqs.first_piece[seq] + k)
+        lo = np.maximum(start - k * size, 0)
+        hi = np.minimum(start + length - k * size, size)
+        return list(zip(record.tolist(), row.tolist(), lo.tolist(), hi.tolist()))
+
+
+class SpanSources:
+    """A split of one or more sequence-layout datasets as one table of samples: source d's sample i is
+    sample ``offset_d + i``; the plan's virtual ids are decoded here (`resolve`), and records are
+    numbered across sources (source d's record r is ``record_offsets[d] + r``)."""
+
+    def __init__(
+        self,
+        parts: Sequence[SequenceRecords],
+        tables: Sequence[SampleTable],
+        policies: Sequence[ShardErrorPolicy],
+        seeds: Sequence[int],
+    ):
+        self.parts, self.tables, self.policies, self.seeds = list(parts), tuple(tables), list(policies), list(seeds)
+        record_tables = [p.records.table for p in parts]
+        self.record_offsets = np.cumsum([0] + [len(t) for t in record_tables]).astype(np.int64)
+        self.sample_offsets = np.cumsum([0] + [t.n_windows for t in tables]).astype(np.int64)
+        self.total = max(int(self.sample_offsets[-1]), 1)
+        # the pieces of every source (the reader's cache is sized by the largest record)
+        self.table = RecordTable(
+            np.concatenate([t.shard for t in record_tables] or [np.empty(0, np.int64)]),
+            np.concatenate([t.windows for t in record_tables] or [np.empty(0, np.int64)]),
+        )
+        self.shards = SimpleNamespace(reads_ahead=any(p.records.shards.reads_ahead for p in parts))
+
+    def resolve(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray]:
+        """Virtual plan ids -> (sample id within its source, source, its draws' seed, pass of each)."""
+        samples, passes = split_virtual(np.asarray(ids, dtype=np.int64), self.total)
+        sources = np.searchsorted(self.sample_offsets, samples, side="right") - 1
+        seeds = [self.seeds[d] for d in sources.tolist()]
+        return samples - self.sample_offsets[sources], sources, seeds, passes
+
+    def source_of(self, record: int) -> tuple[int, int]:
+        """(source, record within it) of a record number."""
+        d = int(np.searchsorted(self.record_offsets, record, side="right")) - 1
+        return d, record - int(self.record_offsets[d])
+
+    def read(self, record: int, report: bool = True) -> BlockRows | None:
+        """The record, read and checked by its source (None: damaged and skipped)."""
+        d, local = self.source_of(record)
+        return self.parts[d].records.read(local, self.policies[d], report)
+
+    def prefetch(self, records: list[int]) -> None:
+        """Start fetching these records' bytes (remote sources; in the order given)."""
+        by_part: dict[int, list[int]] = {}
+        for record in records:
+            d, local = self.source_of(record)
+            by_part.setdefault(d, []).append(local)
+        for d, wanted in by_part.items():
+            self.parts[d].records.prefetch(wanted)
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.records.close()
