@@ -70,8 +70,8 @@ class OursWindows(Ours):
     def _load_options(self) -> dict[str, Any]:
         return {
             "seq_length": self.seq_length,
-            "stride": self.stride,
-            "tail": self.tail,
+            "stride": None if self.pack else self.stride,  # packing: every base once, no stride
+            "tail": None if self.pack else self.tail,
             "pack": self.pack,
             "window_offset": "fixed",
         }
