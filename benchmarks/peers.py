@@ -360,7 +360,8 @@ class Ours(Peer):
             "samples_per_shard": SAMPLES_PER_SHARD,
             "compress": self.compress or "none",
         }
-        prepare([self.fasta], self.location, PrepareOptions(**(opts | self._prepare_options())))  # a URL's endpoint and credentials: from the environment
+        # a URL's endpoint and credentials: from the environment
+        prepare([self.fasta], self.location, PrepareOptions(**(opts | self._prepare_options())))
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
         from bionemo_wds.lightning.datamodule import GenomicWebDataModule
