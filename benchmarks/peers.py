@@ -349,7 +349,7 @@ class Ours(Peer):
     def prepare(self, workers: int) -> None:
         from bionemo_wds.prepare import PrepareOptions, prepare
 
-        opts = {
+        opts: dict[str, Any] = {
             "seq_length": self.seq_length,
             "stride": self.stride,
             "tail": self.tail,
