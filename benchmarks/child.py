@@ -8,8 +8,10 @@ also reports the storage counters of its pass (``storage``).
 A load reports the pass alone (``seconds``: first request for a batch to the last batch, worker
 start-up included) and with the peer's loader set-up before it (``setup_s``: making its dataset and
 loader objects; ``total_s`` = both), the time to the first model-ready batch from the start of
-set-up (``ttfb_s``), and the CPU seconds of set-up and pass in this process and its loader workers
-(``cpu_s``). Module imports come before all of it (a process pays them once, whatever it loads).
+set-up (``ttfb_s``), the token slots that are not padding (``real_tokens``: tokens other than
+PAD in every batch of the pass, counted outside the pass's time and CPU), and the CPU seconds of set-up
+and pass in this process and its loader workers (``cpu_s``). Module imports come before all of
+it (a process pays them once, whatever it loads).
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.peers import PEERS, make_peer
+from bionemo_wds.core.tokenizer import PAD_ID
 
 
 def _import_everything(peer: str) -> None:
@@ -89,19 +94,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = time.perf_counter() - t0
         print(json.dumps({"seconds": seconds, "disk_bytes": peer.disk_bytes()}))
         return 0
-    samples = tokens = 0
+    samples = tokens = real = 0
     first = None
     own0, children0 = cpu_seconds(resource.RUSAGE_SELF), cpu_seconds(resource.RUSAGE_CHILDREN)
     t_setup = time.perf_counter()
     batches = peer.batches(args.workers)  # loader set-up (index, manifest, dataset, loader objects)
     t0 = time.perf_counter()
+    counting = counting_cpu = 0.0  # counting the real tokens: left out of the pass's time and CPU
     for batch in batches:
-        samples += batch["tokens"].shape[0]
-        tokens += batch["tokens"].numel()
         if first is None:
             first = time.perf_counter() - t0
-    seconds = time.perf_counter() - t0
-    own = cpu_seconds(resource.RUSAGE_SELF) - own0
+        t_count, cpu_count = time.perf_counter(), time.thread_time()
+        samples += batch["tokens"].shape[0]
+        tokens += batch["tokens"].numel()
+        # the slots that are not padding (numpy: one thread, whose CPU time thread_time measures)
+        real += int(np.count_nonzero(batch["tokens"].numpy() != PAD_ID))
+        counting += time.perf_counter() - t_count
+        counting_cpu += time.thread_time() - cpu_count
+    seconds = time.perf_counter() - t0 - counting
+    own = cpu_seconds(resource.RUSAGE_SELF) - own0 - counting_cpu
     del batches  # an exhausted loader has joined its workers already; this shuts down any left
     cpu = own + cpu_seconds(resource.RUSAGE_CHILDREN) - children0
     setup = t0 - t_setup
@@ -111,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "total_s": setup + seconds,  # the pass with its set-up: what a user waits for
         "samples": samples,
         "tokens": tokens,
+        "real_tokens": real,  # tokens that are not PAD: what the model learns from
         "first_batch_s": first,  # first request -> first model-ready batch
         "ttfb_s": setup + first if first is not None else None,  # set-up start -> first batch
         "cpu_s": cpu,  # set-up and pass, this process and its loader workers (`cpu_seconds`)

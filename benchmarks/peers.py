@@ -19,6 +19,10 @@ given, no split) and ends in the same model-ready batch on the main process: ``t
 - ``litdata``, ``mosaic``: the windows as uint8 byte strings in LitData's and MosaicML Streaming's
   own formats, read by their shuffling ``StreamingDataset`` (`streaming_peers`; optional libraries).
 
+The packing peers (`packing_peers`) serve other samples from the same FASTA: ``ours_windows`` the
+same windows cut at load from a sequence-layout dataset, ``ours_packed`` and ``litdata_packed``
+samples filled with whole sequences; the benchmark's padding column tells them apart.
+
 ``ours`` can also live behind a URL (``url="s3://bucket/ours"``: prepared into it, read through the
 storage layer with an optional node-local range cache, `cache_dir`); `storage_stats` then says what a
 pass fetched.
@@ -39,7 +43,17 @@ import torch
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 
-PEERS = ("eden_fly", "pickled_int64", "raw_limit", "ours", "litdata", "mosaic")
+PEERS = (
+    "eden_fly",
+    "pickled_int64",
+    "raw_limit",
+    "ours",
+    "ours_windows",
+    "ours_packed",
+    "litdata",
+    "litdata_packed",
+    "mosaic",
+)
 SEED = 1234
 #: Shard size for `ours` (4 MB at 8 kb windows): enough shards that every loader worker has some.
 SAMPLES_PER_SHARD = 512
@@ -316,6 +330,15 @@ class Ours(Peer):
     def location(self) -> str:
         return self.url or str(self.dir)
 
+    def _prepare_options(self) -> dict[str, Any]:
+        """`PrepareOptions` that replace or add to the shared ones (none: format 4 windows; see
+        `packing_peers`)."""
+        return {}
+
+    def _load_options(self) -> dict[str, Any]:
+        """`GenomicWebDataModule` arguments beyond the shared ones (none: the windows the shards hold)."""
+        return {}
+
     def disk_bytes(self) -> int:
         if not self.url:
             return super().disk_bytes()
@@ -326,18 +349,19 @@ class Ours(Peer):
     def prepare(self, workers: int) -> None:
         from bionemo_wds.prepare import PrepareOptions, prepare
 
-        opts = PrepareOptions(
-            seq_length=self.seq_length,
-            stride=self.stride,
-            tail=self.tail,
-            split=(1, 0, 0),
-            workers=max(workers, 1),
-            progress=False,
-            overwrite=True,
-            samples_per_shard=SAMPLES_PER_SHARD,
-            compress=self.compress or "none",
-        )
-        prepare([self.fasta], self.location, opts)  # a URL's endpoint and credentials: from the environment
+        opts: dict[str, Any] = {
+            "seq_length": self.seq_length,
+            "stride": self.stride,
+            "tail": self.tail,
+            "split": (1, 0, 0),
+            "workers": max(workers, 1),
+            "progress": False,
+            "overwrite": True,
+            "samples_per_shard": SAMPLES_PER_SHARD,
+            "compress": self.compress or "none",
+        }
+        # a URL's endpoint and credentials: from the environment
+        prepare([self.fasta], self.location, PrepareOptions(**(opts | self._prepare_options())))
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
         from bionemo_wds.lightning.datamodule import GenomicWebDataModule
@@ -349,6 +373,7 @@ class Ours(Peer):
             seed=SEED,
             rc_prob=rc_prob,
             cache_dir=self.cache_dir,
+            **self._load_options(),
         )
         dm.setup("fit")
         return (dm.model_inputs(compact) for compact in dm.train_dataloader())
@@ -358,9 +383,11 @@ class Ours(Peer):
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:
+    from benchmarks.packing_peers import LitDataPacked, OursPacked, OursWindows
     from benchmarks.streaming_peers import LitData, Mosaic  # optional libraries: see there
 
-    classes = {cls.name: cls for cls in (EdenFly, PickledInt64, RawLimit, Ours, LitData, Mosaic)}
+    kinds = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, LitData, LitDataPacked, Mosaic)
+    classes = {cls.name: cls for cls in kinds}
     if name not in classes:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
     return classes[name](*args, **kwargs)

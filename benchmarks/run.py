@@ -19,6 +19,8 @@ from typing import Any
 from tqdm import tqdm
 
 from benchmarks import child_env
+from benchmarks.catalogs import CHOICES, catalog_fasta, catalog_names
+from benchmarks.help import HELP
 from benchmarks.memory import PeakPss
 from benchmarks.peers import PEERS
 from benchmarks.remote import (
@@ -29,70 +31,8 @@ from benchmarks.remote import (
     measure_remote,
 )
 from benchmarks.streaming_peers import unavailable
-from benchmarks.synthetic import write_genome
 from benchmarks.table import table, targets
 from bionemo_wds.storage.atomic import atomic_write
-
-HELP = """\
-Prepare and load one full training pass for each peer, on the same windows (seq_length 8192,
-stride 7992, tail end, batch size 8 by default), with 0 and 2 loader workers, and print one table
-with ratios to eden_fly.
-
-What each peer's load timing includes (samples/s: from the first request for a batch to the last
-batch, worker start-up included; imports and the one-time set-up of dataset and loader objects
-excluded; "w/ setup": the same pass with that set-up counted), always ending in model-ready batches
-on the main process (tokens and labels int64, loss_mask float32, position_ids):
-  eden_fly       map-style dataset, shuffled sampler; per window: np.searchsorted to find it, a
-                 pyfaidx read, upper-casing, reverse complement with p=0.5, tokenizing, the
-                 sample's tensors; default collate.
-  pickled_int64  int64 token tensors pickled into tar shards (PickledDataWDS), read through
-                 WebDataModule with its documented pipelines (untuple + shuffle, shuffle + batched
-                 vstack); labels, mask and positions built per batch on the main process.
-  raw_limit      one uint8 memmap of all windows, sliced into batches in a seeded order and expanded
-                 by to_model_inputs: the ceiling for any loader of these windows.
-  ours           GenomicWebDataModule's training loader: the exact epoch plan (record order,
-                 window mixing; fewer than one batch left out), records read by their index with
-                 crc32 checks, reverse complement (p=0.5), compact batches, then model_inputs.
-  litdata        the windows as uint8 bytes in litdata.optimize chunks, read by litdata's
-                 StreamingDataset (shuffle, seed) in its StreamingDataLoader; mosaic: the same in
-                 MDSWriter shards ("bytes" column), read by MosaicML Streaming's StreamingDataset
-                 (shuffle, shuffle_seed, batch_size) in a torch DataLoader. Both: reverse complement
-                 (p=0.5) and compact batches in the workers' collate_fn, then to_model_inputs.
-                 Optional (pip install 'bionemo-wds[bench]'): skipped with a note when missing.
-Prepare timing: eden_fly builds the .fai; pickled_int64 writes the pickles and the tars; raw_limit
-writes the memmap; ours runs `prepare` (index, checks, split, shards, hashes); litdata runs
-optimize; mosaic writes with MDSWriter. Disk is what each loader reads (eden_fly: the FASTA and its
-.fai), per input base. Peak memory is the PSS of the loading process and its workers, summed,
-sampled every 10 ms from outside, in a run of its own (sampling slows the process it watches).
-Each load is run --repeat times in a fresh process and the fastest run is reported (each other
-time at its own best); run nothing else on the machine meanwhile. TTFB: from the start of the
-loader set-up to the first model-ready batch. CPU s/Mtok: CPU seconds (user + system) of set-up
-and pass in the loading process and its loader workers (getrusage of the process and of its
-waited-for children), per million tokens.
-
---remote s3 adds two rows of `ours` read from S3: moto's S3 server is started in this process on
-127.0.0.1 only (a free port; it needs `pip install 'bionemo-wds[test]'`), the children get its
-AWS_ENDPOINT_URL and dummy credentials, and `ours` is prepared into s3://bionemo-wds-benchmark/ours
-with the local options (its prepare time and bytes are those of the upload). Both rows load through
-the storage layer (range GETs with read-ahead threads, the node-local range cache):
-  ours_s3_cold   cache_dir a fresh empty directory in every run: every record range is fetched.
-  ours_s3_warm   the cache directory the cold runs filled: every range is a cache hit, no GET.
-Two more columns give the MB fetched and the GETs of the pass (the storage_stats counters; the
-manifest and listing read at set-up are not counted). The endpoint is on loopback, so the rows show
-the storage layer's own cost, not a real network's latency or bandwidth.
-
-After the table, the targets of the benchmark issues, each [met] or [NOT met] with its numbers (a
-target whose peers were not run is left out):
-  load     ours >= 3x eden_fly (best of workers); >= 10x pickled_int64; >= 0.8x raw_limit; with 2
-           workers at least as fast as with 0; >= 1.0x litdata with 0 workers, set-up included
-           ("w/ setup"); >= 3x every peer loader with 2 workers (eden_fly, pickled_int64, litdata,
-           mosaic; not raw_limit, the ceiling of any loader of these windows); time to first batch no
-           worse than litdata's at each worker count; ours+zstd at most 15% slower than ours.
-  disk     ours <= 1.15 bytes/base; ours+zstd <= 0.35.
-  prepare  ours >= 20 Mbp/s; at least 2x as fast as litdata.optimize on the same genome.
-  memory   with --memory-baseline (the --json of a run on a smaller genome, e.g. 32 Mbp when this
-           one is 128 Mbp): ours' peak PSS at each worker count within 10% of that run's.
-"""
 
 
 def _measure(
@@ -177,7 +117,7 @@ def _prepared(prep: dict[str, Any], bases: int) -> dict[str, Any]:
 
 def _rates(load: dict[str, Any]) -> dict[str, Any]:
     """A load result with its rates: samples/s and tokens/s of the pass, samples/s with the loader
-    set-up counted, CPU seconds per million tokens."""
+    set-up counted, CPU seconds per million tokens, real (not PAD) tokens/s and the padding share."""
     out = {
         **load,
         "samples_per_s": load["samples"] / load["seconds"],
@@ -187,6 +127,9 @@ def _rates(load: dict[str, Any]) -> dict[str, Any]:
         out["samples_per_s_with_setup"] = load["samples"] / load["total_s"]
     if load.get("cpu_s") is not None and load["tokens"]:
         out["cpu_s_per_mtok"] = load["cpu_s"] / (load["tokens"] / 1e6)
+    if load.get("real_tokens") is not None and load["tokens"]:
+        out["real_tokens_per_s"] = load["real_tokens"] / load["seconds"]
+        out["padding"] = 1 - load["real_tokens"] / load["tokens"]  # share of the token slots that are PAD
     return out
 
 
@@ -198,9 +141,10 @@ class BaselineUnreadable(RuntimeError):
     """The ``--memory-baseline`` file is missing, is not this benchmark's JSON, or has no `ours`."""
 
 
-def memory_baseline(path: str | Path) -> dict[str, Any]:
+def memory_baseline(path: str | Path, catalog: str | None = None) -> dict[str, Any]:
     """What the memory target needs of an earlier run's ``--json`` (`path`): its genome size and
-    ours' peak PSS per worker count; read before any peer runs, so that a wrong path costs nothing."""
+    ours' peak PSS per worker count; read before any peer runs, so that a wrong path costs nothing.
+    From the JSON of a run of several catalogs, catalog `catalog`'s (default: the genome's)."""
 
     def unreadable(why: str) -> BaselineUnreadable:
         return BaselineUnreadable(f"--memory-baseline {path}: {why}")
@@ -209,6 +153,11 @@ def memory_baseline(path: str | Path) -> dict[str, Any]:
         earlier = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise unreadable(f"cannot read it as JSON ({exc})") from exc
+    if isinstance(earlier, dict) and "catalogs" in earlier:
+        try:
+            earlier = earlier["catalogs"][catalog or "genome"]
+        except (KeyError, TypeError) as exc:
+            raise unreadable(f"no run of the {catalog or 'genome'} catalog in it") from exc
     try:
         ours = earlier["peers"]["ours"]
     except (KeyError, TypeError) as exc:
@@ -223,9 +172,38 @@ def memory_baseline(path: str | Path) -> dict[str, Any]:
     return {"path": str(path), "bases": bases, "ours_peak_pss_bytes": pss}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Prepare and load every peer asked for (skipping, with a note, those whose library is missing)."""
-    baseline = memory_baseline(args.memory_baseline) if args.memory_baseline else None
+def memory_baselines(path: str | Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The memory baseline (`memory_baseline`) of each catalog run now, by name. One catalog takes
+    the earlier run's (its namesake where that run had several); several take their namesakes
+    only (a run of one catalog is named by its ``catalog``, the genome before there were names),
+    and at least one of them must have one."""
+    if len(names) == 1:
+        return {names[0]: memory_baseline(path, names[0])}
+    try:
+        earlier = json.loads(Path(path).read_text())
+        ran = set(earlier["catalogs"]) if "catalogs" in earlier else {earlier.get("catalog", "genome")}
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+        return {names[0]: memory_baseline(path, names[0])}  # unreadable: its error, as one catalog's
+    found = {name: memory_baseline(path, name) for name in names if name in ran}
+    if not found:
+        raise BaselineUnreadable(f"--memory-baseline {path}: no run of {' or '.join(names)} in it")
+    return found
+
+
+def _inputs(args: argparse.Namespace) -> list[tuple[str, Path, int | None]]:
+    """(name, FASTA, bases or None to count them) of each catalog to run: the ``--fasta`` given,
+    or the ``--catalog`` ones, written into the work directory first."""
+    if args.fasta:
+        return [(Path(args.fasta).name, Path(args.fasta), None)]
+    workdir = Path(args.workdir)
+    return [(name, *catalog_fasta(name, workdir, args.size_mbp, args.seed)) for name in catalog_names(args.catalog)]
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Prepare and load every peer asked for (skipping, with a note, those whose library is missing),
+    on each catalog in turn: one results dict per catalog."""
+    names = [Path(args.fasta).name] if args.fasta else catalog_names(args.catalog)
+    baselines = memory_baselines(args.memory_baseline, names) if args.memory_baseline else {}
     if args.remote:
         check_available(args.remote)  # before the local peers' runs, not after them
     asked = [p for p in PEERS if not args.only or p in args.only]
@@ -233,20 +211,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     peers = [p for p in asked if p not in skipped]
     if skipped and not peers and not args.remote:
         raise PeerUnavailable("; ".join(f"{p}: {why}" for p, why in skipped.items()))
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    if args.fasta:
-        fasta = Path(args.fasta)
-        bases = None
-    else:
-        fasta = workdir / f"synthetic_{args.size_mbp:g}mbp_seed{args.seed}.fa"
-        if not fasta.exists():
-            write_genome(fasta, args.size_mbp, args.seed)
-        bases = int(args.size_mbp * 1_000_000)
-    if bases is None:
-        from bionemo_wds.prepare.sources.fasta import catalog_fasta
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, fasta, bases in _inputs(args):
+        one = argparse.Namespace(**{**vars(args), "workdir": str(Path(args.workdir) / name)})
+        out.append(run_catalog(one, name, fasta, bases, peers, skipped, baselines.get(name)))
+    return out
 
-        bases = catalog_fasta([fasta], workdir / ".catalog", progress=False).total_bases
+
+def run_catalog(
+    args: argparse.Namespace,
+    name: str,
+    fasta: Path,
+    bases: int | None,
+    peers: list[str],
+    skipped: dict[str, str],
+    baseline: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Every peer of `peers` on one catalog (`fasta`, called `name`), prepared into and loaded from
+    ``args.workdir``."""
+    if bases is None:
+        from bionemo_wds.prepare.sources.fasta import catalog_fasta as count_bases
+
+        bases = count_bases([fasta], Path(args.workdir) / ".catalog", progress=False).total_bases
     workers = [int(w) for w in args.workers.split(",")]
     tasks = [(p, w) for p in peers for w in workers]
     compress_runs = [("ours", w) for w in workers] if args.compress and "ours" in peers else []
@@ -255,11 +242,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         + len(tasks)
         + (1 + len(compress_runs) if compress_runs else 0)
         + (1 + len(ROWS) * len(workers) if args.remote else 0),
-        desc="benchmark",
+        desc=f"benchmark {name}",
         unit="run",
         disable=args.quiet,
     )
     results: dict[str, Any] = {
+        "catalog": name,
         "fasta": str(fasta),
         "bases": bases,
         "seq_length": args.seq_length,
@@ -308,9 +296,17 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bionemo-wds benchmark", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--fasta", help="FASTA to use (default: a seeded synthetic genome of --size-mbp)")
-    p.add_argument("--size-mbp", type=float, default=32.0, help="size of the synthetic genome, in Mbp")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic genome")
+    p.add_argument("--fasta", help="FASTA to use instead of a --catalog")
+    p.add_argument(
+        "--catalog",
+        choices=CHOICES,
+        help="seeded synthetic input(s): genome (a draft assembly's contig mix, 32 Mbp), metagenome "
+        "(log-normal contigs, median 3 kb, 64 Mbp) or both, one table each (default: genome)",
+    )
+    p.add_argument(
+        "--size-mbp", type=float, help="size of each synthetic catalog, in Mbp (default: 32 genome, 64 metagenome)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic catalogs")
     p.add_argument("--only", type=lambda s: s.split(","), help=f"comma-separated peers to run ({','.join(PEERS)})")
     p.add_argument("--workers", default="0,2", help="comma-separated loader worker counts")
     p.add_argument("--seq-length", type=int, default=8192, help="tokens per sample")
@@ -336,19 +332,27 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.fasta and args.catalog:
+        p.error("--fasta and --catalog: give one of them (the FASTA is the input when given)")
+    args.catalog = args.catalog or "genome"
     try:
-        results = run(args)
+        runs = run(args)
     except (RemoteUnavailable, PeerUnavailable, BaselineUnreadable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    results["targets"] = [{"target": t, "met": met, "value": v} for t, met, v in targets(results)]
-    print(table(results))
-    print()
-    for t in results["targets"]:
-        print(f"  [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['value']}")
+    for results in runs:
+        results["targets"] = [{"target": t, "met": met, "value": v} for t, met, v in targets(results)]
+        print(table(results))
+        print()
+        for t in results["targets"]:
+            print(f"  [{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['value']}")
+        print()
     if args.json:
+        # one catalog: its results as before catalogs; several: each by its name
+        out = runs[0] if len(runs) == 1 else {"catalogs": {r["catalog"]: r for r in runs}}
         with atomic_write(args.json, "w") as fh:
-            fh.write(json.dumps(results, indent=1) + "\n")
-        print(f"\nJSON: {args.json}")
+            fh.write(json.dumps(out, indent=1) + "\n")
+        print(f"JSON: {args.json}")
     return 0

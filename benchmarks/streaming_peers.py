@@ -44,7 +44,7 @@ from benchmarks.peers import SAMPLES_PER_SHARD, SEED, Peer, WindowIndex
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, PAD_ID
 
 #: Peer name -> the module its library is imported as.
-LIBRARIES = {"litdata": "litdata", "mosaic": "streaming"}
+LIBRARIES = {"litdata": "litdata", "mosaic": "streaming", "litdata_packed": "litdata"}
 INSTALL_HINT = "pip install 'bionemo-wds[bench]'"
 
 
@@ -57,7 +57,7 @@ def import_library(peer: str) -> Any:
     where torchvision cannot be imported (not installed, or a CUDA build beside a CPU torch, which
     fails on load) that one subpackage is replaced by an empty module: MDS reading and writing
     never use it."""
-    if peer == "litdata":
+    if LIBRARIES.get(peer) == "litdata":
         os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")
     elif peer == "mosaic" and "streaming" not in sys.modules:
         try:
@@ -71,7 +71,12 @@ def import_library(peer: str) -> Any:
 
 def unavailable(peer: str) -> str | None:
     """Why `peer` cannot run here (its library is missing or fails to import), or None when it can
-    (and for every peer that needs no optional library)."""
+    (and for every peer that needs no optional library). The sequence-layout peers say so where
+    this checkout cannot prepare or load that layout yet (`packing_peers.layout_missing`)."""
+    from benchmarks.packing_peers import SEQUENCE_PEERS, layout_missing
+
+    if peer in SEQUENCE_PEERS:
+        return layout_missing()
     if peer not in LIBRARIES:
         return None
     try:
@@ -156,8 +161,14 @@ class LitData(_StreamingPeer):
     name = "litdata"
 
     def prepare(self, workers: int) -> None:
-        ld = import_library(self.name)
         n = len(self._index())
+        fn = WindowBytes(self.fasta, self.seq_length, self.stride, self.tail)
+        self._optimize(fn, self._spans(n), n, workers, chunk_bytes=self._chunk_bytes(self._index().window))
+
+    def _optimize(self, fn: Any, inputs: list[Any], items: int, workers: int, **options: Any) -> None:
+        """``litdata.optimize(fn, inputs, ...)`` into `dir` with `options`, its scratch folders kept
+        beside `dir`; checks that it wrote `items` items (it logs a worker's failure and carries on)."""
+        ld = import_library(self.name)
         start_method = multiprocessing.get_start_method(allow_none=True)
         # optimize's scratch folders default to /tmp/chunks and /tmp/data: keep them in our directory
         scratch = {
@@ -170,12 +181,12 @@ class LitData(_StreamingPeer):
         try:
             with _tempdir(Path(scratch["DATA_OPTIMIZER_CACHE_FOLDER"])):  # and its list of inputs, /tmp
                 ld.optimize(
-                    fn=WindowBytes(self.fasta, self.seq_length, self.stride, self.tail),
-                    inputs=self._spans(n),
+                    fn=fn,
+                    inputs=inputs,
                     output_dir=str(self.dir),
-                    chunk_bytes=self._chunk_bytes(self._index().window),
                     num_workers=max(workers, 1),
                     verbose=False,
+                    **options,
                 )
         finally:
             # optimize sets the process-wide start method (to spawn): give the caller its own back
@@ -188,8 +199,8 @@ class LitData(_StreamingPeer):
             for path in scratch.values():
                 shutil.rmtree(path, ignore_errors=True)
         written = sum(c["chunk_size"] for c in json.loads((self.dir / "index.json").read_text())["chunks"])
-        if written != n:  # optimize logs a worker's failure and carries on
-            raise RuntimeError(f"litdata.optimize wrote {written} of {n} windows into {self.dir}")
+        if written != items:
+            raise RuntimeError(f"litdata.optimize wrote {written} of {items} items into {self.dir}")
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
         ld = import_library(self.name)

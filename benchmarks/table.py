@@ -8,6 +8,8 @@ A load's columns (`child` measures them, `run` keeps the best of ``--repeat`` ru
   loader objects) counted in, as a user pays it;
 - ``setup s``: that set-up alone;
 - ``TTFB s``: from the start of set-up to the first model-ready batch in hand;
+- ``tokens/s``, ``real tok/s``: token slots per second, and those that are not PAD (millions);
+- ``padding``: the share of the token slots that are PAD (the same in every run of a peer);
 - ``CPU s/Mtok``: CPU seconds (user + system) of set-up and pass, in the measuring process and its
   loader workers (``getrusage`` of the process and of its waited-for children), per million tokens;
 - ``peak PSS MB``: the process and its workers, summed, sampled in a run of its own.
@@ -21,8 +23,9 @@ from benchmarks.remote import storage_cells
 
 COLUMNS_NOTE = (
     "samples/s: the pass without loader set-up; w/ setup: the same pass with set-up counted; "
-    "TTFB: set-up start to first batch;\nCPU s/Mtok: CPU seconds of set-up and pass (process and "
-    "loader workers) per million tokens; each the best of the runs."
+    "TTFB: set-up start to first batch;\nreal tok/s: millions of tokens per second that are not "
+    "PAD; padding: the share of the token slots that are PAD;\nCPU s/Mtok: CPU seconds of set-up and pass "
+    "(process and loader workers) per million tokens; each the best of the runs."
 )
 
 
@@ -30,9 +33,9 @@ def _best(peer: dict[str, Any]) -> float:
     return max(run["samples_per_s"] for run in peer["load"].values())
 
 
-def _cell(value: float | None, fmt: str) -> str:
-    """`value` formatted, or "-" where a run did not measure it."""
-    return "-" if value is None else format(value, fmt)
+def _cell(value: float | None, fmt: str, scale: float = 1.0, unit: str = "") -> str:
+    """`value` times `scale`, formatted, with `unit`; or "-" where a run did not measure it."""
+    return "-" if value is None else format(value * scale, fmt) + unit
 
 
 def table(results: dict[str, Any]) -> str:
@@ -50,6 +53,8 @@ def table(results: dict[str, Any]) -> str:
         "setup s",
         "TTFB s",
         "tokens/s",
+        "real tok/s",
+        "padding",
         "CPU s/Mtok",
         "peak PSS MB",
         "x eden_fly",
@@ -73,6 +78,8 @@ def table(results: dict[str, Any]) -> str:
                     _cell(load.get("setup_s"), ".3f"),
                     _cell(load.get("ttfb_s"), ".3f"),
                     f"{load['tokens_per_s'] / 1e6:,.1f}M",
+                    _cell(load.get("real_tokens_per_s"), ",.1f", 1e-6, "M"),
+                    _cell(load.get("padding"), ".1f", 100, "%"),
                     _cell(load.get("cpu_s_per_mtok"), ".4f"),
                     f"{load['peak_pss_bytes'] / 1e6:,.0f}",
                     f"{load['samples_per_s'] / ref:.2f}" if ref else "-",
@@ -81,8 +88,9 @@ def table(results: dict[str, Any]) -> str:
             )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    catalog = f"{results['catalog']} catalog, " if "catalog" in results else ""
     lines = [
-        f"{results['fasta']}: {results['bases'] / 1e6:.1f} Mbp, seq_length {results['seq_length']}, "
+        f"{catalog}{results['fasta']}: {results['bases'] / 1e6:.1f} Mbp, seq_length {results['seq_length']}, "
         f"stride {results['stride']}, batch {results['batch_size']}",
         "",
         fmt(header),
@@ -125,7 +133,8 @@ def _load_targets(p: dict[str, Any]) -> list[tuple[str, bool, str]]:
             value = f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"
             out.append(("load: ours >= 1.0x litdata with 0 workers, set-up included", a >= b, value))
     # the loaders ours replaces; not raw_limit (the ceiling of any loader of these windows) nor ours' own rows
-    for name in (n for n in p if n != "raw_limit" and not n.startswith("ours")):
+    # (nor the packed peers: their samples hold other windows; `_packing_targets` compares them)
+    for name in (n for n in p if n != "raw_limit" and not n.startswith("ours") and not n.endswith("_packed")):
         if "2" in ours and "2" in p[name]["load"]:
             a, b = ours["2"]["samples_per_s"], p[name]["load"]["2"]["samples_per_s"]
             out.append((f"load: ours >= 3x {name} with 2 workers", a >= 3 * b, _times(a, b)))
@@ -151,6 +160,22 @@ def _memory_targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
         new, old = ours[w]["peak_pss_bytes"], base["ours_peak_pss_bytes"][w]
         value = f"{new / 1e6:,.0f} vs {old / 1e6:,.0f} MB ({_times(new, old, 3)})"
         out.append((f"memory: ours peak PSS {sizes} ({w} workers)", new <= 1.10 * old, value))
+    return out
+
+
+def _packing_targets(p: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """Issue 25's targets: windows cut at load (`ours_windows`) within 10% of format 4 windows'
+    samples/s (`ours`, the same windows) at each worker count; packing (`ours_packed`) below 1% of
+    the token slots padded."""
+    out = []
+    if {"ours", "ours_windows"} <= set(p):
+        for w in sorted(set(p["ours"]["load"]) & set(p["ours_windows"]["load"]), key=int):
+            a, b = p["ours_windows"]["load"][w]["samples_per_s"], p["ours"]["load"][w]["samples_per_s"]
+            name = f"load: ours_windows (cut at load) >= 0.9x ours (format 4) with {w} workers"
+            out.append((name, a >= 0.9 * b, f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"))
+    padding = [load["padding"] for load in p.get("ours_packed", {}).get("load", {}).values() if "padding" in load]
+    if padding:
+        out.append(("padding: ours_packed < 1% of the token slots", max(padding) < 0.01, f"{max(padding):.2%}"))
     return out
 
 
@@ -194,4 +219,4 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
             )
         )
         out.append((f"load: {zname} slowdown <= 15%", slow <= 0.15, f"{slow:.1%}"))
-    return out + _memory_targets(results)
+    return out + _packing_targets(p) + _memory_targets(results)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks import run as bench
+from benchmarks.packing_peers import SEQUENCE_PEERS
 from benchmarks.peers import PEERS, make_peer
 from benchmarks.streaming_peers import LIBRARIES, unavailable
 from benchmarks.synthetic import contig_lengths, write_genome
@@ -18,8 +19,10 @@ from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.prepare.windows import window_counts
 
 SEQ, STRIDE = 512, 480
-#: The peers that need no optional library (litdata and mosaic have tests of their own below).
-CORE_PEERS = [p for p in PEERS if p not in LIBRARIES]
+#: The peers that need no optional library nor the sequence layout (those have tests of their own).
+CORE_PEERS = [p for p in PEERS if p not in LIBRARIES and p not in SEQUENCE_PEERS]
+#: The streaming peers that serve the same windows as the others.
+WINDOW_LIBRARIES = ["litdata", "mosaic"]
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +116,7 @@ def streaming_peer(request, tmp_path_factory, klebsiella):
     return peer
 
 
-@pytest.mark.parametrize("streaming_peer", sorted(LIBRARIES), indirect=True)
+@pytest.mark.parametrize("streaming_peer", WINDOW_LIBRARIES, indirect=True)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_streaming_peers_yield_the_same_windows(streaming_peer, klebsiella, workers):
     expected, canonical = expected_windows(klebsiella)
@@ -137,19 +140,20 @@ def test_only_a_missing_library_says_it_is_not_installed(tmp_path, monkeypatch, 
     assert not (tmp_path / "w").exists()  # refused before any peer ran
 
 
-def test_table_has_the_setup_ttfb_and_cpu_columns_and_notes_skipped_peers():
+def test_table_has_the_setup_ttfb_cpu_and_padding_columns_and_notes_skipped_peers():
     load = {"samples": 100, "tokens": 51200, "seconds": 0.5, "setup_s": 0.1, "total_s": 0.6, "ttfb_s": 0.12}
-    load |= {"cpu_s": 0.8, "first_batch_s": 0.02, "peak_pss_bytes": 300e6}
+    load |= {"cpu_s": 0.8, "first_batch_s": 0.02, "peak_pss_bytes": 300e6, "real_tokens": 38400}
     peer = {"prepare_s": 1.0, "prepare_mbp_s": 1.0, "bytes_per_base": 1.1, "load": {"0": bench._rates(load)}}
     results = {"fasta": "g.fa", "bases": 1e6, "seq_length": 512, "stride": 480, "batch_size": 8}
     results |= {"peers": {"ours": peer}, "skipped": {"mosaic": "streaming is not installed"}}
     text = bench.table(results)
     header, row = text.splitlines()[2], text.splitlines()[4]
-    for column in ("samples/s", "w/ setup", "setup s", "TTFB s", "CPU s/Mtok", "peak PSS MB"):
+    for column in ("samples/s", "w/ setup", "setup s", "TTFB s", "real tok/s", "padding", "CPU s/Mtok", "peak PSS MB"):
         assert column in header
     cells = row.split()
     assert cells[5:9] == ["200", "167", "0.100", "0.120"]  # 100 / 0.5 s; 100 / 0.6 s; set-up; TTFB
-    assert cells[10] == f"{0.8 / 0.0512:.4f}"  # CPU s per million tokens
+    assert cells[9:12] == ["0.1M", "0.1M", "25.0%"]  # 102,400 and 76,800 tokens/s; 12,800 of 51,200 PAD
+    assert cells[12] == f"{0.8 / 0.0512:.4f}"  # CPU s per million tokens
     assert "skipped mosaic: streaming is not installed" in text
 
 
@@ -475,3 +479,183 @@ def test_bionemo_wds_benchmark_without_the_benchmarks_package_says_where_to_run_
     assert cli(["benchmark", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run python tools/benchmark.py in the repository" in err[0]
+
+
+# --- issue 25: the metagenome-like catalog, the padding columns, the packing peers ---
+
+
+def test_metagenome_lengths_are_log_normal_with_a_3kb_median_and_no_contig_under_200bp():
+    from benchmarks.metagenome import MIN_LENGTH, metagenome_lengths
+
+    lengths = metagenome_lengths(64_000_000, 0)
+    assert lengths.sum() == 64_000_000 and lengths.min() >= MIN_LENGTH
+    assert 2_700 < np.median(lengths) < 3_300
+    logs = np.log(lengths[:-1])  # the last one is cut to the total
+    assert 0.85 < logs.std() < 1.05  # sigma 1, a little less for the draws under 200 bp redrawn
+    assert (metagenome_lengths(64_000_000, 0) == lengths).all()
+    assert not np.array_equal(metagenome_lengths(64_000_000, 1)[:100], lengths[:100])
+    small = metagenome_lengths(300_000, 0)  # smaller sizes scale the count, not the lengths
+    assert small.sum() == 300_000 and small.min() >= MIN_LENGTH and 40 < len(small) < 120
+
+
+def test_metagenome_bases_are_cut_from_the_bundled_genomes_with_a_few_substitutions(tmp_path):
+    from conftest import KLEBSIELLA, LAMBDA, read_fasta
+
+    from benchmarks.metagenome import write_metagenome
+
+    path = write_metagenome(tmp_path / "m.fa", size_mbp=0.3, seed=3)
+    assert write_metagenome(tmp_path / "again.fa", size_mbp=0.3, seed=3).read_bytes() == path.read_bytes()
+    pool = "".join(s.upper() for src in (KLEBSIELLA, LAMBDA) for s in read_fasta(src).values())
+    contigs = read_fasta(path)
+    assert sum(map(len, contigs.values())) == 300_000
+    located = mismatches = compared = 0
+    for seq in list(contigs.values())[:20]:
+        for strand in (seq, seq[::-1].translate(str.maketrans("ACGT", "TGCA"))):  # on either strand
+            # the first 30-mer that is in the genomes places the contig
+            at, k = next(
+                (
+                    (pool.find(strand[k : k + 30]), k)
+                    for k in range(0, len(strand) - 30, 97)
+                    if pool.find(strand[k : k + 30]) >= 0
+                ),
+                (-1, 0),
+            )
+            if at >= 0:
+                located += 1
+                source = pool[at - k : at - k + len(strand)]
+                if len(source) == len(strand):
+                    mismatches += sum(a != b for a, b in zip(strand, source))
+                    compared += len(strand)
+                break
+    assert located >= 18  # real bases (random ones would match nowhere)
+    assert 0.003 < mismatches / compared < 0.03  # ... with about 1% of them substituted
+
+
+def test_catalog_option_runs_each_catalog_and_writes_both_into_the_json(tmp_path, monkeypatch, capsys):
+    """`--catalog both` through `main`, the child runs replaced by fixed numbers (no timing)."""
+    seen = []
+
+    def measure(action, peer, args, fasta, workers, **kwargs):
+        seen.append((Path(fasta).name, action, peer))
+        if action == "prepare":
+            return {"seconds": 1.0, "disk_bytes": 1000}
+        return {"samples": 10, "tokens": 5120, "real_tokens": 4096, "seconds": 0.1, "peak_pss_bytes": 120e6}
+
+    monkeypatch.setattr(bench, "_measure", measure)
+    out = tmp_path / "r.json"
+    args = ["--only", "eden_fly", "--workers", "0", "--size-mbp", "0.05", "--workdir", str(tmp_path / "w")]
+    assert bench.main([*args, "--catalog", "both", "--json", str(out), "--quiet"]) == 0
+    assert {name for name, _, _ in seen} == {"genome_0.05mbp_seed0.fa", "metagenome_0.05mbp_seed0.fa"}
+    printed = capsys.readouterr().out
+    assert "genome catalog, " in printed and "metagenome catalog, " in printed
+    results = json.loads(out.read_text())
+    assert set(results["catalogs"]) == {"genome", "metagenome"}
+    load = results["catalogs"]["metagenome"]["peers"]["eden_fly"]["load"]["0"]
+    assert load["padding"] == pytest.approx(0.2) and load["real_tokens_per_s"] == pytest.approx(40960)
+    assert bench.main([*args, "--catalog", "metagenome", "--json", str(out), "--quiet"]) == 0
+    assert json.loads(out.read_text())["catalog"] == "metagenome"  # one catalog: its results, as before
+    with pytest.raises(SystemExit) as exited:
+        bench.main(["--fasta", "x.fa", "--catalog", "genome"])
+    assert exited.value.code == 2 and "--fasta and --catalog" in capsys.readouterr().err
+
+
+def test_memory_baseline_of_a_run_of_both_catalogs_is_each_catalogs_own(tmp_path):
+    earlier = {
+        "catalogs": {
+            "genome": results_of({"ours": peer_row({"0": load_row(1.0, pss=100e6)})}, catalog="genome"),
+            "metagenome": results_of({"ours": peer_row({"0": load_row(1.0, pss=150e6)})}, catalog="metagenome"),
+        }
+    }
+    path = tmp_path / "both.json"
+    path.write_text(json.dumps(earlier))
+    got = bench.memory_baselines(path, ["genome", "metagenome"])
+    assert {k: v["ours_peak_pss_bytes"] for k, v in got.items()} == {"genome": {"0": 100e6}, "metagenome": {"0": 150e6}}
+    assert bench.memory_baselines(path, ["metagenome"])["metagenome"]["ours_peak_pss_bytes"] == {"0": 150e6}
+    one = tmp_path / "genome.json"  # a run of one catalog serves only its namesake among several
+    one.write_text(json.dumps(earlier["catalogs"]["genome"]))
+    assert set(bench.memory_baselines(one, ["genome", "metagenome"])) == {"genome"}
+    with pytest.raises(bench.BaselineUnreadable, match=r"no run of the x\.fa catalog"):
+        bench.memory_baseline(path, "x.fa")
+
+
+@pytest.mark.parametrize(("windows", "met"), [(900.0, True), (899.0, False)])
+def test_target_windows_cut_at_load_within_10_percent_of_format_4(windows, met):
+    results = results_of(
+        {"ours": peer_row({"0": load_row(1000.0)}), "ours_windows": peer_row({"0": load_row(windows)})}
+    )
+    name = "load: ours_windows (cut at load) >= 0.9x ours (format 4) with 0 workers"
+    assert found(results)[name][0] is met
+    assert f"({windows:,.0f} vs 1,000 samples/s)" in found(results)[name][1]
+
+
+@pytest.mark.parametrize(("padding", "met"), [(0.0099, True), (0.01, False)])
+def test_target_packing_pads_under_1_percent(padding, met):
+    packed = peer_row({"0": load_row(10.0) | {"padding": 0.001}, "2": load_row(10.0) | {"padding": padding}})
+    got = found(results_of({"ours_packed": packed}))
+    assert got["padding: ours_packed < 1% of the token slots"] == (met, f"{padding:.2%}")
+    assert "padding: ours_packed < 1% of the token slots" not in found(results_of({"ours": peer_row({})}))
+
+
+def test_litdata_packed_serves_every_sequence_as_documents_in_full_blocks(tmp_path):
+    why = unavailable("litdata_packed")
+    if why:
+        pytest.skip(why)
+    from conftest import read_fasta
+
+    from benchmarks.metagenome import write_metagenome
+
+    fasta = write_metagenome(tmp_path / "m.fa", size_mbp=0.3, seed=4)
+    seq = 8192  # most contigs (median 3 kb) fit whole in a sample
+    peer = make_peer("litdata_packed", fasta, tmp_path / "w", seq, seq, "end", 8)
+    peer.prepare(1)
+    expected = {s.upper().encode() for s in read_fasta(fasta).values()}
+    whole, served = set(), 0
+    for b in peer.batches(0):
+        tokens = b["tokens"].numpy()
+        assert tokens.dtype == np.int64 and tokens.shape[1] == seq and (tokens != 1).all()  # no PAD
+        assert (b["labels"].numpy()[:, :-1] == tokens[:, 1:]).all()
+        served += tokens.size
+        for row in tokens.astype(np.uint8):  # the documents that start and end inside this sample
+            for doc in row.tobytes().split(bytes([EOS_ID]))[1:-1]:
+                assert doc[:2] == bytes([BOS_ID, SEP_ID])
+                whole.add(doc[2:])
+    assert whole <= expected and len(whole) > len(expected) / 4  # the ones no block boundary cut
+    stream = sum(len(s) + 3 for s in expected)  # BOS, SEP, bases, EOS of every sequence
+    assert stream - 64 * (seq + 1) < served <= stream  # all but a chunk end's part block
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ours_windows_serves_the_windows_of_format_4(tmp_path, genome, workers):
+    why = unavailable("ours_windows")
+    if why:
+        pytest.skip(why)
+    expected, _ = expected_windows(genome)
+    peer = make_peer("ours_windows", genome, tmp_path, SEQ, STRIDE, "end", 8)
+    peer.prepare(1)
+    got = windows_of(peer.batches(workers, rc_prob=0.0))
+    assert not got - expected and sum((expected - got).values()) < 8  # an exact epoch, as ours
+
+
+@pytest.mark.slow
+def test_benchmark_on_a_tiny_metagenome_reports_the_padding_of_each_peer(tmp_path):
+    out = tmp_path / "r.json"
+    only = "eden_fly,ours,ours_packed,litdata_packed"
+    # batch 2: the exact plan completes the last batch of packed samples with at most one all-PAD
+    # filler, which stays under 1% of a few hundred samples (at batch 8, up to 7 fillers would not)
+    args = ["--catalog", "metagenome", "--size-mbp", "4", "--batch-size", "2", "--workers", "0", "--repeat", "1"]
+    args += ["--only", only]
+    assert bench.main([*args, "--workdir", str(tmp_path / "w"), "--json", str(out), "--quiet"]) == 0
+    results = json.loads(out.read_text())
+    assert results["catalog"] == "metagenome" and results["seq_length"] == 8192
+    padding = {name: peer["load"]["0"]["padding"] for name, peer in results["peers"].items()}
+    for peer in results["peers"].values():
+        load = peer["load"]["0"]
+        assert load["real_tokens"] == pytest.approx(load["tokens"] * (1 - load["padding"]))
+        assert 0 < load["real_tokens_per_s"] <= load["tokens_per_s"]
+    # most contigs are shorter than a window: one padded sample each
+    assert 0.3 < padding["eden_fly"] < 0.6 and padding["ours"] == pytest.approx(padding["eden_fly"], abs=0.02)
+    if "ours_packed" in padding:
+        assert padding["ours_packed"] < 0.01 and padding["eden_fly"] > padding["ours_packed"]
+    if "litdata_packed" in padding:
+        assert padding["litdata_packed"] == 0
+    assert set(padding) | set(results["skipped"]) == set(only.split(","))
