@@ -387,16 +387,13 @@ class PrepareOptions:
             )
 
     def check_layout(self) -> None:
-        """Refuse what the sequence layout cannot honour: a stride (its windows are cut at load) and
-        a window database (which fixes the windows)."""
-        if self.layout != "sequences":
-            return
-        if self.stride is not None:
+        """Refuse a stride (windows are cut at load) and a window database with --layout sequences."""
+        if self.layout == "sequences" and self.stride is not None:
             raise BadInputError(
                 f"--stride {self.stride} does not apply to --layout sequences: its windows are cut at load "
                 "(GenomicDataset(stride=...)); leave --stride out"
             )
-        if self.window_db:
+        if self.layout == "sequences" and self.window_db:
             raise BadInputError(
                 "--window-db fixes the windows of a split, --layout sequences stores whole sequences: "
                 "give one (use --layout windows with --window-db)"
