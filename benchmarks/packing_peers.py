@@ -64,10 +64,10 @@ class OursWindows(Ours):
     name = "ours_windows"
     pack = False
 
-    def _prepare_options(self) -> dict[str, Any]:
+    def prepare_options(self) -> dict[str, Any]:
         return {"layout": "sequences", "stride": None}  # the stride is the loader's
 
-    def _load_options(self) -> dict[str, Any]:
+    def load_options(self) -> dict[str, Any]:
         return {
             "seq_length": self.seq_length,
             "stride": None if self.pack else self.stride,  # packing: every base once, no stride

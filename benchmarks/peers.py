@@ -330,12 +330,12 @@ class Ours(Peer):
     def location(self) -> str:
         return self.url or str(self.dir)
 
-    def _prepare_options(self) -> dict[str, Any]:
+    def prepare_options(self) -> dict[str, Any]:
         """`PrepareOptions` that replace or add to the shared ones (none: format 4 windows; see
         `packing_peers`)."""
         return {}
 
-    def _load_options(self) -> dict[str, Any]:
+    def load_options(self) -> dict[str, Any]:
         """`GenomicWebDataModule` arguments beyond the shared ones (none: the windows the shards hold)."""
         return {}
 
@@ -361,7 +361,7 @@ class Ours(Peer):
             "compress": self.compress or "none",
         }
         # a URL's endpoint and credentials: from the environment
-        prepare([self.fasta], self.location, PrepareOptions(**(opts | self._prepare_options())))
+        prepare([self.fasta], self.location, PrepareOptions(**(opts | self.prepare_options())))
 
     def batches(self, workers: int, rc_prob: float = 0.5) -> Iterator[dict[str, Any]]:
         from bionemo_wds.lightning.datamodule import GenomicWebDataModule
@@ -373,7 +373,7 @@ class Ours(Peer):
             seed=SEED,
             rc_prob=rc_prob,
             cache_dir=self.cache_dir,
-            **self._load_options(),
+            **self.load_options(),
         )
         dm.setup("fit")
         return (dm.model_inputs(compact) for compact in dm.train_dataloader())
