@@ -105,6 +105,20 @@ LINEAGES = (
 )
 
 
+def metagenome_contigs(seed: int = 0) -> dict[str, str]:
+    """The Klebsiella assembly cut into contigs of log-normal length (median 3 kb, sigma 1, at least
+    200 bp): a metagenome-like catalog, most contigs shorter than an 8 k window."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, seq in read_fasta(KLEBSIELLA).items():
+        pos, k = 0, 0
+        while pos < len(seq):
+            n = max(200, int(rng.lognormal(np.log(3000), 1.0)))
+            out[f"{name}_c{k}"] = seq[pos : pos + n]
+            pos, k = pos + n, k + 1
+    return out
+
+
 def write_fasta(path: Path, seqs: dict[str, str], descriptions: dict[str, str] | None = None, width: int = 60) -> Path:
     """Write `seqs` (name -> bases) as a FASTA, each header ``>name description`` when one is given."""
     descriptions = descriptions or {}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, read_fasta
+from conftest import metagenome_contigs
 
 from bionemo_wds.format import read_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
@@ -76,16 +76,7 @@ dist.destroy_process_group()
 
 
 def contigs(seed: int = SEED) -> dict[str, str]:
-    """The Klebsiella assembly cut into contigs of log-normal length (median 3 kb, sigma 1, at least 200 bp)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, seq in read_fasta(KLEBSIELLA).items():
-        pos, k = 0, 0
-        while pos < len(seq):
-            n = max(200, int(rng.lognormal(np.log(3000), 1.0)))
-            out[f"{name}_c{k}"] = seq[pos : pos + n]
-            pos, k = pos + n, k + 1
-    return out
+    return metagenome_contigs(seed)
 
 
 @pytest.fixture(scope="module")

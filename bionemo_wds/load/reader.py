@@ -81,10 +81,11 @@ class PlannedBatches(IterableDataset):
         # `unit=1` deals batches round-robin, the order a plain DataLoader takes them from its workers
         self.unit = unit or max(UNIT_BATCHES, -(-mix // max(micro, 1)))
         # two mixing blocks of records decoded at once (with the records cut at their edges), so a
-        # block's records are read once, not per batch; counted in windows, so the memory is the same
-        # whatever the records' sizes and however many there are
+        # block's records are read once, not per batch; counted in stored rows (windows, or the pieces
+        # of a sequence layout's samples: `rows_per_sample`), so the memory is the same whatever the
+        # records' sizes and however many there are
         largest = int(records.table.windows.max()) if len(records.table) else 1
-        self.cache_windows = max(CACHE_WINDOWS, 2 * (mix + 2 * largest))
+        self.cache_windows = max(CACHE_WINDOWS, 2 * (int(mix * records.rows_per_sample) + 2 * largest))
 
     def __iter__(self) -> Iterator[tuple[int, PlannedRows]]:
         plan, worker = self.current(), Worker.detect()

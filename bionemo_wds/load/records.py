@@ -236,6 +236,11 @@ class SourceRecords:
         """Each source's record table (what the plan deals windows from)."""
         return tuple(p.table for p in self.parts)
 
+    @property
+    def rows_per_sample(self) -> float:
+        """Stored rows a mixing block's sample keeps decoded in the reader's cache: a window is a row."""
+        return 1.0
+
     def part(self, record: int) -> tuple[int, int]:
         """(source, record within it) of a record of the table."""
         d = int(np.searchsorted(self.record_offsets, record, side="right")) - 1

@@ -91,7 +91,8 @@ class Source:
         if rows is None:
             raise OptionError(f"{self.root} has no sequence index for its {split.name} split (not a sequence layout)")
         lengths = np.asarray(rows["length"], dtype=np.int64)
-        return SequenceTable(lengths, np.asarray(rows["tag_bytes"], dtype=np.int64), self.manifest.params.window_length)
+        tags = np.asarray(rows["tag_bytes"], dtype=np.int64)
+        return SequenceTable(lengths, tags, self.manifest.params.window_length, len(self.split_records(split).table))
 
     def sample_table(self, split: Split, cutting: Cutting, seed: int) -> Any:
         """What the plan deals from for `split`: the record table of stored windows, or the samples a

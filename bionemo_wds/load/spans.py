@@ -184,6 +184,13 @@ class SpanSources:
         )
         self.shards = SimpleNamespace(reads_ahead=any(p.records.shards.reads_ahead for p in parts))
 
+    @property
+    def rows_per_sample(self) -> float:
+        """Stored rows (pieces) a mixing block's sample keeps decoded in the reader's cache: the pieces
+        per sample, twice (a unit of ids shares the records at its edges with units of other mixing
+        blocks; packed documents lie among the pieces of long sequences' whole samples)."""
+        return 2 * self.table.n_windows / self.total
+
     def resolve(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray]:
         """Virtual plan ids -> (sample id within its source, source, its draws' seed, pass of each)."""
         samples, passes = split_virtual(np.asarray(ids, dtype=np.int64), self.total)

@@ -17,9 +17,11 @@ here, per split, from the sequences' lengths alone, so one set of shards serves 
   every pass (`packed_bound`), the few a pass leaves unused being empty (filler) samples.
 
 Sample ids number full samples sequence by sequence in storage order (then the packed ones in
-packing order), so consecutive ids read the same stored bytes; `order` deals units of `UNIT`
-consecutive ids (`plan.order.UnitOrder`). Nothing holds an array of every sample: per sequence
-arrays only, and per pass the packing of the short documents.
+packing order), so consecutive ids read the same stored bytes; `order` deals units of consecutive
+ids (`plan.order.UnitOrder`) that span about `UNIT_RECORDS` stored records (`unit_size`), so a
+record is decoded about once per pass however many samples it holds (1 k windows: hundreds; 1 M:
+a fraction of one). Nothing holds an array of every sample: per sequence arrays only, and per pass
+the packing of the short documents.
 """
 
 from __future__ import annotations
@@ -30,19 +32,22 @@ from functools import cached_property
 
 import numpy as np
 
-from bionemo_wds.core.permutation import SeededPermutation
 from bionemo_wds.core.seeds import salted_ints, stream_seed
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.plan.order import UnitOrder
 from bionemo_wds.load.plan.types import DEFAULT_MIX
 
-#: Consecutive sample ids dealt together (their bases lie together, as a record's 16 windows do).
+#: The fewest consecutive sample ids dealt together (their bases lie together).
 UNIT = 16
+#: Stored records' worth of samples a unit of ids spans: its records are read for it alone, but for
+#: the one or two it shares at its edges with the neighbouring units (read again for those).
+UNIT_RECORDS = 2
 #: Load-time tail rules (prepare's).
 TAILS = ("end", "drop")
 #: Where each sequence's window grid starts: at 0 (``"fixed"``) or at a per-pass random offset.
 OFFSETS = ("fixed", "random")
-#: Short documents shuffled together when a pass's packing order is drawn (they lie close in storage).
+#: Short documents shuffled together when a pass's packing order is drawn, where the table does not
+#: know its records (then: `UNIT_RECORDS` records' worth of documents, which lie close in storage).
 PACK_BLOCK = 256
 
 
@@ -50,11 +55,13 @@ PACK_BLOCK = 256
 class SequenceTable:
     """A split's sequences in storage order: length, control-tag bytes, and the piece length they are
     stored in (sequence s is pieces ``first_piece[s] ..`` of the split, ``piece`` bases each, the last
-    shorter)."""
+    shorter); `records`: how many stored records hold those pieces (0: not known), which sizes the
+    units of ids the epoch order deals (`unit_size`)."""
 
     lengths: np.ndarray  # int64
     tag_bytes: np.ndarray  # int64
     piece: int
+    records: int = 0
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -82,6 +89,17 @@ class Documents:
 
     def __len__(self) -> int:
         return len(self.sample)
+
+
+def unit_size(n_samples: int, records: int, mix: int) -> int:
+    """Consecutive sample ids dealt together: the largest power of two from `UNIT` up within
+    `UNIT_RECORDS` records' worth of the `n_samples` samples (of `records` records; `UNIT` when not
+    known), at most `mix` (so a mixing block of a power of two holds whole units)."""
+    want = UNIT_RECORDS * n_samples / records if records > 0 else UNIT
+    unit = UNIT
+    while unit * 2 <= min(want, mix):
+        unit *= 2
+    return unit
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -148,7 +166,7 @@ class WindowSamples:
         return int(self.first[-1])
 
     def order(self, seed: int, epoch: int, mix: int = DEFAULT_MIX) -> UnitOrder:
-        return UnitOrder(self.n_windows, UNIT, seed, epoch, mix)
+        return UnitOrder(self.n_windows, unit_size(self.n_windows, self.seqs.records, mix), seed, epoch, mix)
 
     def documents(self, ids: np.ndarray, passes: np.ndarray) -> Documents:
         """The window of each id (sample ids of this table; `passes`: the pass of each)."""
@@ -280,7 +298,14 @@ class PackedSamples:
         return self.n_full + self.n_packed
 
     def order(self, seed: int, epoch: int, mix: int = DEFAULT_MIX) -> UnitOrder:
-        return UnitOrder(self.n_windows, UNIT, seed, epoch, mix)
+        return UnitOrder(self.n_windows, unit_size(self.n_windows, self.seqs.records, mix), seed, epoch, mix)
+
+    @cached_property
+    def pack_block(self) -> int:
+        """Documents shuffled together in a pass's packing order (`packing`)."""
+        if self.seqs.records <= 0:
+            return PACK_BLOCK
+        return max(UNIT, -(-UNIT_RECORDS * len(self.seqs) // self.seqs.records))
 
     def offset(self, seqs: np.ndarray, passes: np.ndarray) -> np.ndarray:
         """Where the whole samples of each sequence start in its pass (0 unless random)."""
@@ -302,15 +327,14 @@ class PackedSamples:
         seq = np.concatenate([heads, tails])
         start = np.concatenate([np.zeros(len(heads), np.int64), tail_start[tails]])
         length = np.concatenate([offset[heads], self.seqs.lengths[tails] - tail_start[tails]])
-        # storage order (head before tail), then blocks of PACK_BLOCK documents in a seeded order and
-        # shuffled within: documents sharing a sample change every pass and still lie close in storage
+        # storage order (head before tail), shuffled within blocks of about `UNIT_RECORDS` records' worth
+        # of documents: documents sharing a sample change every pass and still lie close in storage,
+        # so a unit of packed ids (`order`) reads few records
         near = np.lexsort((start, seq))
         seq, start, length = seq[near], start[near], length[near]
-        block = np.arange(len(seq), dtype=np.int64) // PACK_BLOCK
-        blocks = int(block[-1]) + 1 if len(block) else 0
-        block_rank = SeededPermutation(blocks, self.seed, "pack_blocks", pass_).inverse(block)
+        block = np.arange(len(seq), dtype=np.int64) // self.pack_block
         within = salted_ints(np.arange(len(seq)), np.full(len(seq), 1 << 30), stream_seed(self.seed, "pack", pass_))
-        order = np.lexsort((within, block_rank))
+        order = np.lexsort((within, block))
         seq, start, length = seq[order], start[order], length[order]
         bin_doc, bin_offset = pack_documents(self.headers[seq], length, self.seq_length)
         if len(bin_doc) > self.n_packed:  # cannot happen: `packed_bound` holds for every order
