@@ -212,14 +212,13 @@ def test_window_options_refused():
 @given(seq_length=st.integers(4, 1 << 21), max_tag=st.integers(0, 40))
 def test_default_stride_is_prepares(seq_length, max_tag):
     """Without a stride the load-time windows take prepare's default (`default_stride`, capped at the window)."""
-    assert spans.STRIDE_PER_TOKEN == options.STRIDE_PER_TOKEN
     window = seq_length - 3 - max_tag
     assume(window >= 1)
     params = SimpleNamespace(seq_length=seq_length, max_tag_bytes=max_tag, tail="end")
     table = spans.Cutting(seq_length=seq_length).table("data/x", params, seq_table([window + 5]), 0)  # type: ignore[arg-type]
     assert isinstance(table, WindowSamples)
     assert table.window == window
-    assert table.stride == min(options.default_stride(seq_length), window)
+    assert table.stride == options.PrepareOptions(seq_length=seq_length).effective_stride(window)
 
 
 # --- PackedSamples ---------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ from bionemo_wds.compat.stages import collate_compact
 from bionemo_wds.format import iter_records, read_manifest
 from bionemo_wds.lightning import split_loaders
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+from bionemo_wds.load.batch import SHARED_FIELDS
 from bionemo_wds.load.splits import Split
-from bionemo_wds.load.transfer import ARRAYS, BatchTransfer, chunks
+from bionemo_wds.load.transfer import BatchTransfer, chunks
 
 MICRO = 16
 
@@ -91,7 +92,7 @@ def test_transferred_batches_equal_the_in_process_ones(dataset, fork_default):
     for transfer_bytes in (MICRO * 1021, 512 << 10):
         dm, moved = val_batches(dataset, 2, transfer_bytes=transfer_bytes)
         assert dm.split_loaders[Split.val][0].transfer is not None
-        assert set(moved[0]) >= set(ARRAYS) | {"keys", "seq_id"}
+        assert set(moved[0]) >= set(SHARED_FIELDS) | {"keys", "seq_id"}
         assert_same_batches(moved, direct)
 
 
@@ -170,6 +171,11 @@ def test_a_worker_whose_slots_are_never_freed_fails_naming_itself(dataset):
         transfer.close()
 
 
+def arrays(batch: dict) -> list[str]:
+    """The arrays of a batch (what crosses in shared memory)."""
+    return [k for k, v in batch.items() if isinstance(v, np.ndarray)]
+
+
 def test_slots_are_reused_once_the_main_process_takes_the_batches(dataset):
     """The counterpart of the stuck test: one slot, many batches, no wait once `from_workers` frees it."""
     batches = real_batches(dataset, 6)
@@ -191,7 +197,7 @@ def test_slots_are_reused_once_the_main_process_takes_the_batches(dataset):
     assert len(got) == len(batches)
     for g, b in zip(got, batches):
         assert g["keys"] == b["keys"]
-        for key in ARRAYS:
+        for key in arrays(b):
             assert np.array_equal(g[key], b[key]) and g[key].dtype == b[key].dtype, key
 
 
@@ -211,7 +217,7 @@ def test_an_array_too_large_for_its_slot_travels_in_the_message(dataset):
         transfer.close()
     assert len(got) == 2
     for g in got:
-        for key in ARRAYS:
+        for key in arrays(big):
             assert np.array_equal(g[key], big[key]), key
 
 

@@ -1,2 +1,2 @@
-"""Pure helpers, no I/O: the tokenizer, named random streams (seeds), the seeded permutation
-and lineage tags, shared by the prepare and load sides."""
+"""Pure helpers, no I/O: the tokenizer, named random streams (seeds), the seeded permutation,
+lineage tags and the window rules, shared by the prepare and load sides."""

@@ -16,6 +16,7 @@ from bionemo_wds.load.batch.assemble import Document, PlannedDocuments, document
 from bionemo_wds.load.plan import FILLER, RankPlan, worker_units
 from bionemo_wds.load.plan.samples import Documents
 from bionemo_wds.load.reader import MISSING, PlannedBatches, RecordCache
+from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.spans import SpanSources
 from bionemo_wds.load.world import Worker
 
@@ -26,29 +27,26 @@ class SpanBatches(PlannedBatches):
 
     records: SpanSources  # type: ignore[assignment]  # the sequence layout's counterpart of SourceRecords
 
-    def plan_documents(self, ids: np.ndarray) -> tuple[np.ndarray, list[Documents]]:
-        """The documents of planned ids (any shape, taken flat): (each real id's source, each source's
-        `Documents` of the ids that are its own, their `sample` indices into the flat ids). Filler
-        ids have none."""
+    def plan_documents(self, ids: np.ndarray) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray, list[Documents]]:
+        """The documents of planned ids (any shape, taken flat): (the flat indices of the real ids, each
+        one's draws' seed and pass and its source, each source's `Documents` of the ids that are its own,
+        their `sample` indices into the flat ids). Filler ids have none."""
         flat = ids.ravel()
         real = np.flatnonzero(flat != FILLER)
-        samples, sources, _, passes = self.records.resolve(flat[real])
+        samples, sources, seeds, passes = self.records.resolve(flat[real])
         found = []
         for d in range(len(self.records.parts)):
             at = np.flatnonzero(sources == d) if len(self.records.parts) > 1 else np.arange(len(real))
             docs = self.records.tables[d].documents(samples[at], passes[at]) if len(at) else EMPTY_DOCUMENTS
             found.append(Documents(real[at][docs.sample], docs.seq, docs.start, docs.length))
-        return sources, found
+        return real, seeds, passes, sources, found
 
     def prepare(self, plan: RankPlan, batches: list[int]) -> None:
         """Work out what `batches` of the plan read, all at once (numpy over every sample and piece of
         them, instead of a few small array operations per batch): per batch, each row's source and
         draws, and each document's row, length and pieces (record number, row, bases taken)."""
         micro = plan.batches.shape[1]
-        ids = plan.batches[batches]
-        real = np.flatnonzero(ids.ravel() != FILLER)
-        sources, found = self.plan_documents(ids)
-        _, _, seeds, passes = self.records.resolve(ids.ravel()[real])
+        real, seeds, passes, sources, found = self.plan_documents(plan.batches[batches])
         rows: dict[int, tuple[list[int], list[tuple[int, int] | None]]] = {}
         for b in batches:
             rows[b] = ([0] * micro, [None] * micro)
@@ -97,7 +95,8 @@ class SpanBatches(PlannedBatches):
         self, length: int, pieces: list[tuple[int, int, int, int]], cache: RecordCache
     ) -> Document | None:
         """A document's bases from the pieces it spans, through the cache (None: a piece is damaged)."""
-        parts, first = [], None
+        first: BlockRows | None = None
+        parts = []
         for number, row, lo, hi in pieces:
             block = cache.get(number)
             if block is MISSING:
@@ -118,7 +117,7 @@ class SpanBatches(PlannedBatches):
         if not self.records.shards.reads_ahead:
             return
         wanted: dict[int, None] = {}
-        for d, docs in enumerate(self.plan_documents(plan.batches[batches])[1]):
+        for d, docs in enumerate(self.plan_documents(plan.batches[batches])[-1]):
             offset = int(self.records.record_offsets[d])
             for record in self.records.parts[d].pieces(docs.seq, docs.start, docs.length).record.tolist():
                 wanted.setdefault(offset + record)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
+from bionemo_wds.core.windowing import default_stride
 from bionemo_wds.errors import ManifestError, OptionError
 from bionemo_wds.format import Params
 from bionemo_wds.load.plan import RecordTable
@@ -31,8 +32,6 @@ from bionemo_wds.load.shard_errors import ShardErrorPolicy
 
 #: A load-time sample table.
 SampleTable = WindowSamples | PackedSamples
-#: The default stride's ratio to seq_length (prepare's `default_stride`: 7992 at 8192, as Eden).
-STRIDE_PER_TOKEN = (999, 1024)
 
 
 def is_sequence_layout(params: Params) -> bool:
@@ -116,8 +115,7 @@ class Cutting:
                 f"(the longest has {longest} bases): every sample would be one padded sequence; use a seq_length of "
                 f"at most {longest + N_SPECIALS_PER_SAMPLE + params.max_tag_bytes}, or pack=True"
             )
-        default = max(1, seq_length * STRIDE_PER_TOKEN[0] // STRIDE_PER_TOKEN[1])
-        stride = self.stride if self.stride is not None else min(default, window)
+        stride = self.stride if self.stride is not None else min(default_stride(seq_length), window)
         if stride > window:
             raise OptionError(f"stride {stride} is longer than the window of {window} bases: bases would be skipped")
         return WindowSamples(seqs, window, stride, self.tail or params.tail, self.window_offset, seed)

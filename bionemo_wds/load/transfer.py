@@ -29,14 +29,10 @@ from typing import Any, TypeVar
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.load.batch.schema import SHARED_FIELDS
 from bionemo_wds.load.world import Worker, in_loader_worker
 
 T = TypeVar("T")
 
-#: The numpy columns of a (windows) compact batch, which go through shared memory; so does every
-#: other array a batch holds (a packed batch's), and the rest is pickled.
-ARRAYS = SHARED_FIELDS
 #: Seconds a worker waits for a free slot before it reports the main process as stuck.
 DEFAULT_TIMEOUT = 600.0
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
+from bionemo_wds.core.windowing import TAIL_MODES, default_stride
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX, LAYOUTS
 from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
@@ -29,7 +30,6 @@ from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.sources import SOURCES
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
 from bionemo_wds.prepare.tags import tag_rule_problem
-from bionemo_wds.prepare.windows import TAIL_MODES
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
 SHARD_TARGET_BYTES = 256 << 20
@@ -39,19 +39,6 @@ RECORD_TARGET_BYTES = 128 << 10
 #: (else one shard per record): the classic WebDataModule and `num_workers` loaders hand whole
 #: shards to workers, so a bacterial genome's val split in one 256 MB-sized shard would feed one.
 MIN_SHARDS_PER_SPLIT = 8
-#: Default stride as a fraction of --seq-length: Eden's 7992 / 8192 (exactly 999 / 1024).
-STRIDE_PER_TOKEN = (999, 1024)
-
-
-def default_stride(seq_length: int) -> int:
-    """The stride without --stride: ``seq_length * 999 // 1024`` (7992 at 8192, as Eden), at least 1.
-
-    The same overlap ratio as Eden at any window size, rather than Eden's 200 tokens: a fixed 200
-    would repeat a fifth of every 1024-token window (and leave nothing below 201 tokens), while no
-    overlap at all would change the default 8192 runs' windows. `PrepareOptions.effective_stride` caps it
-    at the window, which a long control tag can make shorter."""
-    num, den = STRIDE_PER_TOKEN
-    return max(1, seq_length * num // den)
 
 
 #: zstd's compression levels (`zstandard.MAX_COMPRESSION_LEVEL` is 22; 0 and below are not offered).

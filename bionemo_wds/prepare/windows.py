@@ -1,10 +1,8 @@
 """Window arithmetic: which slices of each sequence become samples.
 
 Pure functions over numpy arrays, no I/O, so the counts can be checked against the formula by
-property tests. Eden's rule for a sequence of length ``L``, window ``W`` and stride ``S``:
-``1 + (L - W) // S`` windows for ``L >= W`` (dropping up to ``S - 1`` tail bases), one short window
-for ``L < W``. ``tail="end"`` (our default) adds one window aligned to the sequence end whenever
-the regular grid leaves tail bases, so no base is lost.
+property tests. The count rules (Eden's, and ``tail="end"``) are `core.windowing`'s, which the
+loader's windows cut at load follow too.
 
 ``tail="piece"`` (internal: the sequence layout, ``prepare --layout sequences``) cuts every base
 once, with the stride equal to the window: piece k of a sequence of length ``L`` is bases
@@ -21,9 +19,9 @@ import numpy as np
 
 from bionemo_wds.core.permutation import SeededPermutation
 from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
+from bionemo_wds.core.windowing import TAIL_MODES, tail_window_counts
 from bionemo_wds.errors import BadInputError, OptionError
 
-TAIL_MODES = ("end", "drop")
 #: The tail mode of the sequence layout's pieces (not a `--tail` choice: the loader cuts windows).
 PIECE = "piece"
 _ALL_TAILS = (*TAIL_MODES, PIECE)
@@ -59,11 +57,7 @@ def window_counts(lengths: np.ndarray, window: int, stride: int, tail: str = "en
     lengths = np.asarray(lengths, dtype=np.int64)
     if tail == PIECE:  # every base once: ceil(L / stride) pieces, at least one
         return np.maximum(1, -(-lengths // stride))
-    excess = np.maximum(lengths - window, 0)
-    counts = 1 + excess // stride
-    if tail == "end":
-        counts += (excess % stride) > 0
-    return counts
+    return tail_window_counts(lengths, window, stride, tail)
 
 
 @dataclass(frozen=True)

@@ -132,24 +132,28 @@ def documents_batch(
     the same batch as stored windows give), or packed rows of several documents (`PackedSchema`).
     Each document draws its strand and tag dropout by its own key."""
     draws = [pass_draw if d is None else d for d in planned.draws]
-    rows: list[list[PackedDocument]] = []
-    for docs, draw in zip(planned.samples, draws):
-        row = []
-        for doc in docs or ():
-            rc = rc_prob > 0 and key_flip(doc.key, rc_prob, rc_salts[draw])
-            tag = dropped_tag(doc.tag, doc.key, tag_dropout, drop_salts[draw]) if tag_dropout > 0 else doc.tag
-            row.append(PackedDocument(doc.bases, tag, rc, doc.seq_id, doc.start, doc.key))
-        rows.append(row)
     filler = [docs is None for docs in planned.samples]
     if isinstance(schema, PackedSchema):
+        rows: list[list[PackedDocument]] = []
+        for docs, draw in zip(planned.samples, draws):
+            row = []
+            for doc in docs or ():
+                rc = rc_prob > 0 and key_flip(doc.key, rc_prob, rc_salts[draw])
+                tag = dropped_tag(doc.tag, doc.key, tag_dropout, drop_salts[draw]) if tag_dropout > 0 else doc.tag
+                row.append(PackedDocument(doc.bases, tag, rc, doc.seq_id, doc.start, doc.key))
+            rows.append(row)
         batch = compact_packed(rows, schema.seq_length, control_tags)
-    else:
-        one = [row[0] if row else None for row in rows]
-        tags = [d.tag if d is not None else b"" for d in one]
+    else:  # one window per row: its document's fields straight into the compact batch
+        one = [docs[0] if docs else None for docs in planned.samples]
         keys = [d.key if d is not None else "" for d in one]
+        tags = [d.tag if d is not None else b"" for d in one]
         if tag_dropout > 0:
+            tags = [
+                dropped_tag(tag, key, tag_dropout, drop_salts[draw]) if key else tag
+                for tag, key, draw in zip(tags, keys, draws)
+            ]
             check_tag_room(tags, keys, schema.max_tag)
-        flips = [d is not None and d.rc for d in one]
+        flips = [bool(key) and rc_prob > 0 and key_flip(key, rc_prob, rc_salts[draw]) for key, draw in zip(keys, draws)]
         batch = compact_batch(
             [d.bases if d is not None else EMPTY for d in one],
             flips,

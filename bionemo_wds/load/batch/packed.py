@@ -30,6 +30,7 @@ import torch
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.load.batch.compact import Part, part_length, put_bases
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
+from bionemo_wds.load.batch.schema import Field, slot_nbytes
 
 #: Documents per sample the transfer slots are sized for (a batch with more sends its document
 #: columns with the message instead).
@@ -38,9 +39,24 @@ SLOT_DOCUMENTS = 32
 CU_SEQLENS_PAD = -1
 
 
+#: The fields of a packed compact batch (dimensions: ``rows``, ``seq_length``, ``documents``).
+PACKED_FIELDS: tuple[Field, ...] = (
+    Field("tokens", np.dtype(np.uint8), ("rows", "seq_length"), "each row's documents as token ids, then PAD"),
+    Field("doc_tokens", np.dtype(np.int32), ("rows", "documents"), "tokens of each document, 0 after the last"),
+    Field("doc_prefix", np.dtype(np.int32), ("rows", "documents"), "tokens before each document's first base"),
+    Field("rc", np.dtype(bool), ("rows",), "whether the row's first document was reverse-complemented"),
+    Field("start", np.dtype(np.int64), ("rows",), "the first document's first base in its sequence"),
+    Field("seq_id", None, ("rows",), "the sequence of each row's first document"),
+    Field("keys", None, ("rows",), "the keys of each row's documents, joined by ';'"),
+    Field("filler", np.dtype(bool), ("rows",), "a row without a sample (padding, a damaged piece)"),
+    Field("dataset", np.dtype(np.int16), ("rows",), "the source of each row (-1 for filler)"),
+)
+
+
 @dataclass(frozen=True)
 class PackedSchema:
-    """The layout of packed compact batches: `rows` samples of `seq_length` tokens."""
+    """The layout of packed compact batches: `rows` samples of `seq_length` tokens, transfer slots
+    sized for `documents` documents per sample (`PACKED_FIELDS`)."""
 
     rows: int
     seq_length: int
@@ -53,10 +69,10 @@ class PackedSchema:
 
     @property
     def shared_nbytes(self) -> int:
-        """Bytes one batch takes in a transfer slot: tokens, two document columns, and the per-row flags."""
-        docs = 2 * self.rows * self.documents * 4
-        per_row = self.rows * (1 + 2 + 8)  # filler, dataset, and room for alignment
-        return -(-(self.rows * self.seq_length + docs + per_row) // 8) * 8 + 64
+        """Bytes one batch takes in a transfer slot (`schema.slot_nbytes`)."""
+        return slot_nbytes(
+            PACKED_FIELDS, {"rows": self.rows, "seq_length": self.seq_length, "documents": self.documents}
+        )
 
 
 class PackedDocument:

@@ -9,6 +9,8 @@ transfer sizes its shared-memory slots by `BatchSchema.shared_nbytes` and the bu
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,32 +22,42 @@ ALIGN = 8
 
 @dataclass(frozen=True)
 class Field:
-    """One entry of a compact batch: a numpy array of `dtype` whose shape is `shape` (in the
-    schema's dimension names ``rows``, ``window``, ``tag``), or a list of str (`dtype` None);
-    `shared`: it crosses from loader workers in shared memory (the rest is pickled with the message)."""
+    """One entry of a compact batch: a numpy array of `dtype` whose shape is `shape` (in its schema's
+    dimension names: ``rows``, ``window``, ``tag`` here), or a list of str (`dtype` None). Arrays
+    cross from loader workers in shared memory (`load.transfer`), lists are pickled with the message."""
 
     name: str
     dtype: np.dtype | None
     shape: tuple[str, ...]
-    shared: bool
     doc: str
 
 
 #: The fields of a compact batch, in the order they are written.
 FIELDS: tuple[Field, ...] = (
-    Field("bases", np.dtype(np.uint8), ("rows", "window"), True, "bases as token ids, PAD after the window's length"),
-    Field("lengths", np.dtype(np.int32), ("rows",), True, "bases of each row"),
-    Field("tags", np.dtype(np.uint8), ("rows", "tag"), True, "control tag bytes, PAD-padded"),
-    Field("tag_lengths", np.dtype(np.int32), ("rows",), True, "bytes of each row's control tag"),
-    Field("rc", np.dtype(bool), ("rows",), True, "whether the row was reverse-complemented"),
-    Field("start", np.dtype(np.int64), ("rows",), True, "the window's first base in its sequence"),
-    Field("seq_id", None, ("rows",), False, "the sequence each row comes from"),
-    Field("keys", None, ("rows",), False, "each window's key, <seq_id>/<window>"),
-    Field("filler", np.dtype(bool), ("rows",), False, "a row without a window (padding, a damaged record)"),
-    Field("dataset", np.dtype(np.int16), ("rows",), False, "the source of each row (-1 for filler)"),
+    Field("bases", np.dtype(np.uint8), ("rows", "window"), "bases as token ids, PAD after the window's length"),
+    Field("lengths", np.dtype(np.int32), ("rows",), "bases of each row"),
+    Field("tags", np.dtype(np.uint8), ("rows", "tag"), "control tag bytes, PAD-padded"),
+    Field("tag_lengths", np.dtype(np.int32), ("rows",), "bytes of each row's control tag"),
+    Field("rc", np.dtype(bool), ("rows",), "whether the row was reverse-complemented"),
+    Field("start", np.dtype(np.int64), ("rows",), "the window's first base in its sequence"),
+    Field("seq_id", None, ("rows",), "the sequence each row comes from"),
+    Field("keys", None, ("rows",), "each window's key, <seq_id>/<window>"),
+    Field("filler", np.dtype(bool), ("rows",), "a row without a window (padding, a damaged record)"),
+    Field("dataset", np.dtype(np.int16), ("rows",), "the source of each row (-1 for filler)"),
 )
-#: The arrays that cross from loader workers in shared memory.
-SHARED_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.shared)
+#: The arrays, which cross from loader workers in shared memory.
+SHARED_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.dtype is not None)
+
+
+def slot_nbytes(fields: tuple[Field, ...], sizes: Mapping[str, int]) -> int:
+    """Bytes a full batch of `fields` takes in a transfer slot with dimensions `sizes`: each array's
+    bytes rounded up to `ALIGN`, as the transfer writes them."""
+    total = 0
+    for spec in fields:
+        if spec.dtype is not None:
+            nbytes = math.prod(sizes[dim] for dim in spec.shape) * spec.dtype.itemsize
+            total += -(-nbytes // ALIGN) * ALIGN
+    return total
 
 
 @dataclass(frozen=True)
@@ -66,10 +78,14 @@ class BatchSchema:
     def fields(self) -> tuple[Field, ...]:
         return FIELDS
 
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The size of each dimension the fields' shapes name."""
+        return {"rows": self.rows, "window": self.window, "tag": self.max_tag}
+
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape of field `name` in a full batch."""
-        sizes = {"rows": self.rows, "window": self.window, "tag": self.max_tag}
-        return tuple(sizes[dim] for dim in field(name).shape)
+        return tuple(self.sizes[dim] for dim in field(name).shape)
 
     def nbytes(self, name: str) -> int:
         """Bytes of array field `name` in a full batch."""
@@ -80,8 +96,8 @@ class BatchSchema:
 
     @property
     def shared_nbytes(self) -> int:
-        """Bytes one batch takes in a transfer slot: each shared array, aligned to `ALIGN` bytes."""
-        return sum(-(-self.nbytes(name) // ALIGN) * ALIGN for name in SHARED_FIELDS)
+        """Bytes one batch takes in a transfer slot (`slot_nbytes`)."""
+        return slot_nbytes(FIELDS, self.sizes)
 
     def check(self, batch: dict[str, Any]) -> None:
         """Raise a `ValueError` naming the first field of `batch` that does not fit the schema (the

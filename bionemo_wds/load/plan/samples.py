@@ -33,6 +33,7 @@ from functools import cached_property
 import numpy as np
 
 from bionemo_wds.core.seeds import salted_ints, stream_seed
+from bionemo_wds.core.windowing import TAIL_MODES, tail_window_counts
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.plan.order import UnitOrder
 from bionemo_wds.load.plan.types import DEFAULT_MIX
@@ -43,7 +44,7 @@ UNIT = 16
 #: the one or two it shares at its edges with the neighbouring units (read again for those).
 UNIT_RECORDS = 2
 #: Load-time tail rules (prepare's).
-TAILS = ("end", "drop")
+TAILS = TAIL_MODES
 #: Where each sequence's window grid starts: at 0 (``"fixed"``) or at a per-pass random offset.
 OFFSETS = ("fixed", "random")
 #: Short documents shuffled together when a pass's packing order is drawn, where the table does not
@@ -140,12 +141,8 @@ class WindowSamples:
 
     @cached_property
     def counts(self) -> np.ndarray:
-        """Windows of each sequence (prepare's rule: `prepare.windows.window_counts`)."""
-        excess = np.maximum(self.seqs.lengths - self.window, 0)
-        counts = 1 + excess // self.stride
-        if self.tail == "end":
-            counts += (excess % self.stride) > 0
-        return counts.astype(np.int64)
+        """Windows of each sequence (prepare's rule)."""
+        return tail_window_counts(self.seqs.lengths, self.window, self.stride, self.tail)
 
     @cached_property
     def first(self) -> np.ndarray:
