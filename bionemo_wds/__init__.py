@@ -18,6 +18,7 @@ _LAZY = {
     "GenomicWebDataModule": "bionemo_wds.lightning.datamodule",
     "GenomicDataset": "bionemo_wds.load.dataset",
     "GenomicIterableDataset": "bionemo_wds.load.iterable",
+    "GenomicMapDataset": "bionemo_wds.load.map_dataset",
     "encode": "bionemo_wds.inference",
     "to_model_inputs": "bionemo_wds.load.batch.model_inputs",
     "untuple": "bionemo_wds.compat.stages",
