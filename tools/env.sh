@@ -23,3 +23,10 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || ! "$PY" -c "i
     "$PY" -c "import bionemo_wds, torch, lightning, webdataset"  # fail here, loudly, if the install did not work
     touch "$STAMP"
 fi
+# megatron-core for export-megatron's tests, without its dependencies (beside torch, numpy and
+# packaging it needs none on a CPU; as a plain requirement it could pull a CUDA torch)
+if ! "$PY" -c "import megatron.core.datasets.indexed_dataset" >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-deps "megatron-core>=0.12" 2>&1 | grep -v "is ignored: it is neither" >&2 || true
+    "$PY" -c "import megatron.core.datasets.indexed_dataset" 2>/dev/null \
+        || { echo "megatron-core did not install (pip install --no-deps 'megatron-core>=0.12')" >&2; exit 1; }
+fi

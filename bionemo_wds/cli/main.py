@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bionemo_wds import __version__
 from bionemo_wds.cli.exit_codes import report_error
+from bionemo_wds.cli.export import add_export_parser, run_export
 from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
 from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
 from bionemo_wds.cli.precompute import add_precompute_parser, run_precompute
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ins.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
     commands["show"] = add_show_parser(sub, **SUBCOMMAND_OPTIONS)
+    commands["export-megatron"] = add_export_parser(sub, **SUBCOMMAND_OPTIONS)
     ver = commands["verify"] = sub.add_parser(
         "verify",
         help="re-read every shard and check it against the manifest",
@@ -116,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "show":
             return run_show(args)
+        if args.command == "export-megatron":
+            return run_export(args)
         report = verify(args.dataset, progress=not args.quiet)
         for note in report.notes:
             print(f"note: {note}", file=sys.stderr)

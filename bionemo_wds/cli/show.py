@@ -3,7 +3,7 @@
 Each window is printed as a header line (its key, sequence, start, strand, tag, length, and the
 shard and record it is in) and its bases wrapped at 80 columns, in the order the shards store them
 (the split's seeded global order, shard by shard). The shards are read with the format's own reader
-(`format.iter_members`, `format.decode_record`) through `storage.Store`, so a directory and a URL
+(`format.stored_records`) through `storage.Store`, so a directory and a URL
 (``s3://...``, ``https://...``) work alike, and only the first shards' bytes up to the last shown
 window are read.
 """
@@ -16,16 +16,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bionemo_wds.errors import BadInputError, CorruptShardError, TruncatedShardError
-from bionemo_wds.format import (
-    RECORD_SUFFIX,
-    ShardInfo,
-    TarStreamError,
-    decode_record,
-    iter_members,
-    read_manifest,
-    window_key,
-)
+from bionemo_wds.errors import BadInputError
+from bionemo_wds.format import ShardInfo, read_manifest, window_key
+from bionemo_wds.format.stored_records import stored_records
 from bionemo_wds.storage.store import Store
 
 HELP = "print a split's first windows as text: key, sequence, start, strand, tag and the bases"
@@ -92,35 +85,17 @@ def shown_windows(dataset: str, split: str, n: int, storage_options: dict[str, A
 
 
 def _windows(store: Store, shards: Sequence[ShardInfo]) -> Iterator[ShownWindow]:
-    ending = f".{RECORD_SUFFIX}"
-    for shard in shards:
-        url = store.url(shard.path)
-        with store.open(shard.path) as stream:
-            for name, data in _members(stream, url):
-                if not name.endswith(ending):
-                    continue
-                try:
-                    block = decode_record(data)
-                except ValueError as exc:  # named as the loaders name it: a user error, exit 2
-                    raise CorruptShardError(f"shard {url}: record {name} cannot be decoded: {exc}") from exc
-                for i in range(len(block)):
-                    yield ShownWindow(
-                        block.seq_id[i],
-                        int(block.window[i]),
-                        int(block.start[i]),
-                        block.tag[i],
-                        block.bases(i).tobytes().decode("ascii"),
-                        shard.path,
-                        name[: -len(ending)],
-                    )
-
-
-def _members(stream: Any, url: str) -> Iterator[tuple[str, bytes]]:
-    """`iter_members`, a damaged tar named as the loaders name it (a user error, exit 2)."""
-    try:
-        yield from iter_members(stream)
-    except TarStreamError as exc:
-        raise TruncatedShardError(f"shard {url} is truncated or corrupt: {exc}") from exc
+    for shard, record, block in stored_records(store, shards):
+        for i in range(len(block)):
+            yield ShownWindow(
+                block.seq_id[i],
+                int(block.window[i]),
+                int(block.start[i]),
+                block.tag[i],
+                block.bases(i).tobytes().decode("ascii"),
+                shard.path,
+                record,
+            )
 
 
 def window_text(window: ShownWindow, width: int = WIDTH) -> str:

@@ -1,0 +1,1 @@
+"""Prepared datasets written out for other toolchains (Megatron's indexed datasets)."""

@@ -1,0 +1,140 @@
+"""`export-megatron`: a prepared split as a Megatron indexed dataset (``PREFIX.bin`` / ``PREFIX.idx``).
+
+Megatron-Bridge's Evo2 recipe trains from `megatron.core.datasets.indexed_dataset.IndexedDataset`
+files, which bionemo's ``preprocess_evo2`` writes with byte-level token ids (a base is its ASCII
+byte, as in our shards), dtype uint8, one document per sequence and EOD (id 0) after each. The
+export writes the same kind of files with megatron-core's own `IndexedDatasetBuilder`, so what it
+writes is what Megatron reads:
+
+- **Documents**: a sequence-layout dataset (``prepare --layout sequences``) stores every base once,
+  so each document is one whole sequence, its pieces joined in storage order, equal to the FASTA
+  sequence. A windows-layout dataset stores overlapping windows (and with ``--tail drop`` leaves
+  bases out), so its documents are its windows, one each: what it holds, not a sequence it lost.
+- Bases are written as stored (soft-masked lower case kept unless prepared with ``--case upper``);
+  control tags and reverse complements are not written into documents (our loaders add them at
+  load time, seeded, where ``preprocess_evo2`` bakes them in).
+- ``PREFIX.documents.tsv`` beside them names each document: index, sequence, first base, length.
+- The three files are written under hidden temporary names and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from bionemo_wds.errors import BadInputError, OptionError
+from bionemo_wds.format import read_manifest
+from bionemo_wds.format.stored_records import stored_records
+from bionemo_wds.load.spans import is_sequence_layout
+from bionemo_wds.storage.atomic import temporary_name
+from bionemo_wds.storage.store import Store
+
+#: The end-of-document token ``preprocess_evo2`` appends (its ``append_eod``).
+EOD_ID = 0
+#: What to install when megatron-core is missing.
+INSTALL = "pip install 'bionemo-wds[megatron]' && pip install --no-deps 'megatron-core>=0.12'"
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What an export wrote."""
+
+    bin_path: Path
+    idx_path: Path
+    names_path: Path
+    documents: int
+    tokens: int
+    unit: str  # "sequence" or "window"
+
+
+def indexed_dataset_module() -> Any:
+    """megatron-core's indexed dataset module, or an error saying how to install it."""
+    try:
+        with warnings.catch_warnings():  # megatron-core warns on import when Transformer Engine is absent
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets import indexed_dataset
+    except ImportError as exc:
+        raise OptionError(
+            f"export-megatron writes with megatron-core's IndexedDatasetBuilder, which is not installed: {INSTALL}"
+        ) from exc
+    return indexed_dataset
+
+
+def documents(store: Store, split: str, sequences: bool, progress: bool) -> Iterator[tuple[str, int, np.ndarray]]:
+    """(sequence, first base, bases) of every document of `split`, in stored order: whole sequences
+    (their pieces joined) when `sequences`, else every stored window."""
+    shards = read_manifest(store).splits[split].shards
+    bar = tqdm(total=len(shards), desc=f"export {split}", unit="shard", disable=not progress)
+    current: tuple[str, int] | None = None
+    parts: list[np.ndarray] = []
+    last_shard = None
+    for shard, _, block in stored_records(store, shards):
+        if shard is not last_shard:
+            bar.update(last_shard is not None)
+            last_shard = shard
+        for i in range(len(block)):
+            seq_id, start, bases = block.seq_id[i], int(block.start[i]), block.bases(i)
+            if not sequences:
+                yield seq_id, start, bases
+                continue
+            if current is not None and (seq_id != current[0] or start == 0):
+                yield current[0], current[1], np.concatenate(parts)
+                current, parts = None, []
+            if current is None:
+                current = (seq_id, start)
+            parts.append(bases)
+    if current is not None:
+        yield current[0], current[1], np.concatenate(parts)
+    bar.update(last_shard is not None)
+    bar.close()
+
+
+def export_megatron(
+    dataset: str,
+    out_prefix: str | os.PathLike[str],
+    split: str = "train",
+    append_eod: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> ExportReport:
+    """Write `split` of `dataset` as ``out_prefix.bin`` / ``.idx`` (uint8 byte-level tokens, one
+    document per sequence or window: module docstring) and ``out_prefix.documents.tsv``."""
+    if "://" in str(out_prefix):
+        raise OptionError(f"export-megatron writes local files (Megatron's builder opens them): {out_prefix}")
+    indexed_dataset = indexed_dataset_module()
+    store = Store(dataset, storage_options)
+    manifest = read_manifest(store)
+    if split not in manifest.splits:
+        raise BadInputError(f"{store.root} has no {split!r} split; it has {', '.join(manifest.splits) or 'none'}")
+    prefix = Path(out_prefix)
+    if not prefix.parent.is_dir():
+        raise BadInputError(f"export-megatron: the directory of {prefix} does not exist")
+    final = [Path(indexed_dataset.get_bin_path(str(prefix))), Path(indexed_dataset.get_idx_path(str(prefix)))]
+    final.append(prefix.with_name(prefix.name + ".documents.tsv"))
+    temporary = [temporary_name(path) for path in final]
+    sequences = is_sequence_layout(manifest.params)
+    count = tokens = 0
+    try:
+        builder = indexed_dataset.IndexedDatasetBuilder(str(temporary[0]), dtype=np.uint8)
+        eod = np.array([EOD_ID] if append_eod else [], dtype=np.uint8)
+        with open(temporary[2], "w") as names:
+            names.write("document\tseq_id\tstart\tlength\n")
+            for seq_id, start, bases in documents(store, split, sequences, progress):
+                doc = np.concatenate([bases, eod])
+                builder.add_document(doc, [len(doc)])
+                names.write(f"{count}\t{seq_id}\t{start}\t{len(bases)}\n")
+                count, tokens = count + 1, tokens + len(doc)
+        builder.finalize(str(temporary[1]))
+        for tmp, path in zip(temporary, final):
+            os.replace(tmp, path)
+    finally:
+        for tmp in temporary:
+            tmp.unlink(missing_ok=True)
+    return ExportReport(final[0], final[1], final[2], count, tokens, "sequence" if sequences else "window")
