@@ -172,7 +172,10 @@ class PrepareOptions:
     source: str = option(
         "fasta",
         "what INPUTS are: fasta (files or directories); sharded-eden (one SEQUENCE_DB_DIR of "
-        "<sample>/glm_dataset_<sample>.sqlite); hdf5 (one FILE.h5 of pre-tokenized rows, needs bionemo-wds[h5])",
+        "<sample>/glm_dataset_<sample>.sqlite); hdf5 (one FILE.h5 of pre-tokenized rows, needs bionemo-wds[h5]); "
+        "megatron (PREFIX of Megatron indexed datasets PREFIX.bin + PREFIX.idx, as preprocess_evo2 writes them: "
+        "documents become sequences, embedded lineage tags control tags, reverse-complement copies left out; "
+        "needs megatron-core)",
         choices=SOURCE_KINDS,
     )
 

@@ -10,6 +10,8 @@ input that looks like another kind says so (``--source fasta`` given an Eden dir
 - `sharded_eden`: Evo2's sharded-Eden layout, one SQLite database per sample, with Parquet split
   lists and precomputed window databases.
 - `hdf5`: pre-tokenized rows of an HDF5 dataset (the `[h5]` extra).
+- `megatron`: Megatron indexed datasets (``PREFIX.bin`` / ``.idx``, as bionemo's ``preprocess_evo2``
+  writes them), read with megatron-core (the `[megatron]` extra).
 """
 
 from __future__ import annotations
@@ -113,11 +115,30 @@ def _is_hdf5(path: Path) -> bool:
         return False
 
 
+def _megatron_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    from bionemo_wds.prepare.sources.megatron import megatron_input_files
+
+    return megatron_input_files(inputs, opts)
+
+
+def _megatron_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.sources.megatron import catalog_megatron
+
+    return catalog_megatron(inputs, opts)
+
+
+def _is_megatron(path: Path) -> bool:
+    """``PREFIX``, ``PREFIX.bin`` or ``PREFIX.idx`` of an existing pair."""
+    prefix = path.with_suffix("") if path.suffix in (".bin", ".idx") else path
+    return Path(f"{prefix}.bin").is_file() and Path(f"{prefix}.idx").is_file()
+
+
 #: ``--source`` name -> its reader (`options.SOURCE_KINDS` lists the same names).
 SOURCES: dict[str, SourceReader] = {
     "fasta": SourceReader(_fasta_files, _fasta_catalog, _is_fasta),
     "sharded-eden": SourceReader(_eden_files, _eden_catalog, _is_sharded_eden),
     "hdf5": SourceReader(_hdf5_files, _hdf5_catalog, _is_hdf5),
+    "megatron": SourceReader(_megatron_files, _megatron_catalog, _is_megatron),
 }
 
 

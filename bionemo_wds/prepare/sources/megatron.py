@@ -1,0 +1,230 @@
+"""Megatron indexed datasets as input: ``prepare --source megatron PREFIX ...`` (``PREFIX.bin`` + ``.idx``).
+
+bionemo's ``preprocess_evo2`` writes Evo2's training data as Megatron indexed datasets: byte-level
+token ids (a base is its ASCII byte), one document per FASTA record, an end-of-document id 0 after
+each. It can also bake in what bionemo-wds does at load, seeded and afresh every epoch: a lineage
+tag ``|d__...;s__...|`` at the start of a document and again every ``prompt_spacer_length`` tokens,
+and a reverse-complement copy of each record as the next document. Read as bases, those would be
+trained as sequence; here they are found and reported instead:
+
+- **documents** become catalog sequences named ``<prefix name>/<document>``; the trailing
+  end-of-document id (0) is dropped; any other id that is not a base is left to `prepare.scan`,
+  which refuses it (or skips the document, ``--on-invalid``) like a bad FASTA base;
+- **embedded lineage tags**: every occurrence of the document's first ``|d__...|`` tag is taken
+  out of its bases and the tag becomes the sequence's control tag (the loader puts it between BOS
+  and SEP of every window, and drops its ranks with ``tag_dropout``);
+- **reverse-complement copies**: a document equal to the reverse complement of the one before it
+  is left out (``skipped`` in the manifest, with the document it copies): the loader reverse-
+  complements at load (``rc_prob``).
+
+The counts go to the manifest (``params.source``). The files are read with megatron-core's own
+`IndexedDataset` (the ``megatron`` extra; megatron-core installs with ``--no-deps``); without it
+the source says what to install. Token dtypes uint8 and uint16 are read (ids above 255 are refused
+naming the document); others are refused naming the file.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tqdm import tqdm
+
+from bionemo_wds.core.lineage import parse_lineage
+from bionemo_wds.core.tokenizer import COMPLEMENT
+from bionemo_wds.errors import BadInputError, SourceError
+from bionemo_wds.prepare.catalog import Catalog
+
+if TYPE_CHECKING:
+    from bionemo_wds.prepare.options import PrepareOptions
+
+#: The end-of-document id ``preprocess_evo2`` appends.
+EOD_ID = 0
+#: Token dtypes a document may be stored in.
+DTYPES = (np.uint8, np.uint16)
+#: What to install when megatron-core is missing.
+INSTALL = "pip install 'bionemo-wds[megatron]' && pip install --no-deps 'megatron-core>=0.12'"
+# a lineage tag at the very start of a document
+_LEADING_TAG = re.compile(rb"^\|d__[^|]*\|")
+
+
+def indexed_dataset_class() -> Any:
+    """megatron-core's `IndexedDataset`, or an error saying how to install it."""
+    try:
+        with warnings.catch_warnings():  # megatron-core warns on import when Transformer Engine is absent
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets.indexed_dataset import IndexedDataset
+    except ImportError as exc:
+        raise BadInputError(f"--source megatron reads with megatron-core's IndexedDataset: {INSTALL}") from exc
+    return IndexedDataset
+
+
+def prefix_of(given: str) -> Path:
+    """The path prefix of an input given as ``PREFIX``, ``PREFIX.bin`` or ``PREFIX.idx``."""
+    path = Path(given)
+    return path.with_suffix("") if path.suffix in (".bin", ".idx") else path
+
+
+def megatron_input_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    """Both files of every input, checked to exist in pairs."""
+    if not inputs:
+        raise BadInputError("--source megatron needs at least one PREFIX (of PREFIX.bin and PREFIX.idx)")
+    files = []
+    for given in inputs:
+        prefix = prefix_of(given)
+        bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
+        if not bin_path.is_file() and not idx_path.is_file():
+            raise BadInputError(f"{given}: neither {bin_path} nor {idx_path} exists (a Megatron indexed dataset)")
+        for path, other in ((bin_path, idx_path), (idx_path, bin_path)):
+            if not path.is_file():
+                raise BadInputError(f"{other} has no {path.name} beside it: a Megatron indexed dataset is a pair")
+        files += [idx_path, bin_path]
+    return files
+
+
+@dataclass
+class MegatronSource:
+    """Documents of indexed datasets: per catalog sequence, its file and document, and the tag taken out."""
+
+    prefixes: list[str]
+    file: np.ndarray  # int64 per sequence: index into `prefixes`
+    document: np.ndarray  # int64 per sequence: document number in its file
+    embedded: list[str]  # per sequence: the tag taken out of its bases ("" for none)
+    kind: str = "megatron"
+
+    def reader(self) -> MegatronReader:
+        return MegatronReader(self)
+
+    def describe(self, seq: int) -> str:
+        return f"document {int(self.document[seq])} of {self.prefixes[int(self.file[seq])]}"
+
+    def file_of(self, seq: int) -> str:
+        return f"{self.prefixes[int(self.file[seq])]}.bin"
+
+
+def document_bases(dataset: Any, document: int, tag: str) -> bytes:
+    """A document's bases: its sequences joined, the trailing EOD dropped, every occurrence of `tag` taken out."""
+    lo, hi = int(dataset.document_indices[document]), int(dataset.document_indices[document + 1])
+    ids = np.concatenate([np.asarray(dataset[i]) for i in range(lo, hi)]) if hi > lo else np.empty(0, np.uint8)
+    if len(ids) and ids[-1] == EOD_ID:
+        ids = ids[:-1]
+    data = ids.astype(np.uint8).tobytes()  # the catalog checked every id is below 256
+    return data.replace(tag.encode(), b"") if tag else data
+
+
+class MegatronReader:
+    """`BaseReader` of a `MegatronSource`: opens each file in the process that reads, keeps the
+    current document's bases (a sequence's windows and `scan`'s chunks read it once)."""
+
+    def __init__(self, source: MegatronSource) -> None:
+        self.source = source
+        self.datasets: dict[int, Any] = {}
+        self.seq, self.bases = -1, b""
+
+    def read(self, seq: int, start: int, end: int, table: bytes | None = None) -> bytes:
+        if seq != self.seq:
+            f = int(self.source.file[seq])
+            if f not in self.datasets:
+                self.datasets[f] = indexed_dataset_class()(self.source.prefixes[f])
+            self.bases = document_bases(self.datasets[f], int(self.source.document[seq]), self.source.embedded[seq])
+            self.seq = seq
+        span = self.bases[start:end]
+        return span if table is None else span.translate(table)
+
+    def close(self) -> None:
+        self.datasets, self.seq, self.bases = {}, -1, b""
+
+
+def embedded_tag(bases: bytes) -> str:
+    """The lineage tag a document starts with (``|d__...|``), or ""."""
+    found = _LEADING_TAG.match(bases)
+    if found is None:
+        return ""
+    tag = found.group().decode("ascii", "replace")
+    return tag if parse_lineage(tag) is not None else ""
+
+
+def is_reverse_complement(bases: bytes, previous: bytes | None) -> bool:
+    """Whether `bases` is the reverse complement of `previous` (case kept, IUPAC codes)."""
+    if previous is None or len(previous) != len(bases) or not bases:
+        return False
+    return COMPLEMENT[np.frombuffer(previous, dtype=np.uint8)[::-1]].tobytes() == bases
+
+
+def catalog_megatron(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
+    """One catalog sequence per document of every input (module docstring): tags found in the bases
+    become control tags, reverse-complement copies are left out, both counted in the notes."""
+    indexed = indexed_dataset_class()
+    prefixes = [str(prefix_of(given)) for given in inputs]
+    names, tags, lengths, files, documents, embedded, skipped = [], [], [], [], [], [], []
+    counts = {"documents": 0, "tagged": 0, "reverse_complement_copies": 0, "empty": 0}
+    for f, prefix in enumerate(prefixes):
+        dataset = indexed(prefix)
+        dtype = np.dtype(dataset.index.dtype)
+        if dtype not in [np.dtype(d) for d in DTYPES]:
+            raise SourceError(
+                f"{prefix}.idx stores tokens as {dtype}: --source megatron reads uint8 or uint16 token ids"
+            )
+        n_docs = len(dataset.document_indices) - 1
+        previous: bytes | None = None
+        for d in tqdm(range(n_docs), desc=f"catalog {Path(prefix).name}", unit="doc", disable=not opts.progress):
+            name = f"{Path(prefix).name}/{d}"
+            raw = document_bases(dataset, d, "")
+            if dtype != np.uint8:  # ids of 256 and more are not bytes
+                check_ids(dataset, d, prefix)
+            tag = embedded_tag(raw)
+            bases = raw.replace(tag.encode(), b"") if tag else raw
+            counts["documents"] += 1
+            if is_reverse_complement(bases, previous):
+                counts["reverse_complement_copies"] += 1
+                reason = (
+                    f"document {d} of {prefix} is the reverse complement of document {d - 1} (preprocess_evo2's "
+                    "embed_reverse_complement): left out, the loader reverse-complements at load (rc_prob)"
+                )
+                skipped.append({"seq_id": name, "file": f"{prefix}.bin", "reason": reason})
+                previous = None
+                continue
+            previous = bases
+            if not bases:
+                counts["empty"] += 1
+                reason = f"document {d} of {prefix} holds no bases (after its end-of-document id and tags)"
+                if opts.on_invalid != "skip":
+                    raise SourceError(f"{reason}; use --on-invalid skip to leave such documents out")
+                skipped.append({"seq_id": name, "file": f"{prefix}.bin", "reason": reason})
+                continue
+            counts["tagged"] += bool(tag)
+            names.append(name)
+            tags.append(tag)
+            lengths.append(len(bases))
+            files.append(f)
+            documents.append(d)
+            embedded.append(tag)
+    if counts["tagged"] and opts.tags != "none":
+        warnings.warn(
+            f"{counts['tagged']} documents carry lineage tags in their tokens: taken out of the bases and used as "
+            f"their control tags (--tags {opts.tags} does not apply to --source megatron)",
+            stacklevel=2,
+        )
+    source = MegatronSource(prefixes, np.asarray(files, np.int64), np.asarray(documents, np.int64), embedded)
+    catalog = Catalog(source, names, tags, np.asarray(lengths, dtype=np.int64))
+    catalog.skipped.extend(skipped)
+    catalog.notes.update(counts)
+    return catalog
+
+
+def check_ids(dataset: Any, document: int, prefix: str) -> None:
+    """Refuse a document holding a token id that is not a byte, naming it and the position."""
+    lo, hi = int(dataset.document_indices[document]), int(dataset.document_indices[document + 1])
+    ids = np.concatenate([np.asarray(dataset[i]) for i in range(lo, hi)]) if hi > lo else np.empty(0, np.uint16)
+    bad = np.flatnonzero(ids > 255)
+    if len(bad):
+        at = int(bad[0])
+        raise SourceError(
+            f"document {document} of {prefix} has token id {int(ids[at])} at position {at}: ids must be 0-255, "
+            "a base's byte (byte-level tokens, as preprocess_evo2 writes them)"
+        )
