@@ -83,8 +83,14 @@ def at_defaults() -> dict[str, Any]:
 
 def entry(tmp_path: Path, **fields: Any) -> dict[str, Any]:
     """A minimal entry: the lambda genome into tmp_path/out, one split; `fields` added."""
-    return {"datapaths": [str(LAMBDA)], "output_dir": str(tmp_path / "out"), "train_split": 1.0,
-            "valid_split": 0.0, "test_split": 0.0, **fields}  # fmt: skip
+    return {
+        "datapaths": [str(LAMBDA)],
+        "output_dir": str(tmp_path / "out"),
+        "train_split": 1.0,
+        "valid_split": 0.0,
+        "test_split": 0.0,
+        **fields,
+    }
 
 
 def other_than(default: Any) -> Any:
@@ -119,8 +125,14 @@ def test_a_config_naming_every_field_prepares_each_entry_with_the_mapped_options
         "preproc_concurrency": 1000,
         "taxonomy_data": {"NODE_1_": NODE_1_TAXON, "NODE_": KLEB_TAXON},  # in order: the first found wins
     }
-    lam = {"datapaths": [str(LAMBDA)], "output_dir": str(tmp_path), "output_prefix": "lambda", "train_split": 1,
-           "valid_split": 0, "test_split": 0}  # fmt: skip
+    lam = {
+        "datapaths": [str(LAMBDA)],
+        "output_dir": str(tmp_path),
+        "output_prefix": "lambda",
+        "train_split": 1,
+        "valid_split": 0,
+        "test_split": 0,
+    }
     config = write_yaml(tmp_path / "preprocess.yaml", [kleb, lam])
     result = cli("prepare", "--evo2-config", config, "--seq-length", "1024", "-q")
     assert result.returncode == 0, result.stderr
@@ -155,6 +167,7 @@ def test_a_config_naming_every_field_prepares_each_entry_with_the_mapped_options
         (["--out", "x"], "leave --out out"),
         (["--split", "1,0,0"], "sets --split"),
         (["--seed", "3"], "sets --seed"),
+        (["--source", "hdf5"], "sets --source"),
     ],
 )
 def test_cli_refuses_what_the_file_already_gives(tmp_path, extra, says):
@@ -190,10 +203,17 @@ def test_every_field_at_its_default_is_accepted(tmp_path):
     config = write_yaml(tmp_path / "p.yaml", at_defaults() | {"datapaths": [str(LAMBDA)], "output_prefix": "o"})
     (run,) = read_evo2_config(config)
     assert run.inputs == [str(LAMBDA)] and run.out == "o" and not run.notes
-    assert run.options == {"split": (0.7, 0.2, 0.1), "overwrite": False, "case": "keep"}  # Evo2's split defaults
+    assert run.options == {
+        "source": "fasta",
+        "split": (0.7, 0.2, 0.1),
+        "overwrite": False,
+        "case": "keep",
+    }  # Evo2's split defaults
     PrepareOptions(**run.options).check()
-    nulls = write_yaml(tmp_path / "n.yaml", {"datapaths": [str(LAMBDA)], "output_dir": "d", "special_tokens": None,
-                                              "taxonomy_data": None})  # fmt: skip
+    nulls = write_yaml(
+        tmp_path / "n.yaml",
+        {"datapaths": [str(LAMBDA)], "output_dir": "d", "special_tokens": None, "taxonomy_data": None},
+    )
     assert read_evo2_config(nulls)[0].out == "d"
 
 
@@ -205,11 +225,28 @@ def test_ignored_fields_take_any_value_with_a_note(tmp_path):
 
 
 def test_mapped_fields_set_their_options(tmp_path):
-    fields = entry(tmp_path, train_split=-2, valid_split=1, test_split=1, seed=0, workers=3, overwrite=True,
-                   force_uppercase=True, taxonomy_data={"NC_": NODE_1_TAXON})  # fmt: skip
+    fields = entry(
+        tmp_path,
+        train_split=-2,
+        valid_split=1,
+        test_split=1,
+        seed=0,
+        workers=3,
+        overwrite=True,
+        force_uppercase=True,
+        taxonomy_data={"NC_": NODE_1_TAXON},
+    )
     (run,) = read_evo2_config(write_yaml(tmp_path / "p.yaml", fields))
-    assert run.options == {"split": (2.0, 1.0, 1.0), "overwrite": True, "case": "upper", "seed": 0, "workers": 3,
-                           "tags": "substring", "tag_map": {"NC_": NODE_1_TAG}}  # fmt: skip
+    assert run.options == {
+        "source": "fasta",
+        "split": (2.0, 1.0, 1.0),
+        "overwrite": True,
+        "case": "upper",
+        "seed": 0,
+        "workers": 3,
+        "tags": "substring",
+        "tag_map": {"NC_": NODE_1_TAG},
+    }
     assert {n for n, spec in FIELDS.items() if spec.action == MAP} == {*fields, "output_prefix"}
 
 
@@ -219,7 +256,7 @@ def test_mapped_fields_set_their_options(tmp_path):
         (
             "random_reverse_compliment: 0.5\n",
             "unknown field 'random_reverse_compliment' (did you mean 'random_reverse_complement'?)",
-        ),  # fmt: skip
+        ),
         ("[unclosed\n", "cannot be read"),
         ("- 3\n", "expected a list of Evo2PreprocessingConfig mappings"),
         ("[]\n", "expected a list of Evo2PreprocessingConfig mappings"),
@@ -235,13 +272,13 @@ def test_mapped_fields_set_their_options(tmp_path):
         (
             "datapaths: [{LAMBDA}]\noutput_dir: o\ntaxonomy_data: {{NC: {{genuss: X}}}}\n",
             "taxonomy_data.NC: unknown lineage field 'genuss' (did you mean 'genus'?)",
-        ),  # fmt: skip
+        ),
         ("datapaths: [{LAMBDA}]\noutput_dir: o\ntaxonomy_data: {{NC: {{genus: 'a;b'}}}}\n", "hold no '|' or ';'"),
         ("datapaths: [{LAMBDA}]\noutput_dir: o\ntaxonomy_data: {{NC: {{kingdom: A, domain: A}}}}\n", "same rank"),
         (
             "- {{datapaths: [{LAMBDA}], output_dir: o}}\n- {{datapaths: [{LAMBDA}], output_dir: o}}\n",
             "entries 1 and 2 both write o",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_bad_configs_are_one_line_naming_the_file(tmp_path, data, says):
@@ -288,8 +325,14 @@ def test_tag_map_and_tags_substring_go_together(tmp_path, opts):
 
 def test_tags_substring_tags_every_window_of_a_matching_sequence(tmp_path):
     out = tmp_path / "out"
-    opts = PrepareOptions(seq_length=1024, split=(1, 0, 0), progress=False, workers=1, tags="substring",
-                          tag_map={"nothing": "no", "NC_0014": NODE_1_TAG})  # fmt: skip
+    opts = PrepareOptions(
+        seq_length=1024,
+        split=(1, 0, 0),
+        progress=False,
+        workers=1,
+        tags="substring",
+        tag_map={"nothing": "no", "NC_0014": NODE_1_TAG},
+    )
     prepare([LAMBDA], out, opts)
     tags = {tag for rows in shard_windows(out).values() for *_, tag in rows}
     assert tags == {NODE_1_TAG}

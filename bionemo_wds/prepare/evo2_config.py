@@ -59,7 +59,9 @@ class Evo2Field:
 
 #: Every field of bionemo's `Evo2PreprocessingConfig` (and of its older versions), in its order.
 FIELDS: dict[str, Evo2Field] = {
-    "datapaths": Evo2Field([], MAP, "INPUTS (the FASTA files, each must exist)"),
+    "datapaths": Evo2Field(
+        [], MAP, "INPUTS with --source fasta (FASTA files, each must exist; relative to the current directory)"
+    ),
     "output_dir": Evo2Field(None, MAP, "--out OUTPUT_DIR/OUTPUT_PREFIX (the current directory when null)"),
     "output_prefix": Evo2Field(None, MAP, "--out OUTPUT_DIR/OUTPUT_PREFIX: one output directory per entry"),
     "train_split": Evo2Field(
@@ -100,7 +102,9 @@ FIELDS: dict[str, Evo2Field] = {
     "pretrained_tokenizer_model": Evo2Field(None, REFUSE, _TOKENIZER),
     "special_tokens": Evo2Field({}, REFUSE, f"{_TOKENIZER}; the specials are BOS, SEP, EOS, PAD", also_default=(None,)),
     "fast_hf_tokenizer": Evo2Field(False, REFUSE, _TOKENIZER),
-    "workers": Evo2Field(1, MAP, "--workers when not 1 (at 1, prepare uses every core; the output does not depend on it)"),
+    "workers": Evo2Field(
+        1, MAP, "--workers when not 1 (at 1, prepare uses every core; the output does not depend on it)"
+    ),
     "preproc_concurrency": Evo2Field(100000, IGNORE, "a scheduling knob: it changes no byte of the output"),
     "chunksize": Evo2Field(1, IGNORE, "a scheduling knob: it changes no byte of the output"),
     "drop_empty_sequences": Evo2Field(
@@ -146,7 +150,8 @@ class Evo2Run:
     entry: int
     inputs: list[str]
     out: str
-    #: `PrepareOptions` field -> value, for what the entry's fields set (the split always: Evo2's defaults differ).
+    #: `PrepareOptions` field -> value, for what the entry's fields set (source, split, case and overwrite
+    #: always: Evo2's split defaults differ from ours, and its datapaths are FASTA).
     options: dict[str, Any]
     #: One line per field accepted but ignored.
     notes: list[str] = field(default_factory=list)
@@ -195,7 +200,8 @@ def evo2_run(entry: Mapping[str, Any], where: str, number: int = 1) -> Evo2Run:
             raise BadInputError(f"{where}: {name} {value!r} is refused: {spec.what} (leave it out)")
         if spec.action == IGNORE and not spec.is_default(value):
             notes.append(f"{where}: {name} is ignored: {spec.what}")
-    options: dict[str, Any] = {"split": _split(values, where), "overwrite": _flag(values, "overwrite", where)}
+    options: dict[str, Any] = {"source": "fasta", "split": _split(values, where)}
+    options["overwrite"] = _flag(values, "overwrite", where)
     options["case"] = "upper" if _flag(values, "force_uppercase", where) else "keep"
     for name in ("seed", "workers"):
         if not FIELDS[name].is_default(values[name]):  # Evo2's 1 worker and unseeded split: ours stay
