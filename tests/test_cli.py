@@ -51,6 +51,11 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
     "split_at_n": (["--split-at-n", "100"], {"split_at_n": 100}, 100),
     "seed": (["--seed", "7"], {"seed": 7}, 7),
     "tags": (["--tags", "lineage"], {"tags": "lineage"}, "lineage"),
+    "tag_map": (
+        ["--tag-map", "GCF_1=|d__Bacteria|", "--tag-map", "a=b=c"],
+        {"tag_map": {"GCF_1": "|d__Bacteria|", "a": "b=c"}},
+        {"GCF_1": "|d__Bacteria|", "a": "b=c"},
+    ),
     "strict_tags": (["--strict-tags"], {"strict-tags": True}, True),
     "case": (["--case", "upper"], {"case": "upper"}, "upper"),
     "on_invalid": (["--on-invalid", "replace-N"], {"on-invalid": "replace-N"}, "replace-N"),

@@ -11,6 +11,11 @@ Precedence: command line, then `--config FILE.yaml`, then the dataclass defaults
 the long option names with dashes or underscores (`seq_length`, `split_list`, `quiet`, `inputs`,
 `out`); a list value is the comma form (`split: [0.8, 0.1, 0.1]`), and a repeatable option takes
 a list of its values or a mapping (`split_list: {train: FILE}`).
+
+`--evo2-config FILE` reads bionemo's Evo2 preprocessing YAML instead (`prepare.evo2_config`): each
+of its entries is one run, whose INPUTS and --out come from the file (giving them too is an error),
+whose fields set the options they map to, and to which the command line and `--config` may add any
+option the file does not set (setting one both ways is an error, never a silent override).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ import yaml
 from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
+from bionemo_wds.prepare.evo2_config import read_evo2_config
 from bionemo_wds.prepare.options import CliOption, cli_of, flags_of
 from bionemo_wds.prepare.report import inspect_text
+from bionemo_wds.prepare.shard_plan import request_of
 from bionemo_wds.storage.location import is_url
 
 #: The genome shipped as package data, for a first try (`configs/prepare_demo.yaml` names it); never a default.
@@ -45,7 +52,8 @@ HELP = "FASTA (or sharded-Eden SQLite, HDF5) to split, windowed, tokenized WebDa
 #: (argparse's own would show both as optional, since a config file may give them).
 USAGE = (
     "%(prog)s INPUTS [INPUTS ...] --out DIR|URL [options]\n"
-    "       %(prog)s --config FILE.yaml [INPUTS ...] [--out DIR|URL] [options]"
+    "       %(prog)s --config FILE.yaml [INPUTS ...] [--out DIR|URL] [options]\n"
+    "       %(prog)s --evo2-config PREPROCESS.yaml [options]"
 )
 DESCRIPTION = (
     "Catalog every sequence of the inputs (--source fasta: FASTA files or directories, plain, gzip or "
@@ -131,7 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     `parser` must have been made with `argument_default=argparse.SUPPRESS`, so that the namespace
     holds only what was given and `request_from` can tell it from the config and the defaults.
     """
-    run = parser.add_argument_group("inputs and output (both required, here or as 'inputs:' and 'out:' in --config)")
+    run = parser.add_argument_group(
+        "inputs and output (both required, here or as 'inputs:' and 'out:' in --config; or from --evo2-config)"
+    )
     run.add_argument(
         "inputs",
         nargs="*",
@@ -150,6 +160,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--config",
         metavar="FILE.yaml",
         help="YAML file with any of these options, keys like seq_length, split, inputs, out; the command line wins",
+    )
+    run.add_argument(
+        "--evo2-config",
+        metavar="PREPROCESS.yaml",
+        help="bionemo's Evo2 preprocessing config (a list of Evo2PreprocessingConfig entries, or one): each "
+        "entry is one run into OUTPUT_DIR/OUTPUT_PREFIX of its datapaths, with train/valid/test_split as --split, "
+        "seed, workers, overwrite, force_uppercase as --case upper, taxonomy_data as --tags substring --tag-map; "
+        "fields we do differently (reverse complements and lineage dropout are drawn at load) or not at all "
+        "(other tokenizers, transcribe, nnn_filter) are refused unless at their defaults. INPUTS and --out come "
+        "from the file; other options may be added where the file does not set them",
     )
     group = parser.add_argument_group("prepare options (also the --config keys, with - or _)")
     for spec in option_specs():
@@ -268,15 +288,60 @@ def read_config(path: str) -> dict[str, Any]:
     return values
 
 
-def request_from(args: argparse.Namespace) -> PrepareRequest:
-    """The run that parsed `args` ask for: command line over `--config` over the dataclass defaults."""
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The run keys and options given on the command line (repeated ones collected)."""
     specs = option_specs()
     given = {name: getattr(args, name) for name in (*RUN_KEYS, *(s.name for s in specs)) if hasattr(args, name)}
     for spec in specs:
         if spec.cli.collect is not None and spec.name in given:
             given[spec.name] = spec.cli.collect(given[spec.name])
+    return given
+
+
+def request_from(args: argparse.Namespace) -> PrepareRequest:
+    """The run that parsed `args` ask for: command line over `--config` over the dataclass defaults
+    (one run; `requests_from` also takes `--evo2-config`)."""
     config = getattr(args, "config", None)
-    values = {**(read_config(config) if config else {}), **given}
+    return _request({**(read_config(config) if config else {}), **_given(args)})
+
+
+def requests_from(args: argparse.Namespace) -> list[PrepareRequest]:
+    """The runs that parsed `args` ask for: one per `--evo2-config` entry, else `request_from`'s one.
+
+    Every run is checked before the first starts, so a bad entry stops the command with nothing written.
+    """
+    evo2 = getattr(args, "evo2_config", None)
+    if evo2 is None:
+        return [request_from(args)]
+    config = getattr(args, "config", None)
+    base = {**(read_config(config) if config else {}), **_given(args)}
+    for key in RUN_KEYS:
+        if base.get(key):
+            where = "INPUTS" if key == "inputs" else "--out"
+            raise BadInputError(
+                f"--evo2-config {evo2} gives {where} (datapaths, output_dir/output_prefix): leave {where} out"
+            )
+    flags = {spec.name: spec.flags[0] for spec in option_specs()}
+    requests = []
+    runs = read_evo2_config(evo2)
+    for run in runs:
+        both = [name for name in run.options if name in base]
+        if both:
+            raise BadInputError(
+                f"--evo2-config {evo2} sets {flags[both[0]]} (from its fields), which the command line "
+                "or --config sets too: give it one way"
+            )
+        request = _request({**base, **run.options, "inputs": run.inputs, "out": run.out})
+        request_of(request.inputs, request.options)  # what `prepare` checks first, for every entry up front
+        requests.append(request)
+    for note in (note for run in runs for note in run.notes):
+        print(f"note: {note}")
+    return requests
+
+
+def _request(values: dict[str, Any]) -> PrepareRequest:
+    """`values` (run keys and option fields) -> the checked `PrepareRequest`."""
+    specs = option_specs()
     if not values.get("inputs"):
         raise BadInputError(
             "prepare needs INPUTS: FASTA files or directories (or 'inputs:' in the --config file); "
@@ -337,6 +402,6 @@ def print_summary(result: PrepareResult) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     """Run `bionemo-wds prepare` for parsed `args`; bad input raises `BadInputError` (exit 2 in `main`)."""
-    request = request_from(args)
-    print_summary(prepare(request.inputs, request.out, request.options))
+    for request in requests_from(args):
+        print_summary(prepare(request.inputs, request.out, request.options))
     return 0

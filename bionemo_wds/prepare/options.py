@@ -29,7 +29,7 @@ from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.sources import SOURCES
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
-from bionemo_wds.prepare.tags import tag_rule_problem
+from bionemo_wds.prepare.tags import tag_map_problem, tag_rule_problem
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
 SHARD_TARGET_BYTES = 256 << 20
@@ -144,6 +144,14 @@ def parse_ratios(text: str) -> tuple[float, ...]:
     if len(values) != len(SPLIT_NAMES):
         raise argparse.ArgumentTypeError(f"expected {len(SPLIT_NAMES)} ratios {','.join(SPLIT_NAMES)}, got {text!r}")
     return values
+
+
+def parse_tag_pair(text: str) -> tuple[str, str]:
+    """`--tag-map SUBSTRING=TAG` -> (SUBSTRING, TAG), split at the first '=' (a lineage tag may hold '=')."""
+    key, sep, tag = text.partition("=")
+    if not sep or not key or not tag:
+        raise argparse.ArgumentTypeError(f"expected SUBSTRING=TAG, got {text!r}")
+    return key, tag
 
 
 def parse_split_list(text: str) -> tuple[str, str]:
@@ -271,9 +279,20 @@ class PrepareOptions:
         "|d__...;p__...;...;s__Genus species| or a bare GTDB d__...;p__... anywhere in the header, stored "
         "as |d__...|; windows leave room for ranks dropped to None); sharded-eden (<ctrl_x> for an id X__...); "
         "regex:PATTERN (first capture group, or the whole match, of PATTERN in the header line, or in the "
-        "contig id for sharded-eden); tsv:FILE (lines seq_id<TAB>tag). Untagged sequences are counted and warned about",
+        "contig id for sharded-eden); tsv:FILE (lines seq_id<TAB>tag); substring (the --tag-map entry in the id). "
+        "Untagged sequences are counted and warned about",
         metavar="RULE",
         check=tag_rule_problem,
+    )
+    tag_map: dict[str, str] | None = option(  # noqa: RUF009
+        None,
+        "--tags substring: the tag of a sequence whose id contains SUBSTRING; repeat it, the first entry "
+        "(in the order given) whose SUBSTRING is in the id wins, as bionemo's Evo2 taxonomy_data",
+        flags=("--tag-map",),
+        parse=parse_tag_pair,
+        collect=dict,
+        metavar="SUBSTRING=TAG",
+        check=tag_map_problem,
     )
     strict_tags: bool = option(
         False,
@@ -398,6 +417,14 @@ class PrepareOptions:
             from bionemo_wds.prepare.executors.dask import distributed_module  # executors.dask imports this module
 
             distributed_module()
+
+    def check_tags(self) -> None:
+        """Refuse `--tags substring` without its `--tag-map` table, and a table another rule would ignore."""
+        if (self.tags == "substring") != bool(self.tag_map):
+            raise BadInputError(
+                "--tag-map SUBSTRING=TAG and --tags substring go together: give both or neither "
+                f"(--tags is {self.tags})"
+            )
 
     def check_source(self) -> None:
         """Refuse an option of one source given with another, which that source would silently ignore."""

@@ -126,6 +126,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     """
     opts.check()
     opts.check_source()
+    opts.check_tags()
     opts.check_layout()
     opts.check_executor()
     if opts.compress == "zstd":
@@ -177,6 +178,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     }
     if sequences:  # only then: a windows request (and so its manifest) is what it was before layouts
         request["layout"] = opts.layout
+    if opts.tag_map:  # only then, likewise: the --tags substring table, in its order (the first match wins)
+        request["tag_map"] = dict(opts.tag_map)
     return request
 
 

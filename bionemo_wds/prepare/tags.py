@@ -11,7 +11,9 @@ Rules, in the way each data source writes its tags:
 - ``sharded-eden``: ``<ctrl_x>`` for an id ``X__...``, as the sharded-Eden loader builds it;
 - ``regex:PATTERN``: the first capture group of the first match of PATTERN in the header line (name
   and description, without ``>``; the contig id for sharded-Eden), the whole match without groups;
-- ``tsv:FILE``: lines ``seq_id<TAB>tag`` (read like `--group-by tsv:`, `groups.read_id_tsv`).
+- ``tsv:FILE``: lines ``seq_id<TAB>tag`` (read like `--group-by tsv:`, `groups.read_id_tsv`);
+- ``substring``: the tag of the first ``--tag-map SUBSTRING=TAG`` entry, in the order given, whose
+  SUBSTRING occurs in the sequence id (bionemo's Evo2 ``taxonomy_data``, `prepare.evo2_config`).
 
 A sequence the rule gives no tag is counted (`note_untagged`): a warning, and
 ``params.source.tags.untagged_sequences`` in the manifest; ``--strict-tags`` makes it an error.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from bionemo_wds.core.lineage import find_lineage
 from bionemo_wds.core.tokenizer import encode_tag
@@ -30,7 +32,7 @@ from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import read_id_tsv, regex_problem
 
 #: The `--tags` rules without a parameter.
-TAG_MODES = ("none", "description", "lineage", "sharded-eden")
+TAG_MODES = ("none", "description", "lineage", "sharded-eden", "substring")
 #: Every `--tags` rule, as `--help` and messages name them.
 TAG_RULES = (*TAG_MODES, "regex:PATTERN", "tsv:FILE")
 #: Plain rules that read the header line's description (a source without headers cannot serve them).
@@ -67,14 +69,38 @@ def _description(header: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def tagger(rule: str) -> Callable[[str], str]:
+def tag_map_problem(table: object) -> str | None:
+    """What is wrong with a `--tag-map` table (SUBSTRING -> TAG), or None: non-empty strings both."""
+    if isinstance(table, dict) and all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in table.items()):
+        return None
+    return "must map non-empty id substrings to non-empty tags (SUBSTRING=TAG)"
+
+
+def by_substring(table: Mapping[str, str]) -> Callable[[str], str]:
+    """Sequence id -> the tag of the first entry of `table`, in its order, whose key occurs in the id
+    (as bionemo's Evo2 preprocessing matches ``taxonomy_data`` keys); empty when none does."""
+    entries = list(table.items())
+
+    def tag_of(seq_id: str) -> str:
+        return next((tag for key, tag in entries if key in seq_id), "")
+
+    return tag_of
+
+
+def tagger(rule: str, tag_map: Mapping[str, str] | None = None) -> Callable[[str], str]:
     """Text -> tag under `rule` (empty: no tag). The text is the header line (name and description)
-    for a rule that `reads_headers`, else the sequence id. A ``tsv:`` table is read here, once."""
+    for a rule that `reads_headers`, else the sequence id. A ``tsv:`` table is read here, once;
+    ``substring`` looks ids up in `tag_map` (``--tag-map``), which it needs and no other rule takes."""
     problem = tag_rule_problem(rule)
     if problem is not None:
         raise OptionError(f"--tags {problem}, got {rule!r}")
+    if (rule == "substring") != bool(tag_map):
+        raise OptionError("--tag-map SUBSTRING=TAG and --tags substring go together: give both or neither")
     if rule == "none":
         return lambda text: ""
+    if rule == "substring":
+        assert tag_map is not None
+        return by_substring(tag_map)
     if rule == "sharded-eden":  # as the sharded-Eden loader builds it: <ctrl_{first '__' field, lower case}>
         return lambda text: eden_tag(text.split(None, 1)[0] if text.strip() else text)
     if rule == "description":

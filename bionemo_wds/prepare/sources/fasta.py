@@ -15,7 +15,7 @@ import gzip
 import os
 import shutil
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,14 +220,15 @@ def index_fasta(
     cache_dir: Path,
     tag_mode: str = "none",
     progress: bool = True,
+    tag_map: Mapping[str, str] | None = None,
 ) -> Catalog:
-    """Index every input sequence (names, lengths, layout, tags under rule `tag_mode`, `prepare.tags`);
-    no base is read (`scan` checks them)."""
+    """Index every input sequence (names, lengths, layout, tags under rule `tag_mode` and its
+    `tag_map`, `prepare.tags`); no base is read (`scan` checks them)."""
     problem = tag_rule_problem(tag_mode)
     if problem is not None:
         raise OptionError(f"--tags {problem}, got {tag_mode!r}")
     headers = reads_headers(tag_mode)
-    tag_of = None if tag_mode == "none" else tagger(tag_mode)  # a tsv: table is read once
+    tag_of = None if tag_mode == "none" else tagger(tag_mode, tag_map)  # a tsv: table is read once
     files = find_fasta_files(inputs)
     cache_dir.mkdir(parents=True, exist_ok=True)
     locals_: list[str] = []

@@ -267,11 +267,11 @@ def _refuse_disagreeing_lengths(listed: _Listed, lengths: np.ndarray, where: np.
         )
 
 
-def _tags(names: list[str], rule: str) -> list[str]:
+def _tags(names: list[str], rule: str, tag_map: dict[str, str] | None = None) -> list[str]:
     """Control tag per contig under `rule` (`prepare.tags`), from its id: a source without header lines."""
     if rule == "none":
         return [""] * len(names)
-    return tag_all(names, names, tagger(rule))
+    return tag_all(names, names, tagger(rule, tag_map))
 
 
 def catalog_sharded_eden(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
@@ -312,6 +312,8 @@ def catalog_sharded_eden(inputs: Sequence[str], opts: PrepareOptions) -> Catalog
             + (" or leave it out of the split lists" if split is not None else "")
         )
     source = EdenSource([str(p) for p in dbs.values()], names, where)
-    catalog = Catalog(source, names, _tags(names, opts.tags), lengths, groups=groups, group_names=group_names)
+    catalog = Catalog(
+        source, names, _tags(names, opts.tags, opts.tag_map), lengths, groups=groups, group_names=group_names
+    )
     catalog.split, catalog.windows, catalog.notes = split, windows, notes
     return catalog
