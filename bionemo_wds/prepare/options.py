@@ -29,7 +29,7 @@ from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.sources import SOURCES
 from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
-from bionemo_wds.prepare.tags import tag_map_problem, tag_rule_problem
+from bionemo_wds.prepare.tags import parse_tag_pair, tag_map_problem, tag_rule_problem
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
 SHARD_TARGET_BYTES = 256 << 20
@@ -146,14 +146,6 @@ def parse_ratios(text: str) -> tuple[float, ...]:
     return values
 
 
-def parse_tag_pair(text: str) -> tuple[str, str]:
-    """`--tag-map SUBSTRING=TAG` -> (SUBSTRING, TAG), split at the first '=' (a lineage tag may hold '=')."""
-    key, sep, tag = text.partition("=")
-    if not sep or not key or not tag:
-        raise argparse.ArgumentTypeError(f"expected SUBSTRING=TAG, got {text!r}")
-    return key, tag
-
-
 def parse_split_list(text: str) -> tuple[str, str]:
     """`--split-list train=FILE` (also `--split-parquet`, `--window-db`) -> (split name, file)."""
     split, sep, path = text.partition("=")
@@ -181,9 +173,7 @@ class PrepareOptions:
         "fasta",
         "what INPUTS are: fasta (files or directories); sharded-eden (one SEQUENCE_DB_DIR of "
         "<sample>/glm_dataset_<sample>.sqlite); hdf5 (one FILE.h5 of pre-tokenized rows, needs bionemo-wds[h5]); "
-        "megatron (PREFIX of Megatron indexed datasets PREFIX.bin + PREFIX.idx, as preprocess_evo2 writes them: "
-        "documents become sequences, embedded lineage tags control tags, reverse-complement copies left out; "
-        "needs megatron-core)",
+        "megatron (PREFIX of PREFIX.bin + .idx as preprocess_evo2 writes them; needs megatron-core)",
         choices=SOURCE_KINDS,
     )
 
@@ -417,14 +407,6 @@ class PrepareOptions:
             from bionemo_wds.prepare.executors.dask import distributed_module  # executors.dask imports this module
 
             distributed_module()
-
-    def check_tags(self) -> None:
-        """Refuse `--tags substring` without its `--tag-map` table, and a table another rule would ignore."""
-        if (self.tags == "substring") != bool(self.tag_map):
-            raise BadInputError(
-                "--tag-map SUBSTRING=TAG and --tags substring go together: give both or neither "
-                f"(--tags is {self.tags})"
-            )
 
     def check_source(self) -> None:
         """Refuse an option of one source given with another, which that source would silently ignore."""

@@ -47,7 +47,7 @@ from bionemo_wds.prepare.splits import (
     split_from_lists,
     stratified_split,
 )
-from bionemo_wds.prepare.tags import tag_file
+from bionemo_wds.prepare.tags import tag_file, tag_map_conflict
 from bionemo_wds.prepare.windows import (
     PIECE,
     IdentityOrder,
@@ -126,7 +126,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     """
     opts.check()
     opts.check_source()
-    opts.check_tags()
+    if problem := tag_map_conflict(opts.tags, opts.tag_map):  # --tags substring needs --tag-map, and only it
+        raise BadInputError(problem)
     opts.check_layout()
     opts.check_executor()
     if opts.compress == "zstd":

@@ -21,6 +21,7 @@ A sequence the rule gives no tag is counted (`note_untagged`): a warning, and
 
 from __future__ import annotations
 
+import argparse
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -74,6 +75,21 @@ def tag_map_problem(table: object) -> str | None:
     if isinstance(table, dict) and all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in table.items()):
         return None
     return "must map non-empty id substrings to non-empty tags (SUBSTRING=TAG)"
+
+
+def parse_tag_pair(text: str) -> tuple[str, str]:
+    """`--tag-map SUBSTRING=TAG` -> (SUBSTRING, TAG), split at the first '=' (a lineage tag may hold '=')."""
+    key, sep, tag = text.partition("=")
+    if not sep or not key or not tag:
+        raise argparse.ArgumentTypeError(f"expected SUBSTRING=TAG, got {text!r}")
+    return key, tag
+
+
+def tag_map_conflict(rule: str, tag_map: Mapping[str, str] | None) -> str | None:
+    """Why `--tags` and `--tag-map` disagree (substring needs the table, other rules ignore it), or None."""
+    if (rule == "substring") != bool(tag_map):
+        return f"--tag-map SUBSTRING=TAG and --tags substring go together: give both or neither (--tags is {rule})"
+    return None
 
 
 def by_substring(table: Mapping[str, str]) -> Callable[[str], str]:
