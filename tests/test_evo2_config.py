@@ -337,3 +337,9 @@ def test_tags_substring_tags_every_window_of_a_matching_sequence(tmp_path):
     tags = {tag for rows in shard_windows(out).values() for *_, tag in rows}
     assert tags == {NODE_1_TAG}
     assert read_manifest(out).request["tag_map"] == {"nothing": "no", "NC_0014": NODE_1_TAG}
+
+
+def test_the_docs_carry_the_mapping_table():
+    """docs/guide/megatron.md holds exactly the table `FIELDS` gives (regenerate it with `mapping_markdown`)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "megatron.md").read_text()
+    assert mapping_markdown() in page
