@@ -135,3 +135,33 @@ def test_options_a_sampler_owns_are_refused(kleb_1024, sequences):
         GenomicMapDataset(str(sequences), "train", pack=True)
     with pytest.raises(OptionError, match="num_samples"):
         GenomicMapDataset(str(kleb_1024), "train", num_samples=-1)
+
+
+def megatron_batches(total: int, consumed: int, micro: int, rank: int, world: int) -> list[list[int]]:
+    """The indices Megatron's `MegatronPretrainingSampler` gives `rank` (its arithmetic: from `consumed`
+    on, global batches of micro x world consecutive indices, this rank's micro slice of each, the last
+    partial global batch dropped). megatron-core ships no sampler, so the arithmetic is written out here."""
+    out, batch = [], []
+    for i in range(consumed, total):
+        batch.append(i)
+        if len(batch) == micro * world:
+            out.append(batch[rank * micro : (rank + 1) * micro])
+            batch = []
+    return out
+
+
+def test_a_megatron_consumed_samples_resume_continues_exactly(kleb_1024):
+    """Two ranks read 3 global batches, stop, and resume from the consumed-samples count with a fresh
+    dataset and loader workers: together the same samples as an uninterrupted run."""
+    micro, world = 4, 2
+    map_ds = GenomicMapDataset(str(kleb_1024), "train", seed=SEED)
+    total = len(map_ds)
+    whole = {r: megatron_batches(total, 0, micro, r, world) for r in range(world)}
+    consumed = 3 * micro * world
+    resumed = GenomicMapDataset(str(kleb_1024), "train", seed=SEED)
+    for rank in range(world):
+        expected = [map_ds[i]["keys"] for batch in whole[rank] for i in batch]
+        before = [map_ds[i]["keys"] for batch in whole[rank][:3] for i in batch]
+        loader = DataLoader(resumed, batch_sampler=megatron_batches(total, consumed, micro, rank, world), num_workers=2)
+        after = [key for batch in loader for key in batch["keys"]]
+        assert before + after == expected

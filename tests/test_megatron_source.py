@@ -121,7 +121,12 @@ def test_bad_input_is_one_line(tmp_path):
     builder.finalize(str(tmp_path / "big.idx"))
     result = cli("--source", "megatron", tmp_path / "big", "--out", tmp_path / "o3")
     assert result.returncode == 2 and "document 0 of" in result.stderr and "id 300 at position 77" in result.stderr
-    for out in ("o1", "o2", "o3"):
+    long, short = write_indexed(tmp_path / "long", [lam.encode()]), write_indexed(tmp_path / "short", [b"ACGT"])
+    Path(tmp_path / "mixed.bin").write_bytes(Path(f"{short}.bin").read_bytes())
+    Path(tmp_path / "mixed.idx").write_bytes(Path(f"{long}.idx").read_bytes())
+    result = cli("--source", "megatron", tmp_path / "mixed", "--out", tmp_path / "o4")
+    assert result.returncode == 2 and "mixed.bin holds 5 bytes but" in result.stderr and "not one" in result.stderr
+    for out in ("o1", "o2", "o3", "o4"):
         assert not (tmp_path / out / "manifest.json").exists()
 
 

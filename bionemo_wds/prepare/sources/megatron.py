@@ -20,7 +20,8 @@ trained as sequence; here they are found and reported instead:
 The counts go to the manifest (``params.source``). The files are read with megatron-core's own
 `IndexedDataset` (the ``megatron`` extra; megatron-core installs with ``--no-deps``); without it
 the source says what to install. Token dtypes uint8 and uint16 are read (ids above 255 are refused
-naming the document); others are refused naming the file.
+naming the document); others are refused naming the file, as is a ``.bin`` whose size is not what
+its ``.idx`` describes.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def catalog_megatron(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
             raise SourceError(
                 f"{prefix}.idx stores tokens as {dtype}: --source megatron reads uint8 or uint16 token ids"
             )
+        check_pair(dataset, prefix, dtype)
         n_docs = len(dataset.document_indices) - 1
         previous: bytes | None = None
         for d in tqdm(range(n_docs), desc=f"catalog {Path(prefix).name}", unit="doc", disable=not opts.progress):
@@ -215,6 +217,20 @@ def catalog_megatron(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
     catalog.skipped.extend(skipped)
     catalog.notes.update(counts)
     return catalog
+
+
+def check_pair(dataset: Any, prefix: str, dtype: np.dtype) -> None:
+    """Refuse a ``.bin`` whose size is not what its ``.idx`` describes (files of two datasets)."""
+    index = dataset.index
+    described = 0
+    if len(index.sequence_lengths):
+        described = int(index.sequence_pointers[-1]) + int(index.sequence_lengths[-1]) * dtype.itemsize
+    held = Path(f"{prefix}.bin").stat().st_size
+    if held != described:
+        raise SourceError(
+            f"{prefix}.bin holds {held} bytes but {prefix}.idx describes {described}: the two files are not one "
+            "indexed dataset's pair"
+        )
 
 
 def check_ids(dataset: Any, document: int, prefix: str) -> None:
