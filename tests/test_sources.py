@@ -24,6 +24,14 @@ def eden_dir(tmp_path):
 
 
 @pytest.fixture
+def megatron_pair(tmp_path):
+    """The two files of a Megatron indexed dataset (their contents do not matter to detection)."""
+    for suffix in (".bin", ".idx"):
+        (tmp_path / f"docs{suffix}").write_bytes(b"")
+    return tmp_path / "docs"
+
+
+@pytest.fixture
 def h5_file(tmp_path):
     path = tmp_path / "rows.h5"
     with h5py.File(path, "w") as f:
@@ -32,15 +40,18 @@ def h5_file(tmp_path):
 
 
 def test_every_source_kind_has_a_reader():
-    assert tuple(SOURCES) == SOURCE_KINDS == ("fasta", "sharded-eden", "hdf5")
+    assert tuple(SOURCES) == SOURCE_KINDS == ("fasta", "sharded-eden", "hdf5", "megatron")
     assert reader_of(PrepareOptions(source="hdf5")) is SOURCES["hdf5"]
 
 
-def test_each_kind_is_detected(tmp_path, eden_dir, h5_file):
+def test_each_kind_is_detected(tmp_path, eden_dir, h5_file, megatron_pair):
     assert detect_source([str(LAMBDA)]) == "fasta"
     assert detect_source([str(LAMBDA.parent)]) == "fasta"  # a directory of FASTA files
     assert detect_source([str(eden_dir)]) == "sharded-eden"
     assert detect_source([str(h5_file)]) == "hdf5"
+    assert detect_source([str(megatron_pair)]) == detect_source([f"{megatron_pair}.idx"]) == "megatron"
+    (tmp_path / "half.bin").write_bytes(b"")
+    assert detect_source([str(tmp_path / "half")]) is None  # a .bin without its .idx
     assert detect_source([str(LAMBDA), str(h5_file)]) is None  # mixed: no single kind
     assert detect_source([str(tmp_path / "missing.txt")]) is None
 
@@ -57,6 +68,12 @@ def test_an_eden_directory_given_as_fasta_is_refused_with_a_hint(eden_dir):
 def test_an_hdf5_file_given_as_fasta_is_refused_with_a_hint(tmp_path, h5_file):
     with pytest.raises(BadInputError, match=r"; the input looks like --source hdf5$"):
         prepare([h5_file], tmp_path / "out", PrepareOptions(progress=False))
+
+
+def test_a_megatron_pair_given_as_fasta_is_refused_with_a_hint(tmp_path, megatron_pair):
+    (tmp_path / "docs.bin").write_bytes(bytes(range(65, 90)) * 4)  # token ids, not a FASTA record
+    with pytest.raises(BadInputError, match=r"; the input looks like --source megatron$"):
+        prepare([f"{megatron_pair}.bin"], tmp_path / "out", PrepareOptions(progress=False))
 
 
 def test_a_refusal_without_another_kind_gets_no_hint(tmp_path):
