@@ -122,6 +122,6 @@ def test_a_damaged_shard_is_named_and_nothing_is_left(sequences, tmp_path):
 
 def test_without_megatron_core_the_error_says_what_to_install(sequences, tmp_path, monkeypatch):
     """megatron-core is installed here; its absence is simulated by making its import fail."""
-    monkeypatch.setitem(sys.modules, "megatron.core.datasets", None)
+    monkeypatch.setitem(sys.modules, "megatron.core.datasets.indexed_dataset", None)
     with pytest.raises(OptionError, match=r"megatron-core.*pip install --no-deps"):
         export_megatron(str(sequences), tmp_path / "x", progress=False)

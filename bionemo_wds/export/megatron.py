@@ -20,7 +20,6 @@ writes is what Megatron reads:
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,15 +30,11 @@ from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.format import read_manifest
+from bionemo_wds.format.megatron_indexed import EOD_ID, indexed_dataset_module
 from bionemo_wds.format.stored_records import stored_records
 from bionemo_wds.load.spans import is_sequence_layout
 from bionemo_wds.storage.atomic import temporary_name
 from bionemo_wds.storage.store import Store
-
-#: The end-of-document token ``preprocess_evo2`` appends (its ``append_eod``).
-EOD_ID = 0
-#: What to install when megatron-core is missing.
-INSTALL = "pip install 'bionemo-wds[megatron]' && pip install --no-deps 'megatron-core>=0.12'"
 
 
 @dataclass(frozen=True)
@@ -52,19 +47,6 @@ class ExportReport:
     documents: int
     tokens: int
     unit: str  # "sequence" or "window"
-
-
-def indexed_dataset_module() -> Any:
-    """megatron-core's indexed dataset module, or an error saying how to install it."""
-    try:
-        with warnings.catch_warnings():  # megatron-core warns on import when Transformer Engine is absent
-            warnings.simplefilter("ignore")
-            from megatron.core.datasets import indexed_dataset
-    except ImportError as exc:
-        raise OptionError(
-            f"export-megatron writes with megatron-core's IndexedDatasetBuilder, which is not installed: {INSTALL}"
-        ) from exc
-    return indexed_dataset
 
 
 def documents(store: Store, split: str, sequences: bool, progress: bool) -> Iterator[tuple[str, int, np.ndarray]]:
@@ -108,7 +90,7 @@ def export_megatron(
     document per sequence or window: module docstring) and ``out_prefix.documents.tsv``."""
     if "://" in str(out_prefix):
         raise OptionError(f"export-megatron writes local files (Megatron's builder opens them): {out_prefix}")
-    indexed_dataset = indexed_dataset_module()
+    indexed_dataset = indexed_dataset_module("export-megatron")
     store = Store(dataset, storage_options)
     manifest = read_manifest(store)
     if split not in manifest.splits:

@@ -279,13 +279,17 @@ class GenomicDataset(IterableDataset):
         if counting and self.split is Split.train:
             batches = self.count_sources(batches, lambda: self.epoch, lambda: len(plan))
         for batch in batches:
-            del batch["index"], batch["filler"]
-            out = tensors(batch)
-            if self.emit_model_inputs:
-                out = self.model_inputs(out)
+            out = self.output(batch)
             if counting:
                 self.counted += 1
             yield out
+
+    def output(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """A built batch as this dataset yields it: the builder's bookkeeping (plan index, filler flags)
+        dropped, tensors, and model inputs unless ``model_inputs=False``."""
+        del batch["index"], batch["filler"]
+        out = tensors(batch)
+        return self.model_inputs(out) if self.emit_model_inputs else out
 
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (for ``model_inputs=False``)."""

@@ -22,7 +22,6 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.batch.model_inputs import tensors
 from bionemo_wds.load.dataset import GenomicDataset
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.plan.types import RankPlan
@@ -64,7 +63,7 @@ class GenomicMapDataset(Dataset):
                 "boundaries a per-index sample cannot carry in fixed shapes: use GenomicDataset with pack=True"
             )
         self.dataset = GenomicDataset(
-            root, split, micro_batch_size=1, model_inputs=False, dp_rank=0, dp_size=1, **options
+            root, split, micro_batch_size=1, model_inputs=True, dp_rank=0, dp_size=1, **options
         )
         self.per_epoch = self.dataset.epoch_length()
         if num_samples is not None and num_samples < 0:
@@ -99,7 +98,4 @@ class GenomicMapDataset(Dataset):
             self.cache = RecordCache(reader.cache_windows)
         planned = reader.windows(plan, position, self.cache, Worker.detect())
         (compact,) = build(iter([(position, planned)]))
-        for dropped in ("index", "filler"):
-            compact.pop(dropped, None)
-        batch = self.dataset.model_inputs(tensors(compact))
-        return {key: value[0] for key, value in batch.items()}
+        return {key: value[0] for key, value in self.dataset.output(compact).items()}

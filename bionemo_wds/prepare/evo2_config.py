@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import difflib
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,9 +189,7 @@ def evo2_run(entry: Mapping[str, Any], where: str, number: int = 1) -> Evo2Run:
     """One `Evo2PreprocessingConfig` mapping -> its prepare run; `where` names the file in messages."""
     for name in entry:
         if name not in FIELDS:
-            close = difflib.get_close_matches(str(name), FIELDS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise BadInputError(f"{where}: unknown field {name!r}{hint}")
+            raise BadInputError(f"{where}: unknown field {name!r}{closest(name, FIELDS)}")
     values = {name: entry.get(name, spec.default) for name, spec in FIELDS.items()}
     notes = []
     for name, spec in FIELDS.items():
@@ -210,6 +208,12 @@ def evo2_run(entry: Mapping[str, Any], where: str, number: int = 1) -> Evo2Run:
     if tag_map:
         options.update(tags="substring", tag_map=tag_map)
     return Evo2Run(number, _datapaths(values["datapaths"], where), _out(values, where), options, notes)
+
+
+def closest(name: Any, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to `name`, or ""."""
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _datapaths(value: Any, where: str) -> list[str]:
@@ -290,9 +294,7 @@ def lineage_tag(lineage: Any, where: str) -> str:
     for name, value in lineage.items():
         rank = LINEAGE_ALIASES.get(str(name), str(name))
         if rank not in LINEAGE_FIELDS:
-            close = difflib.get_close_matches(str(name), LINEAGE_FIELDS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise BadInputError(f"{where}: unknown lineage field {name!r}{hint}")
+            raise BadInputError(f"{where}: unknown lineage field {name!r}{closest(name, LINEAGE_FIELDS)}")
         if rank in ranks:
             raise BadInputError(f"{where}: {name!r} and 'domain' are the same rank: give one")
         if isinstance(value, bool) or not (value is None or isinstance(value, (str, int))):

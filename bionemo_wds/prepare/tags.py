@@ -110,8 +110,8 @@ def tagger(rule: str, tag_map: Mapping[str, str] | None = None) -> Callable[[str
     problem = tag_rule_problem(rule)
     if problem is not None:
         raise OptionError(f"--tags {problem}, got {rule!r}")
-    if (rule == "substring") != bool(tag_map):
-        raise OptionError("--tag-map SUBSTRING=TAG and --tags substring go together: give both or neither")
+    if conflict := tag_map_conflict(rule, tag_map):
+        raise OptionError(conflict)
     if rule == "none":
         return lambda text: ""
     if rule == "substring":

@@ -39,30 +39,21 @@ from tqdm import tqdm
 from bionemo_wds.core.lineage import parse_lineage
 from bionemo_wds.core.tokenizer import COMPLEMENT
 from bionemo_wds.errors import BadInputError, SourceError
+from bionemo_wds.format.megatron_indexed import EOD_ID, indexed_dataset_module
 from bionemo_wds.prepare.catalog import Catalog
 
 if TYPE_CHECKING:
     from bionemo_wds.prepare.options import PrepareOptions
 
-#: The end-of-document id ``preprocess_evo2`` appends.
-EOD_ID = 0
 #: Token dtypes a document may be stored in.
 DTYPES = (np.uint8, np.uint16)
-#: What to install when megatron-core is missing.
-INSTALL = "pip install 'bionemo-wds[megatron]' && pip install --no-deps 'megatron-core>=0.12'"
 # a lineage tag at the very start of a document
 _LEADING_TAG = re.compile(rb"^\|d__[^|]*\|")
 
 
 def indexed_dataset_class() -> Any:
     """megatron-core's `IndexedDataset`, or an error saying how to install it."""
-    try:
-        with warnings.catch_warnings():  # megatron-core warns on import when Transformer Engine is absent
-            warnings.simplefilter("ignore")
-            from megatron.core.datasets.indexed_dataset import IndexedDataset
-    except ImportError as exc:
-        raise BadInputError(f"--source megatron reads with megatron-core's IndexedDataset: {INSTALL}") from exc
-    return IndexedDataset
+    return indexed_dataset_module("--source megatron").IndexedDataset
 
 
 def prefix_of(given: str) -> Path:
@@ -108,13 +99,16 @@ class MegatronSource:
         return f"{self.prefixes[int(self.file[seq])]}.bin"
 
 
-def document_bases(dataset: Any, document: int, tag: str) -> bytes:
-    """A document's bases: its sequences joined, the trailing EOD dropped, every occurrence of `tag` taken out."""
+def document_ids(dataset: Any, document: int) -> np.ndarray:
+    """A document's token ids: its sequences joined, the trailing EOD dropped."""
     lo, hi = int(dataset.document_indices[document]), int(dataset.document_indices[document + 1])
     ids = np.concatenate([np.asarray(dataset[i]) for i in range(lo, hi)]) if hi > lo else np.empty(0, np.uint8)
-    if len(ids) and ids[-1] == EOD_ID:
-        ids = ids[:-1]
-    data = ids.astype(np.uint8).tobytes()  # the catalog checked every id is below 256
+    return ids[:-1] if len(ids) and ids[-1] == EOD_ID else ids
+
+
+def as_bases(ids: np.ndarray, tag: str) -> bytes:
+    """Token ids (every one below 256: the catalog checked) as bases, every occurrence of `tag` taken out."""
+    data = ids.astype(np.uint8).tobytes()
     return data.replace(tag.encode(), b"") if tag else data
 
 
@@ -132,7 +126,8 @@ class MegatronReader:
             f = int(self.source.file[seq])
             if f not in self.datasets:
                 self.datasets[f] = indexed_dataset_class()(self.source.prefixes[f])
-            self.bases = document_bases(self.datasets[f], int(self.source.document[seq]), self.source.embedded[seq])
+            ids = document_ids(self.datasets[f], int(self.source.document[seq]))
+            self.bases = as_bases(ids, self.source.embedded[seq])
             self.seq = seq
         span = self.bases[start:end]
         return span if table is None else span.translate(table)
@@ -176,11 +171,12 @@ def catalog_megatron(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
         previous: bytes | None = None
         for d in tqdm(range(n_docs), desc=f"catalog {Path(prefix).name}", unit="doc", disable=not opts.progress):
             name = f"{Path(prefix).name}/{d}"
-            raw = document_bases(dataset, d, "")
+            ids = document_ids(dataset, d)
             if dtype != np.uint8:  # ids of 256 and more are not bytes
-                check_ids(dataset, d, prefix)
+                check_ids(ids, d, prefix)
+            raw = as_bases(ids, "")
             tag = embedded_tag(raw)
-            bases = raw.replace(tag.encode(), b"") if tag else raw
+            bases = as_bases(ids, tag)
             counts["documents"] += 1
             if is_reverse_complement(bases, previous):
                 counts["reverse_complement_copies"] += 1
@@ -233,10 +229,8 @@ def check_pair(dataset: Any, prefix: str, dtype: np.dtype) -> None:
         )
 
 
-def check_ids(dataset: Any, document: int, prefix: str) -> None:
+def check_ids(ids: np.ndarray, document: int, prefix: str) -> None:
     """Refuse a document holding a token id that is not a byte, naming it and the position."""
-    lo, hi = int(dataset.document_indices[document]), int(dataset.document_indices[document + 1])
-    ids = np.concatenate([np.asarray(dataset[i]) for i in range(lo, hi)]) if hi > lo else np.empty(0, np.uint16)
     bad = np.flatnonzero(ids > 255)
     if len(bad):
         at = int(bad[0])
