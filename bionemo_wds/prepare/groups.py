@@ -10,7 +10,9 @@ sequences of one MMseqs2 cluster, teach the model the test set (hashFrag, bioRxi
   the pattern has no group);
 - ``tsv:FILE``: lines ``seq_id<TAB>group``;
 - ``mmseqs:FILE``: an MMseqs2 cluster TSV (``mmseqs createtsv``: ``representative<TAB>member``),
-  each member grouped with its representative.
+  each member grouped with its representative;
+- ``similarity:T[,k=K][,scaled=S]``: clusters of near-identical sequences (estimated ANI >= T) found
+  from their bases by sketches (`similarity_groups`, which `prepare` calls instead of `apply_groups`).
 
 A rule that matches no sequence is an error; sequences it leaves ungrouped are counted (a warning
 and the manifest say how many) and each becomes a group of its own. The split then divides groups,
@@ -28,7 +30,13 @@ import numpy as np
 from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.prepare.catalog import Catalog
 
-GROUP_RULES = ("sample-id", "regex:PATTERN", "tsv:FILE", "mmseqs:FILE")
+GROUP_RULES = ("sample-id", "regex:PATTERN", "tsv:FILE", "mmseqs:FILE", "similarity:T")
+SIMILARITY = "similarity:"
+
+
+def is_similarity(rule: str | None) -> bool:
+    """Whether `rule` groups by sequence similarity (its groups come from the bases, not the ids)."""
+    return isinstance(rule, str) and rule.startswith(SIMILARITY)
 
 
 def group_rule_problem(rule: object) -> str | None:
@@ -39,6 +47,10 @@ def group_rule_problem(rule: object) -> str | None:
         return None
     if rule.startswith("regex:") and len(rule) > 6:
         return regex_problem(rule[6:])
+    if is_similarity(rule):
+        from bionemo_wds.prepare.similarity_groups import similarity_problem
+
+        return similarity_problem(rule)
     return f"must be one of {', '.join(GROUP_RULES)}"
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.groups import check_placed, group_names
+from bionemo_wds.prepare.groups import check_placed, group_names, is_similarity
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.sequence_layout import check_layout
 from bionemo_wds.prepare.shard_plan import check_split_rules, fixed_windows, read_split_lists
@@ -53,7 +53,7 @@ def check_before_scan(catalog: Catalog, opts: PrepareOptions) -> None:
 def _units(catalog: Catalog, opts: PrepareOptions, names: list[str]) -> int:
     """How many groups (or sequences) the split divides: each sequence, the source's groups, or the
     --group-by rule's groups (a sequence it places in none is its own)."""
-    if opts.group_by:
+    if opts.group_by and not is_similarity(opts.group_by):  # similarity clusters are known after sketching
         labels = group_names(names, opts.group_by)
         check_placed(names, sum(label is not None for label in labels), opts.group_by)
         return len({label for label in labels if label is not None}) + sum(label is None for label in labels)

@@ -39,13 +39,14 @@ from bionemo_wds.format import (
 )
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
-from bionemo_wds.prepare.groups import apply_groups
+from bionemo_wds.prepare.groups import apply_groups, is_similarity
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
 from bionemo_wds.prepare.precheck import check_before_scan
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sequence_layout import sequence_index_rows
 from bionemo_wds.prepare.shard_plan import ShardPlan, plan, request_of
+from bionemo_wds.prepare.similarity_groups import apply_similarity
 from bionemo_wds.prepare.sources import source_catalog
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table
 from bionemo_wds.storage.store import Store
@@ -163,7 +164,19 @@ def _prepare_locked(
         catalog = source_catalog(paths, opts, cache)
         check_before_scan(catalog, opts)  # every option the catalog can judge, before a base is read
         catalog = scan(catalog, opts.on_invalid, opts.split_at_n, opts.progress)
-        catalog = apply_groups(catalog, opts.group_by)
+        if is_similarity(opts.group_by):  # clusters of the bases: sketched here or on the cluster
+            table = base_table(opts.case, opts.on_invalid)
+            catalog = apply_similarity(
+                apply_groups(catalog, None),
+                opts.group_by,
+                table,
+                opts.executor,
+                opts.workers or 0,
+                opts.scheduler,
+                opts.progress,
+            )
+        else:
+            catalog = apply_groups(catalog, opts.group_by)
         manifest, shard_plan = plan(catalog, request, opts)
     except BadInputError:
         if created is not None:

@@ -1,0 +1,195 @@
+"""Homology-aware splits: ``prepare --group-by similarity:T[,k=K][,scaled=S]``.
+
+Every row of the catalog (a sequence, or a piece `--split-at-n` cut) is sketched (`homology.sketch`),
+near-identical rows (estimated ANI of the smaller in the larger >= T: `homology.similarity`) are
+linked, and each connected cluster becomes one group, so the split keeps it in one split. Rows the
+source or the sequence already ties together (the pieces of one sequence, a sharded-Eden sample)
+stay linked too. A cluster is named by its first row's sequence id (input order); the sequence
+table (``sequences.tsv``, column ``group``) records every sequence's cluster.
+
+Sketching is the only pass over the bases and runs as tasks of about `TASK_BASES` bases each: in a
+process pool of ``--workers`` (``--executor local``) or on the Dask cluster (``--executor dask``).
+The tasks' results are joined in row order, so the clusters (and every byte written after them)
+are the same for any number of workers and for either executor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import os
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from bionemo_wds.homology.similarity import clusters_with, near_identical_pairs
+from bionemo_wds.homology.sketch import Sketches, SketchParams, sketch_hashes, sourmash_module
+from bionemo_wds.prepare.catalog import Catalog, Source
+
+PREFIX = "similarity:"
+#: Bases per sketch task.
+TASK_BASES = 32_000_000
+
+
+@dataclass(frozen=True)
+class SimilarityRule:
+    """A parsed ``similarity:T[,k=K][,scaled=S]`` rule."""
+
+    min_identity: float
+    params: SketchParams
+
+
+def parse_similarity(rule: str) -> SimilarityRule:
+    """The threshold and sketch parameters of a ``similarity:...`` rule; `ValueError` saying what is wrong."""
+    fields = rule[len(PREFIX) :].split(",")
+    try:
+        threshold = float(fields[0])
+    except ValueError:
+        raise ValueError(
+            f"similarity:T needs a threshold T (an estimated ANI from 0.5 to 1), got {fields[0]!r}"
+        ) from None
+    if not 0.5 <= threshold <= 1.0:
+        raise ValueError(f"similarity:T needs a threshold T (an estimated ANI) from 0.5 to 1, got {threshold}")
+    sizes = {"k": SketchParams.ksize, "scaled": SketchParams.scaled}
+    for field in fields[1:]:
+        name, _, value = field.partition("=")
+        if name not in sizes or not value.isdigit():
+            raise ValueError(f"similarity:T takes k=K and scaled=S after the threshold, got {field!r}")
+        sizes[name] = int(value)
+    params = SketchParams(sizes["k"], sizes["scaled"])
+    problem = params.problem()
+    if problem is not None:
+        raise ValueError(problem.replace("--ksize", "k").replace("--scaled", "scaled"))
+    return SimilarityRule(threshold, params)
+
+
+def similarity_problem(rule: str) -> str | None:
+    """What is wrong with a ``similarity:`` rule, or None."""
+    try:
+        parse_similarity(rule)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class SketchTask:
+    """Rows of the catalog to sketch, read through the writers' base table."""
+
+    source: Source
+    seq: np.ndarray
+    origin: np.ndarray
+    length: np.ndarray
+    table: bytes | None
+    params: SketchParams
+
+
+def sketch_task(task: SketchTask) -> list[np.ndarray]:
+    """The hashes of each row of `task` (one process, one reader)."""
+    reader = task.source.reader()
+    try:
+        return [
+            sketch_hashes([reader.read(int(s), int(o), int(o + n), task.table)], task.params)
+            for s, o, n in zip(task.seq, task.origin, task.length)
+        ]
+    finally:
+        reader.close()
+
+
+def tasks_of(catalog: Catalog, table: bytes | None, params: SketchParams) -> list[SketchTask]:
+    """The catalog's rows in runs of about `TASK_BASES` bases (at least one row each)."""
+    ends = np.cumsum(catalog.lengths)
+    cuts = np.searchsorted(ends, np.arange(TASK_BASES, int(ends[-1]) if len(ends) else 0, TASK_BASES), side="left")
+    bounds = [0, *sorted({int(c) + 1 for c in cuts if int(c) + 1 < len(catalog)}), len(catalog)]
+    return [
+        SketchTask(catalog.source, catalog.seq[a:b], catalog.origin[a:b], catalog.lengths[a:b], table, params)
+        for a, b in itertools.pairwise(bounds)
+        if b > a
+    ]
+
+
+def run_tasks(
+    tasks: list[SketchTask], executor: str, workers: int, scheduler: str | None, progress: bool
+) -> Iterator[list[np.ndarray]]:
+    """Each task's hashes, in task order: here, in a process pool, or on the Dask cluster."""
+    bar = tqdm(
+        total=sum(int(t.length.sum()) for t in tasks), desc="sketch", unit="base", unit_scale=True, disable=not progress
+    )
+    try:
+        if executor == "dask":
+            from bionemo_wds.prepare.executors.dask import dask_client
+
+            with dask_client(scheduler, workers) as client:
+                futures = client.map(sketch_task, tasks, pure=False, retries=3)
+                for task, future in zip(tasks, futures):  # in order: deterministic whatever finishes first
+                    yield future.result()
+                    bar.update(int(task.length.sum()))
+        elif workers <= 1 or len(tasks) <= 1:
+            for task in tasks:
+                yield sketch_task(task)
+                bar.update(int(task.length.sum()))
+        else:
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context()) as pool:
+                for task, hashes in zip(tasks, pool.map(sketch_task, tasks)):
+                    yield hashes
+                    bar.update(int(task.length.sum()))
+    finally:
+        bar.close()
+
+
+def sketch_catalog(
+    catalog: Catalog,
+    table: bytes | None,
+    params: SketchParams,
+    executor: str = "local",
+    workers: int = 1,
+    scheduler: str | None = None,
+    progress: bool = False,
+) -> Sketches:
+    """A sketch of every row of `catalog`, in row order."""
+    sourmash_module()  # the install hint before any task starts
+    hashes = [
+        h for part in run_tasks(tasks_of(catalog, table, params), executor, workers, scheduler, progress) for h in part
+    ]
+    return Sketches.build(params, catalog.names, catalog.lengths, hashes)
+
+
+def apply_similarity(
+    catalog: Catalog,
+    rule: str,
+    table: bytes | None,
+    executor: str = "local",
+    workers: int = 0,
+    scheduler: str | None = None,
+    progress: bool = False,
+) -> Catalog:
+    """Set `catalog.groups` to the clusters of near-identical rows under `rule`, keeping rows that
+    are already grouped (`catalog.groups`, the pieces of one sequence) together; notes for the manifest."""
+    parsed = parse_similarity(rule)
+    sketches = sketch_catalog(
+        catalog, table, parsed.params, executor, workers or os.cpu_count() or 1, scheduler, progress
+    )
+    pairs = near_identical_pairs(sketches, parsed.min_identity)
+    tied = catalog.groups if catalog.groups is not None else catalog.seq
+    cluster = clusters_with(len(catalog), pairs.query, pairs.target, tied)
+    first, groups = np.unique(cluster, return_inverse=True)
+    catalog.groups = groups.astype(np.int64)
+    catalog.group_names = [catalog.names[int(i)] for i in first]
+    catalog.notes["group_by"] = {
+        "rule": rule,
+        "groups": len(first),
+        "ungrouped_sequences": 0,
+        "similarity": {
+            "threshold": parsed.min_identity,
+            "measure": "max containment ANI (FracMinHash, sourmash)",
+            "ksize": parsed.params.ksize,
+            "scaled": parsed.params.scaled,
+            "near_identical_pairs": len(pairs.query),
+            "too_short_to_sketch": int((sketches.sizes < 2).sum()),
+            "multi_member_clusters": int((np.bincount(groups) > 1).sum()),
+        },
+    }
+    return catalog
