@@ -1,4 +1,5 @@
-"""`bionemo-wds` command line: prepare, precompute-windows, inspect, show, verify, fit/validate/test/predict.
+"""`bionemo-wds` command line: prepare, precompute-windows, inspect, show, verify, export-megatron,
+contains, leakage, fit/validate/test/predict.
 
 The `prepare` options are the fields of `PrepareOptions`; `bionemo_wds/cli/prepare.py` derives its
 parser, YAML config keys (``--config configs/prepare_default.yaml``) and help text from them.
@@ -18,6 +19,7 @@ from pathlib import Path
 from bionemo_wds import __version__
 from bionemo_wds.cli.exit_codes import report_error
 from bionemo_wds.cli.export import add_export_parser, run_export
+from bionemo_wds.cli.homology import add_homology_parsers, add_verify_leakage, run_contains, run_leakage, verify_leakage
 from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
 from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
 from bionemo_wds.cli.precompute import add_precompute_parser, run_precompute
@@ -82,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ins.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
     commands["show"] = add_show_parser(sub, **SUBCOMMAND_OPTIONS)
     commands["export-megatron"] = add_export_parser(sub, **SUBCOMMAND_OPTIONS)
+    commands.update(add_homology_parsers(sub, **SUBCOMMAND_OPTIONS))
     ver = commands["verify"] = sub.add_parser(
         "verify",
         help="re-read every shard and check it against the manifest",
@@ -91,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ver.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
     ver.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_verify_leakage(ver)
     sub.add_parser(
         "benchmark",
         add_help=False,
@@ -120,7 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_show(args)
         if args.command == "export-megatron":
             return run_export(args)
+        if args.command == "contains":
+            return run_contains(args)
+        if args.command == "leakage":
+            return run_leakage(args)
         report = verify(args.dataset, progress=not args.quiet)
+        if args.leakage:
+            report.problems.extend(verify_leakage(args))
         for note in report.notes:
             print(f"note: {note}", file=sys.stderr)
         for problem in report.problems:

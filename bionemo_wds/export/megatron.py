@@ -20,18 +20,16 @@ writes is what Megatron reads:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.format.megatron_indexed import EOD_ID, indexed_dataset_module
-from bionemo_wds.format.stored_records import stored_records
+from bionemo_wds.format.stored_records import stored_documents
 from bionemo_wds.load.spans import is_sequence_layout
 from bionemo_wds.storage.atomic import temporary_name
 from bionemo_wds.storage.store import Store
@@ -47,35 +45,6 @@ class ExportReport:
     documents: int
     tokens: int
     unit: str  # "sequence" or "window"
-
-
-def documents(store: Store, split: str, sequences: bool, progress: bool) -> Iterator[tuple[str, int, np.ndarray]]:
-    """(sequence, first base, bases) of every document of `split`, in stored order: whole sequences
-    (their pieces joined) when `sequences`, else every stored window."""
-    shards = read_manifest(store).splits[split].shards
-    bar = tqdm(total=len(shards), desc=f"export {split}", unit="shard", disable=not progress)
-    current: tuple[str, int] | None = None
-    parts: list[np.ndarray] = []
-    last_shard = None
-    for shard, _, block in stored_records(store, shards):
-        if shard is not last_shard:
-            bar.update(last_shard is not None)
-            last_shard = shard
-        for i in range(len(block)):
-            seq_id, start, bases = block.seq_id[i], int(block.start[i]), block.bases(i)
-            if not sequences:
-                yield seq_id, start, bases
-                continue
-            if current is not None and (seq_id != current[0] or start == 0):
-                yield current[0], current[1], np.concatenate(parts)
-                current, parts = None, []
-            if current is None:
-                current = (seq_id, start)
-            parts.append(bases)
-    if current is not None:
-        yield current[0], current[1], np.concatenate(parts)
-    bar.update(last_shard is not None)
-    bar.close()
 
 
 def export_megatron(
@@ -108,7 +77,7 @@ def export_megatron(
         eod = np.array([EOD_ID] if append_eod else [], dtype=np.uint8)
         with open(temporary[2], "w") as names:
             names.write("document\tseq_id\tstart\tlength\n")
-            for seq_id, start, bases in documents(store, split, sequences, progress):
+            for seq_id, start, bases in stored_documents(store, split, sequences, f"export {split}", progress):
                 doc = np.concatenate([bases, eod])
                 builder.add_document(doc, [len(doc)])
                 names.write(f"{count}\t{seq_id}\t{start}\t{len(bases)}\n")

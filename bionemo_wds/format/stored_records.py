@@ -1,10 +1,10 @@
 """A split's records in the order its shards store them, decoded, for tools that read a whole split.
 
-`show` (a split's first windows as text) and `export-megatron` (every window or sequence as a
-document) read shards front to back through `storage.Store` (a directory or a URL alike) with the
-format's own tar reader and record decoder; a damaged shard is named here as the loaders name it
-(`TruncatedShardError`, `CorruptShardError`: a user error, exit 2). Only the bytes up to the last
-record taken are read.
+`show` (a split's first windows as text), `export-megatron` (every window or sequence as a
+document) and `contains` / `leakage` (every sequence's k-mers) read shards front to back through
+`storage.Store` (a directory or a URL alike) with the format's own tar reader and record decoder;
+a damaged shard is named here as the loaders name it (`TruncatedShardError`, `CorruptShardError`:
+a user error, exit 2). Only the bytes up to the last record taken are read.
 """
 
 from __future__ import annotations
@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+from tqdm import tqdm
+
 from bionemo_wds.errors import CorruptShardError, TruncatedShardError
+from bionemo_wds.format.manifest import read_manifest
 from bionemo_wds.format.manifest_types import ShardInfo
 from bionemo_wds.format.records import RECORD_SUFFIX, WindowBlock, decode_record
 from bionemo_wds.format.tar import TarStreamError, iter_members
@@ -40,3 +44,34 @@ def members(stream: Any, url: str) -> Iterator[tuple[str, bytes]]:
         yield from iter_members(stream)
     except TarStreamError as exc:
         raise TruncatedShardError(f"shard {url} is truncated or corrupt: {exc}") from exc
+
+
+def stored_documents(
+    store: Any, split: str, sequences: bool, desc: str, progress: bool
+) -> Iterator[tuple[str, int, np.ndarray]]:
+    """(sequence, first base, bases) of every document of `split`, in stored order: whole sequences
+    (their pieces joined) when `sequences`, else every stored window."""
+    shards = read_manifest(store).splits[split].shards
+    bar = tqdm(total=len(shards), desc=desc, unit="shard", disable=not progress)
+    current: tuple[str, int] | None = None
+    parts: list[np.ndarray] = []
+    last_shard = None
+    for shard, _, block in stored_records(store, shards):
+        if shard is not last_shard:
+            bar.update(last_shard is not None)
+            last_shard = shard
+        for i in range(len(block)):
+            seq_id, start, bases = block.seq_id[i], int(block.start[i]), block.bases(i)
+            if not sequences:
+                yield seq_id, start, bases
+                continue
+            if current is not None and (seq_id != current[0] or start == 0):
+                yield current[0], current[1], np.concatenate(parts)
+                current, parts = None, []
+            if current is None:
+                current = (seq_id, start)
+            parts.append(bases)
+    if current is not None:
+        yield current[0], current[1], np.concatenate(parts)
+    bar.update(last_shard is not None)
+    bar.close()

@@ -1,0 +1,109 @@
+"""What a prepared dataset holds, as k-mers: one pass over a split's shards, per sequence.
+
+`contains` and `leakage` judge what a model was trained on, which is what the shards store (not the
+input files, which may have moved or changed): every stored stretch of bases (a window of a windows
+layout, a whole sequence of the sequence layout) is added to its sequence's sketch, so overlapping
+windows count once and bases the windows left out (``--tail drop``) do not count. With a set of
+query k-mers (`QueryKmers`), the same pass also finds which of those k-mers each sequence holds,
+exactly (`kmers.canonical_kmers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bionemo_wds.format.stored_records import stored_documents
+from bionemo_wds.homology.kmers import canonical_kmers
+from bionemo_wds.homology.sketch import Sketches, SketchParams, sourmash_module
+
+
+@dataclass
+class QueryKmers:
+    """The distinct k-mers of a set of queries: ``codes`` sorted, the queries holding ``codes[i]``
+    at ``owners[starts[i]:starts[i+1]]``, and each query's k-mer count (``sizes``)."""
+
+    ksize: int
+    codes: np.ndarray
+    starts: np.ndarray
+    owners: np.ndarray
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, queries: Sequence[np.ndarray], ksize: int) -> QueryKmers:
+        """From each query's sorted distinct codes (`kmers.canonical_kmers`)."""
+        codes = np.concatenate(list(queries)) if queries else np.zeros(0, np.uint64)
+        owner = np.repeat(np.arange(len(queries), dtype=np.int64), [len(q) for q in queries])
+        order = np.argsort(codes, kind="stable")
+        codes, owner = codes[order], owner[order]
+        unique, starts = np.unique(codes, return_index=True)
+        bounds = np.append(starts, len(codes)).astype(np.int64)
+        sizes = np.array([len(q) for q in queries], dtype=np.int64)
+        return cls(ksize, unique, bounds, owner, sizes)
+
+    def found_in(self, bases: np.ndarray) -> np.ndarray:
+        """The query k-mers (codes) that `bases` hold."""
+        kmers = canonical_kmers(bases, self.ksize)
+        if len(self.codes) == 0 or len(kmers) == 0:
+            return kmers[:0]
+        at = np.minimum(np.searchsorted(self.codes, kmers), len(self.codes) - 1)
+        return kmers[self.codes[at] == kmers]
+
+    def shared(self, found: np.ndarray) -> np.ndarray:
+        """How many of each query's k-mers are among the distinct codes `found` (int64 per query)."""
+        at = np.searchsorted(self.codes, found)
+        first, last = self.starts[at], self.starts[at + 1]
+        counts = last - first
+        entries = np.repeat(first, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+        return np.bincount(self.owners[entries], minlength=len(self.sizes)).astype(np.int64)
+
+
+@dataclass
+class StoredSplit:
+    """A split's sequences as stored: their sketches (first-stored order) and, when queried, the
+    query k-mers each holds (``found[name]``: sorted distinct codes)."""
+
+    split: str
+    sketches: Sketches
+    found: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def read_split(
+    store: Any,
+    split: str,
+    sequences: bool,
+    params: SketchParams,
+    queries: QueryKmers | None = None,
+    progress: bool = False,
+) -> StoredSplit:
+    """Sketch every sequence of `split` (and find `queries`' k-mers in it) in one pass over its shards;
+    `sequences`: the dataset has the sequence layout (pieces are joined before their k-mers are taken).
+    A sequence's length here is the bases its stored stretches cover (first to last base)."""
+    sourmash = sourmash_module()
+    sketch: dict[str, Any] = {}
+    span: dict[str, list[int]] = {}
+    found: dict[str, list[np.ndarray]] = {}
+    for seq_id, start, bases in stored_documents(store, split, sequences, f"read {split}", progress):
+        mh = sketch.get(seq_id)
+        if mh is None:
+            mh = sketch[seq_id] = sourmash.MinHash(n=0, ksize=params.ksize, scaled=params.scaled)
+            span[seq_id] = [start, start + len(bases), 0]
+        if len(bases) >= params.ksize:
+            mh.add_sequence(bases.tobytes().decode("ascii", "replace"), force=True)
+        where = span[seq_id]
+        where[0], where[1] = min(where[0], start), max(where[1], start + len(bases))
+        where[2] += len(bases)
+        if queries is not None:
+            hits = queries.found_in(bases)
+            if len(hits):
+                found.setdefault(seq_id, []).append(hits)
+    names = list(sketch)
+    covered = [span[n][1] - span[n][0] if not sequences else span[n][2] for n in names]
+    hashes = [np.fromiter(sketch[n].hashes, dtype=np.uint64, count=len(sketch[n])) for n in names]
+    for h in hashes:
+        h.sort()
+    joined = {name: np.unique(np.concatenate(parts)) for name, parts in found.items()}
+    return StoredSplit(split, Sketches.build(params, names, covered, hashes), joined)
