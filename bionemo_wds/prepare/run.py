@@ -164,7 +164,9 @@ def _prepare_locked(
         catalog = source_catalog(paths, opts, cache)
         check_before_scan(catalog, opts)  # every option the catalog can judge, before a base is read
         catalog = scan(catalog, opts.on_invalid, opts.split_at_n, opts.progress)
-        if is_similarity(opts.group_by):  # clusters of the bases: sketched here or on the cluster
+        if opts.group_by is not None and is_similarity(
+            opts.group_by
+        ):  # clusters of the bases: sketched here or on the cluster
             table = base_table(opts.case, opts.on_invalid)
             catalog = apply_similarity(
                 apply_groups(catalog, None),
