@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.format import read_manifest
+from bionemo_wds.homology.kmers import distinct
 from bionemo_wds.homology.membership import MIN_IDENTITY, check_identity, read_queries, sketch_queries
 from bionemo_wds.homology.similarity import MIN_SHARED, Matches, matches
 from bionemo_wds.homology.sketch import Sketches, SketchParams
@@ -66,7 +67,7 @@ class LeakageReport:
 def leak(source: str, a: Sketches, target: str, b: Sketches, min_identity: float) -> Leak:
     """`Leak` of `a`'s sequences into `b`."""
     found: Matches = matches(a, b, min_identity)
-    leaked = np.unique(found.query)
+    leaked = distinct(found.query)
     best = np.argsort(-found.ani, kind="stable")[:EXAMPLES]
     examples = [
         (a.names[int(found.query[i])], b.names[int(found.target[i])], round(float(found.ani[i]), 4)) for i in best

@@ -17,8 +17,17 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.format.stored_records import stored_documents
-from bionemo_wds.homology.kmers import canonical_kmers
+from bionemo_wds.homology.kmers import distinct, kmer_codes
 from bionemo_wds.homology.sketch import Sketches, SketchParams, sourmash_module
+
+#: Bits of `QueryKmers.filter`'s index (a 16 MB bitmap as numpy bools).
+FILTER_BITS = 24
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads codes that differ in any base
+
+
+def bucket(codes: np.ndarray) -> np.ndarray:
+    """The filter bit of each k-mer code."""
+    return (codes * _MIX) >> np.uint64(64 - FILTER_BITS)
 
 
 @dataclass
@@ -31,6 +40,14 @@ class QueryKmers:
     starts: np.ndarray
     owners: np.ndarray
     sizes: np.ndarray
+    #: A bitmap of `FILTER_BITS` bits, set at each code's `bucket`: most k-mers of a stored sequence
+    #: are no query's and are dropped by one lookup in it (a binary search of the codes costs ~4x more).
+    filter: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def __post_init__(self) -> None:
+        if len(self.filter) == 0:
+            self.filter = np.zeros(1 << FILTER_BITS, dtype=bool)
+            self.filter[bucket(self.codes)] = True
 
     @classmethod
     def of(cls, queries: Sequence[np.ndarray], ksize: int) -> QueryKmers:
@@ -46,11 +63,12 @@ class QueryKmers:
 
     def found_in(self, bases: np.ndarray) -> np.ndarray:
         """The query k-mers (codes) that `bases` hold."""
-        kmers = canonical_kmers(bases, self.ksize)
+        kmers = kmer_codes(bases, self.ksize)
+        kmers = kmers[self.filter[bucket(kmers)]]
         if len(self.codes) == 0 or len(kmers) == 0:
             return kmers[:0]
         at = np.minimum(np.searchsorted(self.codes, kmers), len(self.codes) - 1)
-        return kmers[self.codes[at] == kmers]
+        return distinct(kmers[self.codes[at] == kmers])
 
     def shared(self, found: np.ndarray) -> np.ndarray:
         """How many of each query's k-mers are among the distinct codes `found` (int64 per query)."""
@@ -105,5 +123,5 @@ def read_split(
     hashes = [np.fromiter(sketch[n].hashes, dtype=np.uint64, count=len(sketch[n])) for n in names]
     for h in hashes:
         h.sort()
-    joined = {name: np.unique(np.concatenate(parts)) for name, parts in found.items()}
+    joined = {name: distinct(np.concatenate(parts)) for name, parts in found.items()}
     return StoredSplit(split, Sketches.build(params, names, covered, hashes), joined)
