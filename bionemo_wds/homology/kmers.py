@@ -49,20 +49,15 @@ def _codes(c: np.ndarray, ksize: int) -> tuple[np.ndarray, np.ndarray]:
         fwd[size * 2] = (f[:-size] << (two * np.uint64(size))) | f[size:]
         rev[size * 2] = r[:-size] | (r[size:] << (two * np.uint64(size)))
         size *= 2
-    forward = rev_all = None
-    length = 0
-    for part in sorted(fwd, reverse=True):  # k's binary digits, largest block first
-        if ksize - length < part:
-            continue
+    parts = [p for p in sorted(fwd, reverse=True) if ksize & p]  # k's binary digits, largest block first
+    forward, rev_all = fwd[parts[0]], rev[parts[0]]
+    length = parts[0]
+    for part in parts[1:]:
         f, r = fwd[part][length:], rev[part][length:]
-        if forward is None:
-            forward, rev_all = f, r
-        else:
-            m = min(len(forward), len(f))
-            forward = (forward[:m] << (two * np.uint64(part))) | f[:m]
-            rev_all = rev_all[:m] | (r[:m] << (two * np.uint64(length)))
+        m = min(len(forward), len(f))
+        forward = (forward[:m] << (two * np.uint64(part))) | f[:m]
+        rev_all = rev_all[:m] | (r[:m] << (two * np.uint64(length)))
         length += part
-    assert forward is not None and rev_all is not None
     return forward, rev_all
 
 
