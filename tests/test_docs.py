@@ -398,3 +398,18 @@ def test_packing_example(tmp_path: Path) -> None:
     assert shares["packed,"] < 1.0 and shares["windows of  65536"] > 10 * shares["packed,"], result.stdout
     assert "position_ids at each document's first token: [0, 0" in result.stdout
     assert "trained 5 steps on packed batches" in result.stdout
+
+
+@pytest.mark.slow
+def test_honest_split_example(tmp_path: Path) -> None:
+    """examples/honest_split.py (the provenance page's example): a split by sequence leaks the planted
+    copy, which `contains` finds on both sides; a split by similarity keeps the pair on one side."""
+    result = run([sys.executable, "examples/honest_split.py", str(tmp_path / "data")], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    by_sequence, by_similarity = result.stdout.split("split by similarity")
+    assert "leak train -> test: plasmid_b ~ NODE_6_" in by_sequence
+    assert "test : NODE_6_" in by_sequence
+    assert "train: plasmid_b (1.000), NODE_6_" in by_similarity
+    assert "leak " not in by_similarity
+    assert "all leaks at >= 0.95: 0 sequence(s)" in by_similarity
+
