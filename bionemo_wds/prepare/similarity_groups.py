@@ -76,45 +76,70 @@ def similarity_problem(rule: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class SketchTask:
-    """Rows of the catalog to sketch, read through the writers' base table."""
+class SketchContext:
+    """What every sketch task shares: the source, the writers' base table, the sketch parameters.
+    Sent once to each process (a pool's initializer; ``Client.scatter`` to every Dask worker)."""
 
     source: Source
-    seq: np.ndarray
-    origin: np.ndarray
-    length: np.ndarray
     table: bytes | None
     params: SketchParams
 
 
-def sketch_task(task: SketchTask) -> list[np.ndarray]:
-    """The hashes of each row of `task` (one process, one reader)."""
-    reader = task.source.reader()
+@dataclass(frozen=True)
+class SketchTask:
+    """A run of catalog rows: their source sequences, where they start, their lengths."""
+
+    seq: np.ndarray
+    origin: np.ndarray
+    length: np.ndarray
+
+
+def sketch_rows(context: SketchContext, task: SketchTask) -> list[np.ndarray]:
+    """The hashes of each row of `task` (one reader, opened here)."""
+    reader = context.source.reader()
     try:
         return [
-            sketch_hashes([reader.read(int(s), int(o), int(o + n), task.table)], task.params)
+            sketch_hashes([reader.read(int(s), int(o), int(o + n), context.table)], context.params)
             for s, o, n in zip(task.seq, task.origin, task.length)
         ]
     finally:
         reader.close()
 
 
-def tasks_of(catalog: Catalog, table: bytes | None, params: SketchParams) -> list[SketchTask]:
+#: The context of this pool worker's tasks (set once per process by `start_pool_worker`).
+POOL_CONTEXT: list[SketchContext] = []
+
+
+def start_pool_worker(context: SketchContext) -> None:
+    POOL_CONTEXT[:] = [context]
+
+
+def pool_task(task: SketchTask) -> list[np.ndarray]:
+    return sketch_rows(POOL_CONTEXT[0], task)
+
+
+def tasks_of(catalog: Catalog) -> list[SketchTask]:
     """The catalog's rows in runs of about `TASK_BASES` bases (at least one row each)."""
     ends = np.cumsum(catalog.lengths)
     cuts = np.searchsorted(ends, np.arange(TASK_BASES, int(ends[-1]) if len(ends) else 0, TASK_BASES), side="left")
     bounds = [0, *sorted({int(c) + 1 for c in cuts if int(c) + 1 < len(catalog)}), len(catalog)]
     return [
-        SketchTask(catalog.source, catalog.seq[a:b], catalog.origin[a:b], catalog.lengths[a:b], table, params)
+        SketchTask(catalog.seq[a:b], catalog.origin[a:b], catalog.lengths[a:b])
         for a, b in itertools.pairwise(bounds)
         if b > a
     ]
 
 
 def run_tasks(
-    tasks: list[SketchTask], executor: str, workers: int, scheduler: str | None, progress: bool
+    context: SketchContext,
+    tasks: list[SketchTask],
+    executor: str,
+    workers: int,
+    scheduler: str | None,
+    progress: bool,
 ) -> Iterator[list[np.ndarray]]:
-    """Each task's hashes, in task order: here, in a process pool, or on the Dask cluster."""
+    """Each task's hashes, in task order (whatever finishes first): here, in a process pool of
+    `workers`, or on the Dask cluster (a failed task retried, a lost worker's tasks moved)."""
     bar = tqdm(
         total=sum(int(t.length.sum()) for t in tasks), desc="sketch", unit="base", unit_scale=True, disable=not progress
     )
@@ -123,17 +148,21 @@ def run_tasks(
             from bionemo_wds.prepare.executors.dask import dask_client
 
             with dask_client(scheduler, workers) as client:
-                futures = client.map(sketch_task, tasks, pure=False, retries=3)
-                for task, future in zip(tasks, futures):  # in order: deterministic whatever finishes first
+                shared = client.scatter(context, broadcast=True, hash=False)
+                futures = [client.submit(sketch_rows, shared, task, pure=False, retries=3) for task in tasks]
+                for task, future in zip(tasks, futures):
                     yield future.result()
                     bar.update(int(task.length.sum()))
         elif workers <= 1 or len(tasks) <= 1:
             for task in tasks:
-                yield sketch_task(task)
+                yield sketch_rows(context, task)
                 bar.update(int(task.length.sum()))
         else:
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context()) as pool:
-                for task, hashes in zip(tasks, pool.map(sketch_task, tasks)):
+            pool = ProcessPoolExecutor(
+                workers, mp_context=mp.get_context(), initializer=start_pool_worker, initargs=(context,)
+            )
+            with pool:
+                for task, hashes in zip(tasks, pool.map(pool_task, tasks)):
                     yield hashes
                     bar.update(int(task.length.sum()))
     finally:
@@ -151,9 +180,8 @@ def sketch_catalog(
 ) -> Sketches:
     """A sketch of every row of `catalog`, in row order."""
     sourmash_module()  # the install hint before any task starts
-    hashes = [
-        h for part in run_tasks(tasks_of(catalog, table, params), executor, workers, scheduler, progress) for h in part
-    ]
+    context = SketchContext(catalog.source, table, params)
+    hashes = [h for part in run_tasks(context, tasks_of(catalog), executor, workers, scheduler, progress) for h in part]
     return Sketches.build(params, catalog.names, catalog.lengths, hashes)
 
 
