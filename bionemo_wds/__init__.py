@@ -20,6 +20,8 @@ _LAZY = {
     "GenomicIterableDataset": "bionemo_wds.load.iterable",
     "GenomicMapDataset": "bionemo_wds.load.map_dataset",
     "encode": "bionemo_wds.inference",
+    "contains": "bionemo_wds.homology.membership",
+    "leakage": "bionemo_wds.homology.leakage",
     "to_model_inputs": "bionemo_wds.load.batch.model_inputs",
     "untuple": "bionemo_wds.compat.stages",
     "decode_sample": "bionemo_wds.compat.stages",
