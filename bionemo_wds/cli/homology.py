@@ -101,7 +101,9 @@ def add_verify_leakage(parser: argparse.ArgumentParser) -> None:
         help="with --leakage: largest share of a split's sequences or bases allowed a near-identical copy in "
         "another split (default 0: any leak fails)",
     )
-    parser.add_argument("--min-identity", type=float, default=MIN_IDENTITY, metavar="T", help=IDENTITY_HELP)
+    parser.add_argument(
+        "--min-identity", type=float, default=MIN_IDENTITY, metavar="T", help=f"with --leakage: {IDENTITY_HELP}"
+    )
     parser.add_argument(
         "--ksize", type=int, default=KSIZE, metavar="K", help=f"with --leakage: k-mer size (default {KSIZE})"
     )
