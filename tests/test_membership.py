@@ -5,8 +5,10 @@ both layouts, external evaluation sets, object stores and bad input."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +16,16 @@ import numpy as np
 import pyfaidx
 import pytest
 import servers
-from conftest import KLEBSIELLA, LAMBDA, read_fasta, shard_windows, tree_bytes, write_fasta
+from conftest import (
+    KLEBSIELLA,
+    LAMBDA,
+    as_format_version_1,
+    as_format_version_3,
+    read_fasta,
+    shard_windows,
+    tree_bytes,
+    write_fasta,
+)
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.format import read_manifest
@@ -154,7 +165,7 @@ def names_pair(row: dict, a: str, b: str) -> list:
 
 
 def test_the_sequence_level_split_leaks_the_copy_and_leakage_reports_it(capsys, inputs, apart):
-    seed, dataset = apart
+    _, dataset = apart
     copy_split, original_split = split_of(dataset, COPY), split_of(dataset, inputs.original)
     rows = leak_rows(capsys, dataset)
     assert len(rows) == 6  # every ordered pair of train, val, test
@@ -286,7 +297,8 @@ def test_the_sequence_layout_answers_as_the_windows_layout(capsys, inputs, apart
     prepare(inputs.paths, dataset, PrepareOptions(**OPTIONS, seed=seed, layout="sequences"))
     assert read_manifest(dataset).format_version == 5
     query = write_fasta(tmp_path / "rc.fa", {"rc": reverse_complement(inputs.copy)})
-    assert contains_json(capsys, dataset, inputs.copy_fa, query) == contains_json(capsys, windows, inputs.copy_fa, query)
+    queries = (inputs.copy_fa, query)
+    assert contains_json(capsys, dataset, *queries) == contains_json(capsys, windows, *queries)
     rows = leak_rows(capsys, dataset)
     copy_split, original_split = split_of(dataset, COPY), split_of(dataset, inputs.original)
     if copy_split != original_split:
@@ -294,6 +306,58 @@ def test_the_sequence_layout_answers_as_the_windows_layout(capsys, inputs, apart
     # every sequence is stored whole: the report counts each split's bases as the manifest does
     for (source, _), row in rows.items():
         assert row["bases"] == read_manifest(dataset).splits[source].n_bases
+
+
+def test_gzip_and_fastq_queries(capsys, inputs, apart, tmp_path):
+    _, dataset = apart
+    zipped = tmp_path / "copy.fa.gz"
+    zipped.write_bytes(gzip.compress(inputs.copy_fa.read_bytes()))
+    read = inputs.seqs[inputs.original][1000:1300]
+    fastq = tmp_path / "reads.fq"
+    fastq.write_text(f"@read1 a 300 bp read\n{read}\n+\n{'I' * len(read)}\n")
+    found = contains_json(capsys, dataset, zipped, fastq)
+    assert found[COPY] == contains_json(capsys, dataset, inputs.copy_fa)[COPY]
+    hits = found["read1"][split_of(dataset, inputs.original)]
+    assert hits[0]["seq_id"] == inputs.original and hits[0]["identity"] == 1.0
+    assert hits[0]["sketch_identity"] is None or hits[0]["sketch_identity"] == 1.0  # ~3 hashes: maybe too few
+
+
+def test_a_query_without_a_kmer_is_warned_about(capsys, inputs, apart, tmp_path):
+    query = write_fasta(tmp_path / "q.fa", {"short": "ACGTACGTAC", "gap": "N" * 500, "copy": inputs.copy})
+    with pytest.warns(UserWarning) as warned:
+        code, out, _ = run(capsys, "contains", apart[1], query, "-q")
+    assert code == 0
+    messages = [str(w.message) for w in warned]
+    assert len(messages) == 2 and all("cannot be found" in m and str(query) in m for m in messages)
+    assert "'short'" in messages[0] and "'gap'" in messages[1]
+    found = {(c[0], c[3]): c[4] for c in (line.split("\t") for line in out.splitlines()[1:])}
+    assert {f for (q, _), f in found.items() if q != "copy"} == {"no"}
+    assert {f for (q, _), f in found.items() if q == "copy"} == {"yes", "no"}
+
+
+def test_the_cli_prints_that_warning_as_one_line(inputs, apart, tmp_path):
+    """Through the real command (a subprocess, so Python's own warning display is what prints)."""
+    query = write_fasta(tmp_path / "q.fa", {"short": "ACGTACGTAC"})
+    done = subprocess.run(
+        [sys.executable, "-m", "bionemo_wds.cli", "contains", str(apart[1]), str(query), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("bionemo-wds contains: warning: query 'short' of ")
+
+
+@pytest.mark.parametrize("older", [as_format_version_3, as_format_version_1])
+def test_older_format_versions_answer_the_same(capsys, inputs, apart, tmp_path, older):
+    _, dataset = apart
+    old = tmp_path / "old"
+    shutil.copytree(dataset, old)
+    older(old)
+    assert contains_json(capsys, old, inputs.copy_fa) == contains_json(capsys, dataset, inputs.copy_fa)
+    assert leak_rows(capsys, old) == leak_rows(capsys, dataset)
 
 
 # --- external evaluation sets -------------------------------------------------------------------------------
@@ -392,6 +456,25 @@ def test_a_damaged_shard_is_named(capsys, inputs, apart, tmp_path, command):
     argv = [inputs.copy_fa] if command == "contains" else []
     message = bad(capsys, command, dataset, *argv, "-q")
     assert shard in message
+
+
+def test_verify_leakage_on_a_damaged_shard_reports_the_shard(capsys, apart, tmp_path):
+    dataset = tmp_path / "ds"
+    shutil.copytree(apart[1], dataset)
+    shard = read_manifest(dataset).splits["train"].shards[0].path
+    data = bytearray((dataset / shard).read_bytes())
+    data[100:108] = b"\xff" * 8
+    (dataset / shard).write_bytes(bytes(data))
+    code, out, err = run(capsys, "verify", dataset, "--leakage", "-q")
+    assert code == 1
+    assert any(line.startswith(f"BAD {shard}") for line in err.splitlines()), err
+    assert "leakage not measured" in err and "problem(s)" in out
+
+
+def test_verify_checks_its_leakage_options_before_reading_the_dataset(capsys, tmp_path):
+    # an empty folder: verify itself would fail on the missing manifest
+    assert "--ksize must be" in bad(capsys, "verify", tmp_path, "--leakage", "--ksize", "8", "-q")
+    assert "manifest" in bad(capsys, "verify", tmp_path, "--leakage", "-q")
 
 
 @pytest.mark.parametrize("command", ["contains", "leakage", "verify --leakage"])
