@@ -198,7 +198,8 @@ def test_verify_leakage_fails_naming_the_leaking_pair(capsys, inputs, apart):
     code, out, err = run(capsys, "verify", dataset, "--leakage", "-q")
     assert code == 1
     bad = [line for line in err.splitlines() if line.startswith("BAD leakage")]
-    assert any(f"of {copy_split} " in line and f"in {original_split}," in line for line in bad), err
+    (line,) = [line for line in bad if f"of {copy_split} " in line and f"in {original_split}," in line]
+    assert line.endswith(f"e.g. {COPY} ~ {inputs.original}")  # the nearest pair of the two splits
     assert "problem(s)" in out
     rows = leak_rows(capsys, dataset)
     share = max(max(r["sequence_share"], r["base_share"]) for r in rows.values())
@@ -290,7 +291,6 @@ def test_a_reverse_complement_is_found(capsys, inputs, apart):
     assert hits[0]["seq_id"] == name and hits[0]["identity"] == 1.0 and hits[0]["sketch_identity"] == 1.0
 
 
-@pytest.mark.slow
 def test_the_sequence_layout_answers_as_the_windows_layout(capsys, inputs, apart, tmp_path):
     seed, windows = apart
     dataset = tmp_path / "seqs"
@@ -431,6 +431,13 @@ def test_a_query_file_that_is_not_fasta(capsys, apart, tmp_path, kind, command):
     message = bad(capsys, command, apart[1], *flag, path, "-q")
     assert str(path) in message
     assert {"plain text": "is not FASTA", "empty": "holds no sequence", "missing": "does not exist"}[kind] in message
+
+
+def test_split_limits_the_answer_to_the_splits_named(capsys, inputs, apart):
+    _, dataset = apart
+    home = split_of(dataset, COPY)
+    found = contains_json(capsys, dataset, inputs.copy_fa, "--split", home, "--split", home)
+    assert list(found[COPY]) == [home] and found[COPY][home][0]["seq_id"] == COPY
 
 
 def test_an_unknown_split(capsys, inputs, apart):

@@ -164,7 +164,7 @@ def contains(
     queries = read_queries(query_files)
     store = Store(dataset, storage_options)
     manifest = read_manifest(store)
-    wanted = list(manifest.splits) if not splits else list(splits)
+    wanted = list(manifest.splits) if not splits else list(dict.fromkeys(splits))  # a split named twice: once
     unknown = [s for s in wanted if s not in manifest.splits]
     if unknown:
         raise OptionError(f"{store.root} has no split {unknown[0]!r}; it has {', '.join(manifest.splits)}")
