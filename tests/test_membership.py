@@ -484,6 +484,13 @@ def test_verify_checks_its_leakage_options_before_reading_the_dataset(capsys, tm
     assert "manifest" in bad(capsys, "verify", tmp_path, "--leakage", "-q")
 
 
+@pytest.mark.parametrize(("option", "value"), [("--max-leakage", "0.1"), ("--min-identity", "0.9"), ("--ksize", "31")])
+def test_a_leakage_option_without_leakage_is_refused(capsys, apart, option, value):
+    message = bad(capsys, "verify", apart[1], option, value, "-q")
+    assert f"{option} applies only with --leakage" in message
+    assert run(capsys, "verify", apart[1], "-q")[0] == 0
+
+
 @pytest.mark.parametrize("command", ["contains", "leakage", "verify --leakage"])
 def test_without_sourmash_the_error_says_how_to_install_it(capsys, monkeypatch, inputs, apart, command):
     monkeypatch.setitem(sys.modules, "sourmash", None)

@@ -170,7 +170,14 @@ def run_leakage(args: argparse.Namespace) -> int:
 
 
 def check_verify_leakage(args: argparse.Namespace) -> None:
-    """`verify --leakage`'s options, checked before the shards are read: an `OptionError` naming a bad one."""
+    """`verify --leakage`'s options, checked before the shards are read: an `OptionError` naming a bad one,
+    or one given without --leakage (it would change nothing)."""
+    if not args.leakage:
+        defaults = {"max_leakage": 0.0, "min_identity": MIN_IDENTITY, "ksize": KSIZE, "scaled": SCALED}
+        given = [f"--{name.replace('_', '-')}" for name, value in defaults.items() if getattr(args, name) != value]
+        if given:
+            raise OptionError(f"{given[0]} applies only with --leakage (verify measures no leakage without it)")
+        return
     if not 0.0 <= args.max_leakage <= 1.0:
         raise OptionError(f"--max-leakage must be a share from 0 to 1, got {args.max_leakage}")
     check_identity(args.min_identity)

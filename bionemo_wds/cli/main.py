@@ -135,8 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_contains(args)
         if args.command == "leakage":
             return run_leakage(args)
-        if args.leakage:
-            check_verify_leakage(args)  # a bad option fails before the shards are read
+        check_verify_leakage(args)  # a bad --leakage option fails before the shards are read
         report = verify(args.dataset, progress=not args.quiet)
         if args.leakage:
             report.problems.extend(verify_leakage(args, report.ok))
