@@ -169,13 +169,13 @@ def contains(
     if unknown:
         raise OptionError(f"{store.root} has no split {unknown[0]!r}; it has {', '.join(manifest.splits)}")
     qk = QueryKmers.of([canonical_kmers(q.bases, params.ksize) for q in queries], params.ksize)
-    for q, size in zip(queries, qk.sizes):
-        if size == 0:
-            warnings.warn(
-                f"query {q.name!r} of {q.file} holds no {params.ksize} A/C/G/T bases in a row (shorter than "
-                "--ksize, or mostly N): it cannot be found",
-                stacklevel=2,
-            )
+    empty = [q for q, size in zip(queries, qk.sizes) if size == 0]
+    if empty:
+        warnings.warn(
+            f"{len(empty)} of {len(queries)} queries (the first {empty[0].name!r} of {empty[0].file}) hold no "
+            f"{params.ksize} A/C/G/T bases in a row (shorter than --ksize, or mostly N): they cannot be found",
+            stacklevel=2,
+        )
     qs = sketch_queries(queries, params)
     layout = is_sequence_layout(manifest.params)
     per_split = [
