@@ -98,6 +98,12 @@ class Inputs:
         return [self.kleb, self.copy_fa]
 
 
+def by_node(inputs: Inputs, node: int) -> str:
+    """The name of contig NODE_`node` of the assembly."""
+    (name,) = [n for n in inputs.seqs if n.startswith(f"NODE_{node}_")]
+    return name
+
+
 def split_of(root: Path | str, seq_id: str) -> str:
     """The split whose manifest lists `seq_id`."""
     (split,) = [s for s, info in read_manifest(root).splits.items() if seq_id in (info.seq_ids or [])]
@@ -176,6 +182,9 @@ def test_the_sequence_level_split_leaks_the_copy_and_leakage_reports_it(capsys, 
     back = rows[(original_split, copy_split)]  # the original is as much in the copy
     assert names_pair(back, inputs.original, COPY)
     assert there["sequence_share"] == there["leaked_sequences"] / there["sequences"]
+    splits = read_manifest(dataset).splits
+    for (source, _), row in rows.items():  # the windows cover every base (--tail end)
+        assert (row["sequences"], row["bases"]) == (splits[source].n_sequences, splits[source].n_bases)
     assert there["base_share"] == there["leaked_bases"] / there["bases"]
     # the TSV says the same, one line per pair
     code, out, _ = run(capsys, "leakage", dataset, "-q")
@@ -216,6 +225,10 @@ def test_similarity_groups_keep_the_copy_with_its_original_and_nothing_leaks_bet
     found = contains_json(capsys, grouped, inputs.copy_fa, inputs.original_fa)
     for query in (COPY, inputs.original):
         assert {split for split, hits in found[query].items() if hits} == {home}
+    # the clusters join every pair leakage would report at this identity (max containment >= either
+    # direction's), so nothing leaks at all: the real pair NODE_110 ~ NODE_105 is kept together too
+    assert {row["leaked_sequences"] for row in rows.values()} == {0}
+    assert split_of(grouped, by_node(inputs, 110)) == split_of(grouped, by_node(inputs, 105))
     # whatever real leaks the assembly has left, a threshold above them passes
     share = max(max(r["sequence_share"], r["base_share"]) for r in rows.values())
     assert run(capsys, "verify", grouped, "--leakage", "--max-leakage", share, "-q")[0] == 0
@@ -285,7 +298,7 @@ def test_a_stored_window_is_found_whole_in_its_split(capsys, inputs, apart):
 
 def test_a_reverse_complement_is_found(capsys, inputs, apart):
     _, dataset = apart
-    name = next(n for n in inputs.seqs if n.startswith("NODE_50_"))
+    name = by_node(inputs, 50)
     query = write_fasta(inputs.root / "rc.fa", {"rc": reverse_complement(inputs.seqs[name])})
     hits = contains_json(capsys, dataset, query)["rc"][split_of(dataset, name)]
     assert hits[0]["seq_id"] == name and hits[0]["identity"] == 1.0 and hits[0]["sketch_identity"] == 1.0
