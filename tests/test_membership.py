@@ -83,9 +83,9 @@ class Inputs:
 
     def __init__(self, root: Path) -> None:
         kleb = read_fasta(KLEBSIELLA)
-        by_node = {int(name.split("_")[1]): name for name in kleb}
-        self.seqs = {by_node[n]: kleb[by_node[n]] for n in NODES}
-        self.original = by_node[ORIGINAL_NODE]
+        named = {int(name.split("_")[1]): name for name in kleb}
+        self.seqs = {named[n]: kleb[named[n]] for n in NODES}
+        self.original = named[ORIGINAL_NODE]
         self.copy = mutate(self.seqs[self.original], 0.01, seed=27)
         self.kleb = write_fasta(root / "kleb.fa", self.seqs)
         self.copy_fa = write_fasta(root / "copy.fa", {COPY: self.copy})
@@ -172,6 +172,8 @@ def names_pair(row: dict, a: str, b: str) -> list:
 
 def test_the_sequence_level_split_leaks_the_copy_and_leakage_reports_it(capsys, inputs, apart):
     _, dataset = apart
+    original = inputs.seqs[inputs.original]
+    assert sum(a != b for a, b in zip(inputs.copy, original)) == round(0.01 * len(original))
     copy_split, original_split = split_of(dataset, COPY), split_of(dataset, inputs.original)
     rows = leak_rows(capsys, dataset)
     assert len(rows) == 6  # every ordered pair of train, val, test
