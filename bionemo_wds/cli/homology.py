@@ -9,8 +9,9 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from bionemo_wds.errors import OptionError
 from bionemo_wds.homology.leakage import LeakageReport, leakage
-from bionemo_wds.homology.membership import MIN_IDENTITY, contains
+from bionemo_wds.homology.membership import MIN_IDENTITY, check_identity, contains
 from bionemo_wds.homology.sketch import KSIZE, SCALED, SketchParams
 
 DATASET_HELP = "directory or URL (s3://bucket/run1, https://...) holding manifest.json"
@@ -101,7 +102,9 @@ def add_verify_leakage(parser: argparse.ArgumentParser) -> None:
         help="with --leakage: largest share of a split's sequences or bases allowed a near-identical copy in "
         "another split (default 0: any leak fails)",
     )
-    parser.add_argument("--min-identity", type=float, default=MIN_IDENTITY, metavar="T", help=IDENTITY_HELP)
+    parser.add_argument(
+        "--min-identity", type=float, default=MIN_IDENTITY, metavar="T", help=f"with --leakage: {IDENTITY_HELP}"
+    )
     parser.add_argument(
         "--ksize", type=int, default=KSIZE, metavar="K", help=f"with --leakage: k-mer size (default {KSIZE})"
     )
@@ -166,12 +169,28 @@ def run_leakage(args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_leakage(args: argparse.Namespace) -> list[str]:
-    """`verify --leakage`: one problem line per pair of splits leaking above ``--max-leakage``."""
+def check_verify_leakage(args: argparse.Namespace) -> None:
+    """`verify --leakage`'s options, checked before the shards are read: an `OptionError` naming a bad one,
+    or one given without --leakage (it would change nothing)."""
+    if not args.leakage:
+        defaults = {"max_leakage": 0.0, "min_identity": MIN_IDENTITY, "ksize": KSIZE, "scaled": SCALED}
+        given = [f"--{name.replace('_', '-')}" for name, value in defaults.items() if getattr(args, name) != value]
+        if given:
+            raise OptionError(f"{given[0]} applies only with --leakage (verify measures no leakage without it)")
+        return
     if not 0.0 <= args.max_leakage <= 1.0:
-        from bionemo_wds.errors import OptionError
-
         raise OptionError(f"--max-leakage must be a share from 0 to 1, got {args.max_leakage}")
+    check_identity(args.min_identity)
+    SketchParams(args.ksize, args.scaled).check()
+
+
+def verify_leakage(args: argparse.Namespace, shards_ok: bool = True) -> list[str]:
+    """`verify --leakage`: one problem line per pair of splits leaking above ``--max-leakage``; not
+    measured (a note says so) when verify found the shards damaged, whose problems are then the answer."""
+    check_verify_leakage(args)
+    if not shards_ok:
+        print("note: leakage not measured: the shards have problems (listed below)", file=sys.stderr)
+        return []
     report = leakage(
         args.dataset, (), args.min_identity, SketchParams(args.ksize, args.scaled), progress=not args.quiet
     )

@@ -19,7 +19,14 @@ from pathlib import Path
 from bionemo_wds import __version__
 from bionemo_wds.cli.exit_codes import report_error
 from bionemo_wds.cli.export import add_export_parser, run_export
-from bionemo_wds.cli.homology import add_homology_parsers, add_verify_leakage, run_contains, run_leakage, verify_leakage
+from bionemo_wds.cli.homology import (
+    add_homology_parsers,
+    add_verify_leakage,
+    check_verify_leakage,
+    run_contains,
+    run_leakage,
+    verify_leakage,
+)
 from bionemo_wds.cli.lightning import LIGHTNING_COMMANDS
 from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
 from bionemo_wds.cli.precompute import add_precompute_parser, run_precompute
@@ -128,9 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_contains(args)
         if args.command == "leakage":
             return run_leakage(args)
+        check_verify_leakage(args)  # a bad --leakage option fails before the shards are read
         report = verify(args.dataset, progress=not args.quiet)
         if args.leakage:
-            report.problems.extend(verify_leakage(args))
+            report.problems.extend(verify_leakage(args, report.ok))
         for note in report.notes:
             print(f"note: {note}", file=sys.stderr)
         for problem in report.problems:

@@ -13,6 +13,7 @@ Queries are FASTA (or FASTQ) files, plain or gzip/bzip2, read with screed (sourm
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,8 @@ def read_queries(paths: Sequence[str]) -> list[Query]:
     queries: list[Query] = []
     for path in paths:
         try:
-            found = [Query(r.name.split()[0] if r.name else "", path, r.sequence.encode()) for r in screed.open(path)]
+            with screed.open(path) as records:  # closed when read (screed leaves that to its caller)
+                found = [Query(r.name.split()[0] if r.name else "", path, r.sequence.encode()) for r in records]
         except FileNotFoundError as exc:
             raise BadInputError(f"query file {path} does not exist") from exc
         except (OSError, UnicodeDecodeError) as exc:
@@ -162,11 +164,18 @@ def contains(
     queries = read_queries(query_files)
     store = Store(dataset, storage_options)
     manifest = read_manifest(store)
-    wanted = list(manifest.splits) if not splits else list(splits)
+    wanted = list(manifest.splits) if not splits else list(dict.fromkeys(splits))  # a split named twice: once
     unknown = [s for s in wanted if s not in manifest.splits]
     if unknown:
         raise OptionError(f"{store.root} has no split {unknown[0]!r}; it has {', '.join(manifest.splits)}")
     qk = QueryKmers.of([canonical_kmers(q.bases, params.ksize) for q in queries], params.ksize)
+    empty = [q for q, size in zip(queries, qk.sizes) if size == 0]
+    if empty:
+        warnings.warn(
+            f"{len(empty)} of {len(queries)} queries (the first {empty[0].name!r} of {empty[0].file}) hold no "
+            f"{params.ksize} A/C/G/T bases in a row (shorter than --ksize, or mostly N): they cannot be found",
+            stacklevel=2,
+        )
     qs = sketch_queries(queries, params)
     layout = is_sequence_layout(manifest.params)
     per_split = [
