@@ -230,3 +230,43 @@ def _parse(data: bytes, url: str, found: list[str]) -> list[SequenceRow] | None:
             found.append(f"{url}: line {number} is not a row of the table ({exc})")
             return None
     return rows
+
+
+def table_problems(table: SequenceRows, manifest: Manifest) -> list[str]:
+    """Where the table disagrees with the manifest's splits, each naming the file: per split its
+    bases (``n_bases``), sequences (``n_sequences``, distinct ids) and, in the sequence layout, rows
+    (the sequence index's ``sequences``); splits the table has and the manifest lacks, or the reverse;
+    rows in no split against ``unassigned_sequences``."""
+    bases: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    ids: dict[str, set[str]] = {}
+    for row in table.rows:
+        bases[row.split] = bases.get(row.split, 0) + row.length
+        rows[row.split] = rows.get(row.split, 0) + 1
+        ids.setdefault(row.split, set()).add(row.seq_id)
+    out = []
+    for split, info in manifest.splits.items():
+        if split not in rows:
+            out.append(f"{table.url}: has no row of the {split} split the manifest lists")
+            continue
+        if info.n_bases is not None and bases[split] != int(info.n_bases):
+            out.append(f"{table.url}: its {split} rows hold {bases[split]} bases, the manifest's split {info.n_bases}")
+        if info.n_sequences is not None and len(ids[split]) != int(info.n_sequences):
+            out.append(
+                f"{table.url}: its {split} rows name {len(ids[split])} sequences, the manifest's split {info.n_sequences}"
+            )
+        index = info.sequence_index
+        if index is not None and rows[split] != int(index.sequences):
+            out.append(
+                f"{table.url}: has {rows[split]} {split} rows, the split's sequence index {index.sequences} sequences"
+            )
+    for split in rows:
+        if split != NO_SPLIT and split not in manifest.splits:
+            out.append(f"{table.url}: has rows of a {split!r} split the manifest does not list")
+    unassigned = manifest.unassigned_sequences
+    if unassigned is not None and len(ids.get(NO_SPLIT, ())) != int(unassigned):
+        out.append(
+            f"{table.url}: names {len(ids.get(NO_SPLIT, ()))} sequences in no split, the manifest {unassigned} "
+            "(unassigned_sequences)"
+        )
+    return out
