@@ -73,7 +73,7 @@ def windows(inputs, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def lambda_windows(inputs, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("prov") / "lambda"
-    prepare([inputs[1]], out, options(tags="none", split=(0.0, 1.0, 0.0), split_at_n=None))
+    prepare([inputs[1]], out, options(tags="none", split=(1.0, 0.0, 0.0), split_at_n=None))
     return out
 
 
@@ -165,12 +165,17 @@ def test_packed_documents_trace_back_each_on_its_own_strand(sequences):
 
 
 def test_a_blend_names_each_sample_s_dataset_and_filler_has_none(windows, lambda_windows, inputs):
-    blend = [{"path": str(windows), "weight": 1.0}, {"path": str(lambda_windows), "weight": 1.0}]
-    ds = GenomicDataset(datasets=blend, split="val", micro_batch_size=7, model_inputs=False, rc_prob=0.5, seed=SEED)
-    seen = checked(ds, 1000)
+    blend = [{"path": str(windows), "weight": 1.0}, {"path": str(lambda_windows), "weight": 0.1}]
+    ds = GenomicDataset(datasets=blend, micro_batch_size=16, model_inputs=False, rc_prob=0.5, seed=SEED)
+    seen = checked(ds, 8)
     assert {p.dataset for p in seen} == {str(windows), str(lambda_windows)}
-    assert {p.file for p in seen} == {str(inputs[0]), str(inputs[1])}
-    assert {p.split for p in seen} == {"val"}
+    assert {p.file for p in seen} == {str(inputs[0]), str(inputs[1])} and {p.strand for p in seen} == {"+", "-"}
+    # validation reads the datasets that have the split; the last rank's batches end in filler rows
+    val = GenomicDataset(
+        datasets=blend, split="val", micro_batch_size=7, model_inputs=False, seed=SEED, dp_rank=2, dp_size=3
+    )
+    assert {p.split for p in checked(val, 1000)} == {"val"}
+    assert any((np.asarray(batch["dataset"]) < 0).any() for batch in val)
 
 
 def test_the_data_module_delegates(windows):

@@ -253,7 +253,8 @@ def table_problems(table: SequenceRows, manifest: Manifest) -> list[str]:
             out.append(f"{table.url}: its {split} rows hold {bases[split]} bases, the manifest's split {info.n_bases}")
         if info.n_sequences is not None and len(ids[split]) != int(info.n_sequences):
             out.append(
-                f"{table.url}: its {split} rows name {len(ids[split])} sequences, the manifest's split {info.n_sequences}"
+                f"{table.url}: its {split} rows name {len(ids[split])} sequences, "
+                f"the manifest's split {info.n_sequences}"
             )
         index = info.sequence_index
         if index is not None and rows[split] != int(index.sequences):

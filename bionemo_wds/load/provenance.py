@@ -103,7 +103,7 @@ def batch_provenance(
     `datasets` are the (store, manifest) of the datasets the batch's ``dataset`` field indexes."""
     keys = _column(batch, "keys")
     if keys is None:
-        raise ValueError("the batch has no 'keys': provenance needs the batch a loader yields (keys, start, rc, dataset)")
+        raise ValueError("the batch has no 'keys': provenance needs a batch as a loader yields it (keys, start, rc)")
     n = len(keys)
     source = _column(batch, "dataset") or [0] * n
     rc = _column(batch, "rc") or [False] * n
@@ -131,4 +131,3 @@ def batch_provenance(
             seq_id, _ = parse_window_key(str(key))
             out.append(record(i, store.root, table, seq_id, int(starts[i]), int(lengths[i]), bool(rc[i])))
     return out
-

@@ -187,7 +187,8 @@ def _table_line(manifest: Manifest) -> str:
     entry = table_entry(manifest)
     if entry is None:
         return f"sequence table: none (prepared before it existed; rerun the same prepare to add {SEQUENCE_TABLE_NAME})"
-    return f"sequence table: {entry.get('path')} {_fmt_bytes(int(entry.get('bytes', 0)))} ({int(entry.get('rows', 0)):,} rows)"
+    size = _fmt_bytes(int(entry.get("bytes", 0)))
+    return f"sequence table: {entry.get('path')} {size} ({int(entry.get('rows', 0)):,} rows)"
 
 
 def _check_table(store: Store, manifest: Manifest, report: VerifyReport) -> None:

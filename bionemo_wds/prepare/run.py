@@ -28,7 +28,6 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format.sequence_table import table_entry
 from bionemo_wds.format import (
     MANIFEST_NAME,
     Manifest,
@@ -38,6 +37,7 @@ from bionemo_wds.format import (
     write_manifest,
     write_sequence_index,
 )
+from bionemo_wds.format.sequence_table import table_entry
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
 from bionemo_wds.prepare.groups import apply_groups
