@@ -217,7 +217,7 @@ def test_the_table_lists_every_row_and_agrees_with_the_manifest(windows, sequenc
         manifest = read_manifest(root)
         table = read_sequence_table(root, manifest)
         assert table_problems(table, manifest) == []
-        assert manifest.extra[SEQUENCE_TABLE_KEY]["rows"] == len(table) == 31  # 30 contigs, one cut in two
+        assert manifest.sequence_table["rows"] == len(table) == 31  # 30 contigs, one cut in two
         fasta = read_fasta(inputs[0])
         assert list(dict.fromkeys(row.seq_id for row in table)) == list(fasta)
         for split, info in manifest.splits.items():
@@ -269,7 +269,7 @@ def test_an_older_dataset_says_how_to_add_the_table_and_prepare_adds_it(inputs, 
     result = prepare([inputs[0]], out, options())
     assert result.status == "table-added"
     assert tree_bytes(out) == before  # shards untouched; table and manifest as a fresh run writes them
-    assert read_manifest(out).extra[SEQUENCE_TABLE_KEY]["rows"] == 31
+    assert read_manifest(out).sequence_table["rows"] == 31
     assert prepare([inputs[0]], out, options()).status == "unchanged"
 
 

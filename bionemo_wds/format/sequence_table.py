@@ -16,8 +16,8 @@ A field holding a backslash, tab, newline or carriage return is written with bac
 has exactly seven fields; `read_sequence_table` undoes them. Sequence ids never need it (a FASTA id
 ends at whitespace); tags and paths may.
 
-The manifest lists it at its top level (both layouts; no format version change, an older reader
-keeps the key as an unknown one):
+The manifest lists it at its top level (`Manifest.sequence_table`; both layouts; no format version
+change: an older reader keeps the key as an unknown one):
 ``"sequence_table": {"path": "sequences.tsv", "rows": n, "bytes": ..., "sha256": ...}``.
 """
 
@@ -115,7 +115,7 @@ def write_sequence_table(store: Store, rows: Iterable[SequenceRow]) -> dict[str,
 def table_entry(manifest: Manifest) -> dict[str, Any] | None:
     """The manifest's ``sequence_table`` entry, or None when it has none (a dataset prepared before
     the table existed)."""
-    entry = manifest.extra.get(SEQUENCE_TABLE_KEY)
+    entry = manifest.sequence_table
     return entry if isinstance(entry, dict) else None
 
 
