@@ -12,9 +12,10 @@ import numpy as np
 import pyfaidx
 import pytest
 import servers
-from conftest import KLEBSIELLA, read_fasta, tree_bytes, write_fasta
+from conftest import KLEBSIELLA, read_fasta, shard_windows, tree_bytes, write_fasta
 
 from bionemo_wds.cli.main import main as cli_main
+from bionemo_wds.cli.where import key_provenance
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE
 from bionemo_wds.errors import ManifestError
 from bionemo_wds.format import read_manifest
@@ -33,6 +34,7 @@ from bionemo_wds.load.dataset import GenomicDataset
 from bionemo_wds.load.provenance import Provenance
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.report import verify
+from bionemo_wds.storage.store import Store
 
 SEED = 5
 LAMBDA_ID = "gi|9626243|ref|NC_001416.1|"
@@ -210,6 +212,20 @@ def test_where_prints_what_provenance_gives(windows, sequences, capsys):
     assert code == 0 and len(lines) == 2 and lines[1]["start"] == lines[0]["end"] + len(N_RUN)
     code, lines = where_lines(capsys, str(windows), f"{cut}/99999")
     assert code == 2 and f"{cut}/99999" in lines[0]["err"] and str(windows) in lines[0]["err"]
+
+
+def test_where_computes_every_stored_window_s_place(windows, sequences):
+    """Every window the shards store, its key resolved from the manifest's window rules alone: the
+    stored start and length, window numbers running on across the pieces --split-at-n cut."""
+    for root in (windows, sequences):
+        store, manifest = Store(str(root)), read_manifest(root)
+        table = read_sequence_table(store, manifest)
+        stored = [w for rows in shard_windows(root).values() for w in rows]
+        for seq_id, start, number, bases, _ in stored:
+            ((_, found),) = key_provenance(store, manifest, table, f"{seq_id}/{number}")
+            assert (found.start, found.end) == (start, start + len(bases)), (seq_id, number)
+        cut = {row.seq_id for row in table if row.start > 0}
+        assert cut and cut <= {w[0] for w in stored if w[1] > 30000}
 
 
 def test_the_table_lists_every_row_and_agrees_with_the_manifest(windows, sequences, inputs):

@@ -54,12 +54,16 @@ def add_where_parser(sub: Any, **options: Any) -> argparse.ArgumentParser:
 
 
 def window_span(table: SequenceRows, manifest: Manifest, seq_id: str, number: int) -> tuple[int, int] | None:
-    """(start in the source sequence, length) of window `number` of `seq_id` as prepare cut it, or None
-    when the sequence has no such window."""
+    """(start in the source sequence, length) of window `number` of `seq_id` as prepare cut it (or an
+    Eden window database fixed it: ``params.source.window_db``), or None when it has no such window."""
     params = manifest.params
     window, stride = int(params.window_length), int(params.stride)
     tail = PIECE if params.layout == "sequences" else str(params.tail or "end")
     rows = table.of_sequence(seq_id)
+    if (params.source or {}).get("window_db"):  # windows an Eden window database fixed: k starts at k * stride
+        start = number * stride
+        row = table.locate(seq_id, rows[0].start + start) if rows else None
+        return None if row is None else (row.start + start, min(row.start + row.length - start, window))
     lengths = np.array([row.length for row in rows], dtype=np.int64)
     counts = window_counts(lengths, window, stride, tail)
     before = np.cumsum(counts) - counts
