@@ -188,6 +188,22 @@ def test_the_data_module_delegates(windows):
     assert len(found) == 4 and all(fasta_bases(p) for p in found)
 
 
+def test_a_map_dataset_batch(windows):
+    from torch.utils.data import DataLoader
+
+    from bionemo_wds.load.map_dataset import GenomicMapDataset
+
+    ds = GenomicMapDataset(str(windows), "train", rc_prob=0.5, seed=SEED)
+    batch = next(iter(DataLoader(ds, batch_size=6)))
+    found = ds.provenance(batch)
+    assert [p.row for p in found] == list(range(6))
+    lengths = batch["lengths"].tolist()
+    for p, n, row in zip(found, lengths, batch["tokens"].tolist()):
+        first = 2 + len(p.tag)  # BOS, the tag, SEP
+        bases = bytes(row[first : first + n]).decode()
+        assert p.end - p.start == n and fasta_bases(p).upper() == bases
+
+
 def where_lines(capsys, *argv: str) -> tuple[int, list[dict[str, Any]]]:
     code = cli_main(["where", *argv, "--json"])
     out = capsys.readouterr()
