@@ -3,8 +3,10 @@
 Planning (catalog, split, windows, a seeded global window order cut into shards; `shard_plan.py`)
 happens once in the calling process; writers (`writers.py`) then produce one shard per task, run by
 an executor (`executors/`): a process pool (``--executor local``) or a Dask cluster (``--executor
-dask``), and the manifest is written last from their results. A run killed at any point (or whose cluster was lost)
-resumes by writing only the shards that are missing.
+dask``), and the manifest is written last from their results, just after the sequence table
+(``sequences.tsv``: every sequence's split, group, tag and file; `sequence_table.py`). A run killed
+at any point (or whose cluster was lost) resumes by writing only the shards that are missing; the
+same request into a finished output that predates the sequence table adds the table alone.
 
 A run holds the output's lock (`lock_path`: ``<out>.lock``) from the moment it looks at the output
 until it is done, so two runs into one output (two shells, or the ranks of a job calling
