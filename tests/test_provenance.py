@@ -258,6 +258,22 @@ def test_the_table_lists_every_row_and_agrees_with_the_manifest(windows, sequenc
         assert all(fasta[r.seq_id][r.start : r.start + r.length].count("N") == 0 for r in pieces)
 
 
+def test_sequences_in_no_split_list_are_rows_of_split_none(inputs, tmp_path):
+    names = list(read_fasta(inputs[0]))
+    lists = {}
+    for split, chosen in (("train", names[:6]), ("val", names[6:8]), ("test", names[8:10])):
+        lists[split] = str(tmp_path / f"{split}.txt")
+        Path(lists[split]).write_text("\n".join(chosen) + "\n")
+    out = tmp_path / "listed"
+    prepare([inputs[0]], out, options(split_lists=lists))
+    manifest = read_manifest(out)
+    table = read_sequence_table(out, manifest)
+    assert table_problems(table, manifest) == [] and verify(out, progress=False).ok
+    unlisted = {row.seq_id for row in table if row.split == "none"}
+    assert unlisted == set(names[10:]) and manifest.unassigned_sequences == len(unlisted)
+    assert [row.seq_id for row in table if row.split == "val"] == names[6:8]
+
+
 def test_a_tab_in_a_path_and_a_backslash_in_a_tag_are_escaped_and_read_back(windows, lambda_windows, inputs):
     text = (windows / SEQUENCE_TABLE_NAME).read_text()
     assert "with\\\\backslash" in text and all(line.count("\t") == 6 for line in text.splitlines())

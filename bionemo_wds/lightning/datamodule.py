@@ -188,7 +188,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         # prepare holds the output's lock (`prepare.run.lock_path`, a filelock): a second process or
         # node waits, then finds the run finished, as does a `bionemo-wds prepare` into the same place
         result = prepare(self.fasta, self.root, opts, self.store.storage_options)
-        if result.status != "unchanged":
+        if result.status not in ("unchanged", "table-added"):
             print(f"prepared {self.root}: {result.shards_written} shard(s) in {result.seconds:.1f} s")
 
     # -- setup ------------------------------------------------------------------------------------
