@@ -28,6 +28,7 @@ from bionemo_wds.format.sequence_table import (
     read_sequence_table,
     table_problems,
     unescape,
+    write_sequence_table,
 )
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.load.dataset import GenomicDataset
@@ -297,6 +298,22 @@ def test_verify_names_a_damaged_table(windows, tmp_path, capsys):
     assert "BAD" in err and SEQUENCE_TABLE_NAME in err
     with pytest.raises(ManifestError, match=SEQUENCE_TABLE_NAME):
         read_sequence_table(damaged, read_manifest(damaged))
+
+
+def test_verify_names_a_table_that_disagrees_with_the_splits(windows, tmp_path):
+    """A table consistent with its entry (size, sha256, rows) but with a row moved to another split."""
+    moved = tmp_path / "moved"
+    shutil.copytree(windows, moved)
+    manifest = read_manifest(moved)
+    rows = read_sequence_table(moved, manifest).rows
+    i = next(i for i, row in enumerate(rows) if row.split == "train")
+    rows[i] = rows[i]._replace(split="val")
+    obj = json.loads((moved / "manifest.json").read_text())
+    obj[SEQUENCE_TABLE_KEY] = write_sequence_table(Store(str(moved)), rows)
+    (moved / "manifest.json").write_text(dumps_manifest(obj))
+    problems = verify(moved, progress=False).problems
+    assert any(SEQUENCE_TABLE_NAME in p and "train rows hold" in p for p in problems), problems
+    assert any(SEQUENCE_TABLE_NAME in p and "val rows name" in p for p in problems), problems
 
 
 def test_an_older_dataset_says_how_to_add_the_table_and_prepare_adds_it(inputs, tmp_path, capsys):
