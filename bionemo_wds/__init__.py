@@ -19,6 +19,7 @@ _LAZY = {
     "GenomicDataset": "bionemo_wds.load.dataset",
     "GenomicIterableDataset": "bionemo_wds.load.iterable",
     "GenomicMapDataset": "bionemo_wds.load.map_dataset",
+    "Provenance": "bionemo_wds.load.provenance",
     "encode": "bionemo_wds.inference",
     "contains": "bionemo_wds.homology.membership",
     "leakage": "bionemo_wds.homology.leakage",

@@ -412,4 +412,3 @@ def test_honest_split_example(tmp_path: Path) -> None:
     assert "train: plasmid_b (1.000), NODE_6_" in by_similarity
     assert "leak " not in by_similarity
     assert "all leaks at >= 0.95: 0 sequence(s)" in by_similarity
-

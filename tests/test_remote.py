@@ -203,7 +203,8 @@ def test_prepare_into_a_bucket(s3_server, local_dataset):
     shards = {f"kleb/{sh.path}": sh for info in manifest.splits.values() for sh in info.shards}
     indexes = {f"kleb/{info.record_index.path}": info.record_index for info in manifest.splits.values()}
     assert len(indexes) == 3  # no plan, cache or temporary left behind:
-    assert set(objects) == {"kleb/manifest.json", *shards, *indexes}
+    assert set(objects) == {"kleb/manifest.json", "kleb/sequences.tsv", *shards, *indexes}
+    assert objects["kleb/sequences.tsv"] == (local_dataset / "sequences.tsv").read_bytes()  # the sequence table
     assert json.loads(objects["kleb/manifest.json"]) == read_manifest(S3_ROOT).to_json() == manifest.to_json()
     local = read_manifest(local_dataset)
     for key, entry in {**shards, **indexes}.items():

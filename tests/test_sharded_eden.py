@@ -25,8 +25,12 @@ import pytest
 from conftest import shard_windows
 
 from bionemo_wds.cli.main import main
+from bionemo_wds.cli.where import key_provenance
 from bionemo_wds.format import read_manifest
+from bionemo_wds.format.sequence_table import read_sequence_table
 from bionemo_wds.prepare.groups import sample_id
+from bionemo_wds.prepare.report import verify
+from bionemo_wds.storage.store import Store
 
 SEQ_LENGTH, STRIDE = 1024, 1000
 WINDOW = SEQ_LENGTH - 3  # BOS, SEP, EOS; no tag
@@ -228,6 +232,12 @@ def test_window_databases_give_exactly_edens_windows(tmp_path, layout, with_parq
     got = windows_by_split(out)
     for split in layout.splits:
         assert got[split] == eden_windows(layout, split, min_length), split
+    assert verify(out, progress=False).ok  # the sequence table agrees with the manifest
+    store, manifest = Store(str(out)), read_manifest(out)
+    table = read_sequence_table(store, manifest)
+    for seq_id, start, number, bases, _ in (w for rows in shard_windows(out).values() for w in rows):
+        ((_, found),) = key_provenance(store, manifest, table, f"{seq_id}/{number}")  # `where` of the key
+        assert (found.start, found.end) == (start, start + len(bases))
     source = read_manifest(out).params.source
     assert source["window_db"]["train"]["window_size"] == SEQ_LENGTH
     assert source["window_db"]["train"]["window_min_length_threshold"] == min_length

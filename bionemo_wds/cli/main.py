@@ -32,6 +32,7 @@ from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_com
 from bionemo_wds.cli.precompute import add_precompute_parser, run_precompute
 from bionemo_wds.cli.prepare import BUNDLED_GENOME, add_prepare_parser, run_prepare
 from bionemo_wds.cli.show import add_show_parser, run_show
+from bionemo_wds.cli.where import add_where_parser, run_where
 from bionemo_wds.prepare.report import inspect_text, verify
 
 __all__ = ["BUNDLED_GENOME", "main"]
@@ -90,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ins.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
     commands["show"] = add_show_parser(sub, **SUBCOMMAND_OPTIONS)
+    commands["where"] = add_where_parser(sub, **SUBCOMMAND_OPTIONS)
     commands["export-megatron"] = add_export_parser(sub, **SUBCOMMAND_OPTIONS)
     commands.update(add_homology_parsers(sub, **SUBCOMMAND_OPTIONS))
     ver = commands["verify"] = sub.add_parser(
@@ -129,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "show":
             return run_show(args)
+        if args.command == "where":
+            return run_where(args)
         if args.command == "export-megatron":
             return run_export(args)
         if args.command == "contains":

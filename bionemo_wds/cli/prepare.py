@@ -380,6 +380,8 @@ def print_summary(result: PrepareResult) -> None:
     size = sum(sh.bytes for s in m.splits.values() for sh in s.shards)
     if result.status == "unchanged":
         print(f"{result.out}: already prepared with these options; nothing to do")
+    elif result.status == "table-added":
+        print(f"{result.out}: already prepared with these options; added its sequence table (shards unchanged)")
     else:
         rate = n_bases / 1e6 / max(result.seconds, 1e-9)
         shown_rate = f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"  # a small genome's rate is no "0.0"

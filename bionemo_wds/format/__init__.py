@@ -8,6 +8,8 @@
   ``<split>/record-index.npy`` (version 4: written by `write_manifest`);
 - `sequence_index`: a sequence-layout split's sequences in storage order (version 5), its file
   ``<split>/sequence-index.npy`` (`read_sequence_index`, `write_sequence_index`);
+- `sequence_table`: the dataset's sequence table ``sequences.tsv`` (every sequence's split, origin,
+  length, group, tag and input file; `write_sequence_table`, `read_sequence_table`);
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
 - `manifest_types`: the typed manifest (`Manifest`, `Params`, `SplitInfo`, `ShardInfo`) and its
   reader per format version (`READERS`);

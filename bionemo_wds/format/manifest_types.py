@@ -246,6 +246,8 @@ class Manifest:
     splits: dict[str, SplitInfo]
     skipped: list[Any] | None = None
     unassigned_sequences: int | None = None
+    #: The sequence table's entry (`format.sequence_table`): path, rows, bytes, sha256; None before it existed.
+    sequence_table: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -32,7 +32,7 @@ from bionemo_wds.load.plan.progress import EpochState, TrainProgress, position
 from bionemo_wds.load.records import SplitRecords
 from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
-from bionemo_wds.load.spans import Cutting, SequenceRecords
+from bionemo_wds.load.spans import Cutting, split_records
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World
 from bionemo_wds.storage.retry import RetryPolicy
@@ -188,7 +188,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         # prepare holds the output's lock (`prepare.run.lock_path`, a filelock): a second process or
         # node waits, then finds the run finished, as does a `bionemo-wds prepare` into the same place
         result = prepare(self.fasta, self.root, opts, self.store.storage_options)
-        if result.status != "unchanged":
+        if result.status not in ("unchanged", "table-added"):
             print(f"prepared {self.root}: {result.shards_written} shard(s) in {result.seconds:.1f} s")
 
     # -- setup ------------------------------------------------------------------------------------
@@ -358,6 +358,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         assert self.seq_length is not None, "setup() first"
         return self.samples.model_inputs(compact, self.seq_length)
 
+    def provenance(self, batch: dict[str, Any], split: str = "train", loader: int = 0) -> list[Any]:
+        """`GenomicDataset.provenance` of a `batch` of `split` (val/test: of its `loader`-th dataset)."""
+        return self.datasets[as_split(split)][loader].provenance(batch)
+
     # -- counters ---------------------------------------------------------------------------------
 
     @property
@@ -413,8 +417,3 @@ class GenomicWebDataModule(L.LightningDataModule):
         after the module's own, so a position already waiting to be applied is not restored twice."""
         if self.progress.restored is None or self.progress.restored != position(state):
             self.load_state_dict(state)
-
-
-def split_records(part: SplitRecords | SequenceRecords) -> SplitRecords:
-    """The records of a split of one dataset (a sequence-layout split's are its pieces)."""
-    return part.records if isinstance(part, SequenceRecords) else part

@@ -49,6 +49,7 @@ from bionemo_wds.load.plan import (
 from bionemo_wds.load.plan.mixing import mixed_sequence, stream_positions
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress
 from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan
+from bionemo_wds.load.provenance import Provenance, TableCache, batch_provenance
 from bionemo_wds.load.reader import PlannedBatches
 from bionemo_wds.load.shard_errors import Handler, resolve_handler
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
@@ -191,6 +192,7 @@ class GenomicDataset(IterableDataset):
         self.sources, self.split, self.world, self.samples = sources, split, world, samples
         self.micro_batch_size, self.seed, self.shuffle_buffer = micro, seed, mix
         self.epoch_mode = epoch_mode
+        self.table_cache = TableCache()  # the datasets' sequence tables, read by `provenance` when first asked
         self.mode = epoch_mode if split is Split.train else "eval"
         if not sources.of(split):
             raise OptionError(f"{sources.describe()} has no {split.name} split")
@@ -294,6 +296,12 @@ class GenomicDataset(IterableDataset):
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (for ``model_inputs=False``)."""
         return self.samples.model_inputs(compact, self.seq_length)
+
+    def provenance(self, batch: dict[str, Any]) -> list[Provenance]:
+        """Where each sample of a `batch` this dataset yielded (compact or model inputs) comes from: a
+        `provenance.Provenance` per sample, per document of a packed one; filler rows have none."""
+        datasets = [(source.store, source.manifest) for source in self.sources.of(self.split)]
+        return batch_provenance(batch, datasets, self.table_cache)
 
     def count_sources(
         self, src: Iterable[dict[str, Any]], epoch: Callable[[], int], batches: Callable[[], int]

@@ -88,6 +88,10 @@ class GenomicMapDataset(Dataset):
                 self.epochs.popitem(last=False)
         return self.epochs[epoch]
 
+    def provenance(self, batch: dict[str, Any]) -> list[Any]:
+        """`GenomicDataset.provenance` of a batch of this dataset's samples (as a DataLoader collates them)."""
+        return self.dataset.provenance(batch)
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         i = int(index) + (self.num_samples if int(index) < 0 else 0)
         if not 0 <= i < self.num_samples:

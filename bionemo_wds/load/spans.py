@@ -214,3 +214,8 @@ class SpanSources:
     def close(self) -> None:
         for part in self.parts:
             part.records.close()
+
+
+def split_records(part: SplitRecords | SequenceRecords) -> SplitRecords:
+    """The records of a split of one dataset (a sequence-layout split's are its pieces)."""
+    return part.records if isinstance(part, SequenceRecords) else part

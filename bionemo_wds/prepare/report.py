@@ -26,6 +26,13 @@ from bionemo_wds.format import (
     unlisted_shards,
 )
 from bionemo_wds.format.record_index import RecordIndex
+from bionemo_wds.format.sequence_table import (
+    SEQUENCE_TABLE_NAME,
+    missing_table_message,
+    read_sequence_table,
+    table_entry,
+    table_problems,
+)
 from bionemo_wds.prepare.sequence_checks import PieceLengths, check_sequence_index
 from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.storage.store import Store
@@ -131,6 +138,7 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
             ["split", "shards", "sequences", "samples", "tokens", "bases", "bytes", "bytes/token", "bytes/base"], rows
         ),
         *_index_files(splits),
+        _table_line(manifest),
         "",
         "length mix (share of the split's bases per length bucket; sequences in brackets)",
     ]
@@ -174,6 +182,29 @@ def _index_files(splits: dict[str, SplitInfo]) -> list[str]:
     return out
 
 
+def _table_line(manifest: Manifest) -> str:
+    """One line on the sequence table (`format.sequence_table`), or on its absence."""
+    entry = table_entry(manifest)
+    if entry is None:
+        return f"sequence table: none (prepared before it existed; rerun the same prepare to add {SEQUENCE_TABLE_NAME})"
+    size = _fmt_bytes(int(entry.get("bytes", 0)))
+    return f"sequence table: {entry.get('path')} {size} ({int(entry.get('rows', 0)):,} rows)"
+
+
+def _check_table(store: Store, manifest: Manifest, report: VerifyReport) -> None:
+    """The sequence table against its manifest entry (size, sha256, rows) and the splits' counts."""
+    if table_entry(manifest) is None:
+        report.notes.append(missing_table_message(store.root))
+        return
+    try:
+        found: list[str] = []
+        table = read_sequence_table(store, manifest, found)
+    except ManifestError as exc:
+        report.problems.append(str(exc))
+        return
+    report.problems += found if found else table_problems(table, manifest)
+
+
 @dataclass
 class VerifyReport:
     checked: int = 0
@@ -191,7 +222,8 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
     """Re-read every shard: size, sha256, readable records, sample and token counts, and each
     record's offset, size, window count and crc32 against the record index (format versions 3 and
     4; in version 4 the index file itself against its listed size, sha256 and row counts too).
-    `root` is a directory or a URL (each shard, and each index file, is then streamed once)."""
+    The sequence table (`format.sequence_table`) against its entry and the splits. `root` is a
+    directory or a URL (each shard, and each index file, is then streamed once)."""
     store = Store(root, storage_options)
     manifest = read_manifest(store)
     report = VerifyReport()
@@ -201,6 +233,7 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             f"{store.root} has no record index (format version {manifest.format_version}; written since version "
             f"{INDEXED_FORMAT_VERSION}): records are checked by their shard's sha256 only"
         )
+    _check_table(store, manifest, report)
     shards: list[tuple[ShardInfo, RecordIndex | None, tuple[PieceLengths, int] | None]] = []
     listed: dict[str, str] = {}  # shard path -> the split that lists it first
     for split, info in manifest.splits.items():

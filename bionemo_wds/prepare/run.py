@@ -3,8 +3,10 @@
 Planning (catalog, split, windows, a seeded global window order cut into shards; `shard_plan.py`)
 happens once in the calling process; writers (`writers.py`) then produce one shard per task, run by
 an executor (`executors/`): a process pool (``--executor local``) or a Dask cluster (``--executor
-dask``), and the manifest is written last from their results. A run killed at any point (or whose cluster was lost)
-resumes by writing only the shards that are missing.
+dask``), and the manifest is written last from their results, just after the sequence table
+(``sequences.tsv``: every sequence's split, group, tag and file; `sequence_table.py`). A run killed
+at any point (or whose cluster was lost) resumes by writing only the shards that are missing; the
+same request into a finished output that predates the sequence table adds the table alone.
 
 A run holds the output's lock (`lock_path`: ``<out>.lock``) from the moment it looks at the output
 until it is done, so two runs into one output (two shells, or the ranks of a job calling
@@ -37,6 +39,7 @@ from bionemo_wds.format import (
     write_manifest,
     write_sequence_index,
 )
+from bionemo_wds.format.sequence_table import table_entry
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
 from bionemo_wds.prepare.groups import apply_groups, is_similarity
@@ -45,6 +48,7 @@ from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_ou
 from bionemo_wds.prepare.precheck import check_before_scan
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sequence_layout import sequence_index_rows
+from bionemo_wds.prepare.sequence_table import add_missing_table, write_table
 from bionemo_wds.prepare.shard_plan import ShardPlan, plan, request_of
 from bionemo_wds.prepare.similarity_groups import apply_similarity
 from bionemo_wds.prepare.sources import source_catalog
@@ -54,7 +58,7 @@ from bionemo_wds.storage.store import Store
 
 @dataclass
 class PrepareResult:
-    status: str  # "written", "resumed" or "unchanged"
+    status: str  # "written", "resumed", "unchanged" or "table-added" (an older output given its sequence table)
     out: Path | str  # a URL when prepared into an object store
     manifest: Manifest
     shards_written: int = 0
@@ -150,7 +154,11 @@ def _prepare_locked(
     result_out: Path | str = store.root if store.remote else Path(store.root)
     state = check_out_dir(store, request, opts.overwrite)
     if state is OutState.FINISHED:
-        return PrepareResult("unchanged", result_out, read_manifest(store))
+        finished = read_manifest(store)
+        if table_entry(finished) is not None:
+            return PrepareResult("unchanged", result_out, finished)
+        _add_table(store, paths, request, opts)  # prepared before the sequence table existed
+        return PrepareResult("table-added", result_out, read_manifest(store), seconds=time.perf_counter() - t0)
     cache = local_cache(store)
     store.makedirs()
     if not store.remote:
@@ -161,25 +169,7 @@ def _prepare_locked(
     if state is not OutState.RESUME:  # a cache left by a run killed before its plan may hold other inputs
         shutil.rmtree(cache, ignore_errors=True)
     try:
-        catalog = source_catalog(paths, opts, cache)
-        check_before_scan(catalog, opts)  # every option the catalog can judge, before a base is read
-        catalog = scan(catalog, opts.on_invalid, opts.split_at_n, opts.progress)
-        if opts.group_by is not None and is_similarity(
-            opts.group_by
-        ):  # clusters of the bases: sketched here or on the cluster
-            table = base_table(opts.case, opts.on_invalid)
-            catalog = apply_similarity(
-                apply_groups(catalog, None),
-                opts.group_by,
-                table,
-                opts.executor,
-                opts.workers or 0,
-                opts.scheduler,
-                opts.progress,
-            )
-        else:
-            catalog = apply_groups(catalog, opts.group_by)
-        manifest, shard_plan = plan(catalog, request, opts)
+        catalog, manifest, shard_plan = _catalog_and_plan(paths, request, opts, cache)
     except BadInputError:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
@@ -216,6 +206,8 @@ def _prepare_locked(
         remove_stale_temporaries(store.root)
     if manifest["params"].get("layout") == "sequences":
         _write_sequence_indexes(store, manifest, catalog, shard_plan)
+    assert shard_plan.assignment is not None
+    write_table(store, manifest, catalog, shard_plan.assignment)
     # last: it names only shards that exist (and writes each split's record index file just before)
     write_manifest(store.url(MANIFEST_NAME), manifest, storage_options)  # `manifest` is then what the file holds
     written_manifest = Manifest.from_json(manifest, store.url(MANIFEST_NAME))
@@ -224,6 +216,44 @@ def _prepare_locked(
     status = "resumed" if state is OutState.RESUME else "written"
     seconds = time.perf_counter() - t0 - startup
     return PrepareResult(status, result_out, written_manifest, written, len(reused), seconds, startup)
+
+
+def _catalog_and_plan(
+    paths: list[str], request: dict[str, Any], opts: PrepareOptions, cache: Path
+) -> tuple[Catalog, dict[str, Any], ShardPlan]:
+    """The inputs' catalog (scanned, grouped) and the run's plan: the manifest skeleton and shard plan."""
+    catalog = source_catalog(paths, opts, cache)
+    check_before_scan(catalog, opts)  # every option the catalog can judge, before a base is read
+    catalog = scan(catalog, opts.on_invalid, opts.split_at_n, opts.progress)
+    if opts.group_by is not None and is_similarity(opts.group_by):  # clusters of the bases, sketched in tasks
+        table = base_table(opts.case, opts.on_invalid)
+        catalog = apply_similarity(
+            apply_groups(catalog, None),
+            opts.group_by,
+            table,
+            opts.executor,
+            opts.workers or 0,
+            opts.scheduler,
+            opts.progress,
+        )
+    else:
+        catalog = apply_groups(catalog, opts.group_by)
+    manifest, shard_plan = plan(catalog, request, opts)
+    return catalog, manifest, shard_plan
+
+
+def _add_table(store: Store, paths: list[str], request: dict[str, Any], opts: PrepareOptions) -> None:
+    """Add the sequence table to a finished output that lacks one: the catalog and plan made again
+    (the same request gives the same splits), the table written, the manifest rewritten with its entry;
+    the shards are left as they are."""
+    cache = local_cache(store)
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        catalog, _, shard_plan = _catalog_and_plan(paths, request, opts, cache)
+        assert shard_plan.assignment is not None
+        add_missing_table(store, catalog, shard_plan.assignment)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def _write_sequence_indexes(store: Store, manifest: dict[str, Any], catalog: Catalog, shard_plan: ShardPlan) -> None:

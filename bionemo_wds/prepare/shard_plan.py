@@ -72,6 +72,8 @@ class ShardPlan:
     per_record: int
     window: int
     by_bases: bool  # records cut by bases (no --windows-per-record)
+    #: int8 per catalog row: its split's index in `SPLIT_NAMES`, -1 for a row in no split (the sequence table)
+    assignment: np.ndarray | None = None
 
     def tasks(self) -> list[tuple[str, int]]:
         """(split, shard) of every shard, in manifest order."""
@@ -394,4 +396,4 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "shards": shards,
         }
     by_bases = opts.windows_per_record is None
-    return manifest, ShardPlan(ordered, per_record, window, by_bases)
+    return manifest, ShardPlan(ordered, per_record, window, by_bases, assignment)

@@ -44,6 +44,7 @@ PACKED_FIELDS: tuple[Field, ...] = (
     Field("tokens", np.dtype(np.uint8), ("rows", "seq_length"), "each row's documents as token ids, then PAD"),
     Field("doc_tokens", np.dtype(np.int32), ("rows", "documents"), "tokens of each document, 0 after the last"),
     Field("doc_prefix", np.dtype(np.int32), ("rows", "documents"), "tokens before each document's first base"),
+    Field("doc_rc", np.dtype(bool), ("rows", "documents"), "whether each document was reverse-complemented"),
     Field("rc", np.dtype(bool), ("rows",), "whether the row's first document was reverse-complemented"),
     Field("start", np.dtype(np.int64), ("rows",), "the first document's first base in its sequence"),
     Field("seq_id", None, ("rows",), "the sequence of each row's first document"),
@@ -91,6 +92,7 @@ def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, co
     tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
     doc_tokens = np.zeros((n, width), dtype=np.int32)
     doc_prefix = np.zeros((n, width), dtype=np.int32)
+    doc_rc = np.zeros((n, width), dtype=bool)
     for i, row in enumerate(rows):
         pos = 0
         for j, doc in enumerate(row):
@@ -110,13 +112,14 @@ def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, co
                     tokens[i, p : p + m].tobytes().translate(COMPLEMENT_TABLE), np.uint8
                 )
             tokens[i, p + m] = EOS_ID
-            doc_tokens[i, j], doc_prefix[i, j] = p + m + 1 - pos, p - pos
+            doc_tokens[i, j], doc_prefix[i, j], doc_rc[i, j] = p + m + 1 - pos, p - pos, doc.rc
             pos = p + m + 1
     first = [row[0] if row else None for row in rows]
     return {
         "tokens": tokens,
         "doc_tokens": doc_tokens,
         "doc_prefix": doc_prefix,
+        "doc_rc": doc_rc,
         "rc": np.array([bool(d.rc) if d is not None else False for d in first], dtype=bool),
         "start": np.array([d.start if d is not None else 0 for d in first], dtype=np.int64),
         "seq_id": [d.seq_id if d is not None else "" for d in first],
