@@ -127,7 +127,7 @@ def _sum_by_key(keys: list[np.ndarray], tallies: list[np.ndarray]) -> tuple[np.n
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     key = np.concatenate(keys)
     tally = np.concatenate(tallies).astype(np.int64)
-    if len(keys) == 1:
+    if len(keys) == 1 or len(key) == 0:
         return key, tally
     order = np.argsort(key, kind="stable")
     key, tally = key[order], tally[order]
