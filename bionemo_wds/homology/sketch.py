@@ -105,7 +105,11 @@ class Sketches:
 
     @classmethod
     def build(
-        cls, params: SketchParams, names: Sequence[str], lengths: Sequence[int], hashes: Sequence[np.ndarray]
+        cls,
+        params: SketchParams,
+        names: Sequence[str],
+        lengths: Sequence[int] | np.ndarray,
+        hashes: Sequence[np.ndarray],
     ) -> Sketches:
         """Sketches from per-sequence hash arrays."""
         sizes = np.fromiter((len(h) for h in hashes), dtype=np.int64, count=len(hashes))
