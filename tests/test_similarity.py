@@ -108,6 +108,19 @@ def test_hashes_held_too_often_pair_nobody_and_are_counted(a, b, limit):
     assert as_dict(pairs) == brute_pairs([s - common for s in a], [s - common for s in b], 1)
 
 
+@settings(max_examples=100, deadline=None)
+@given(sets=hash_sets, limit=st.integers(1, 4), step=st.integers(1, 10))
+def test_a_self_join_leaves_out_hashes_held_too_often(sets, limit, step):
+    held = {h: sum(h in s for s in sets) for s in sets for h in s}
+    common = {h for h, n in held.items() if n > limit}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(similarity, "MAX_OCCURRENCE", limit)
+        mp.setattr(similarity, "PAIRS_PER_STEP", step)
+        pairs = shared_hashes(sketches_of(sets), None, 1)
+    assert pairs.common_hashes == len(common)
+    assert as_dict(pairs) == brute_pairs([s - common for s in sets], None, 1)
+
+
 def test_empty_sets_and_empty_sketches_join_to_nothing():
     none = sketches_of([])
     empties = sketches_of([set(), set(), set()])
