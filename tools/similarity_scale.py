@@ -98,10 +98,14 @@ def substitute(
     rng: np.random.Generator, codes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, rates: np.ndarray
 ) -> None:
     """Give piece i (``codes[starts[i]:starts[i] + lengths[i]]``) substitutions at rate ``rates[i]``,
-    in place: a binomial count per piece at uniform places (drawn per substitution, not per base)."""
+    in place: a binomial count per piece at uniform places (drawn per substitution, not per base),
+    10,000 pieces at a time so the draws stay small."""
     count = rng.binomial(lengths, rates)
-    where = np.repeat(starts, count) + (rng.random(int(count.sum())) * np.repeat(lengths, count)).astype(np.int64)
-    codes[where] = (codes[where] + rng.integers(1, 4, len(where), dtype=np.uint8)) % 4
+    for first in range(0, len(starts), 10_000):
+        part = slice(first, first + 10_000)
+        n = np.repeat(lengths[part], count[part])
+        where = np.repeat(starts[part], count[part]) + (rng.random(len(n)) * n).astype(np.int64)
+        codes[where] = (codes[where] + rng.integers(1, 4, len(where), dtype=np.uint8)) % 4
 
 
 def make_contigs(n: int, seed: int, genomes: Sequence[np.ndarray]) -> Contigs:
