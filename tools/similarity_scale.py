@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks` is not installed
 
 from benchmarks.memory import peak_rss_mb  # noqa: E402
-from bionemo_wds.homology.similarity import Matches, clusters_with, near_identical_pairs  # noqa: E402
+from bionemo_wds.homology.similarity import MIN_SHARED, Matches, clusters_with, near_identical_pairs  # noqa: E402
 from bionemo_wds.homology.sketch import Sketches, SketchParams, sketch_hashes  # noqa: E402
 
 #: The genomes whose stretches the contigs are: the bundled ones and, where present, E. coli K-12.
@@ -256,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.95, help="estimated ANI (similarity:T)")
     parser.add_argument("--ksize", type=int, default=21)
     parser.add_argument("--scaled", type=int, default=100)
+    parser.add_argument("--min-shared", type=int, default=MIN_SHARED, help="hashes a pair must share to count")
     args = parser.parse_args(argv)
     params = SketchParams(args.ksize, args.scaled).check()
     report: dict[str, Any] = {"contigs": args.contigs, "seed": args.seed, "threshold": args.threshold}
+    report["min_shared"] = args.min_shared
     report["ksize"], report["scaled"] = params.ksize, params.scaled
 
     t = time.perf_counter()
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     report["join_rss_peak_is_its_own"] = reset_peak_rss()
     report["rss_mb_at_join_start"] = round(rss_mb(), 1)
     t = time.perf_counter()
-    pairs = near_identical_pairs(sketches, args.threshold)
+    pairs = near_identical_pairs(sketches, args.threshold, args.min_shared)
     report["join_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
     labels = clusters_with(len(sketches), pairs.query, pairs.target, np.arange(len(sketches)))
