@@ -416,7 +416,10 @@ def test_a_malformed_tsv_line_exits_2_naming_file_and_line(tmp_path, capsys, kle
 @pytest.mark.parametrize(
     ("rule", "message"),
     [
-        ("genome", "--group-by must be one of sample-id, regex:PATTERN, tsv:FILE, mmseqs:FILE, got 'genome'"),
+        (
+            "genome",
+            "--group-by must be one of sample-id, regex:PATTERN, tsv:FILE, mmseqs:FILE, similarity:T, got 'genome'",
+        ),
         ("regex:(", "--group-by has an invalid regular expression"),
         ("tsv:/nonexistent/groups.tsv", "/nonexistent/groups.tsv does not exist"),
     ],

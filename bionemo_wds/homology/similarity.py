@@ -55,39 +55,45 @@ def ani(containment: np.ndarray | float, ksize: int) -> np.ndarray:
 
 def shared_hashes(a: Sketches, b: Sketches | None = None, min_shared: int = MIN_SHARED) -> SharedHashes:
     """Every pair (sequence of `a`, sequence of `b`) sharing at least `min_shared` hashes, with the
-    count; with `b` None, the pairs within `a` (left < right)."""
+    count; with `b` None, the pairs within `a` (left < right). A sketch holds each hash once."""
     if b is not None and a.params != b.params:
         raise ValueError(f"sketches of {a.params} and {b.params} cannot be compared")
     same = b is None
     right_set = a if b is None else b
     ha, oa = _sorted_hashes(a)
-    hb, ob = (ha, oa) if same else _sorted_hashes(right_set)
-    ua, sa, ca = np.unique(ha, return_index=True, return_counts=True)
-    ub, sb, cb = (ua, sa, ca) if same else np.unique(hb, return_index=True, return_counts=True)
-    _, ia, ib = np.intersect1d(ua, ub, assume_unique=True, return_indices=True)
-    starts_a, counts_a, starts_b, counts_b = sa[ia], ca[ia], sb[ib], cb[ib]
-    too_common = (counts_a > MAX_OCCURRENCE) | (counts_b > MAX_OCCURRENCE)
+    sa, ca = _runs(ha)
+    if same:  # a hash held once pairs nobody; each pair of its holders once, in order (stable sort)
+        ob, sb, cb = oa, sa, ca
+        starts_a, counts_a = sa[ca > 1], ca[ca > 1]
+        starts_b, counts_b = starts_a, counts_a
+        too_common = counts_a > MAX_OCCURRENCE
+        pairs_per_hash = counts_a * (counts_a - 1) // 2
+    else:
+        hb, ob = _sorted_hashes(right_set)
+        sb, cb = _runs(hb)
+        _, ia, ib = np.intersect1d(ha[sa], hb[sb], assume_unique=True, return_indices=True)
+        starts_a, counts_a, starts_b, counts_b = sa[ia], ca[ia], sb[ib], cb[ib]
+        too_common = (counts_a > MAX_OCCURRENCE) | (counts_b > MAX_OCCURRENCE)
+        pairs_per_hash = counts_a * counts_b
     keep = ~too_common
     starts_a, counts_a, starts_b, counts_b = starts_a[keep], counts_a[keep], starts_b[keep], counts_b[keep]
-    pairs_per_hash = counts_a * counts_b
+    ends = np.cumsum(pairs_per_hash[keep])
     n_right = max(len(right_set), 1)
     keys: list[np.ndarray] = []
     tallies: list[np.ndarray] = []
-    first = 0
-    while first < len(pairs_per_hash):
+    first, done = 0, 0
+    while first < len(ends):
         # a run of hashes whose pairs fit one step (at least one hash per step)
-        total = np.cumsum(pairs_per_hash[first:])
-        last = first + max(1, int(np.searchsorted(total, PAIRS_PER_STEP, side="right")))
-        left, right = _expand(
-            oa, ob, starts_a[first:last], counts_a[first:last], starts_b[first:last], counts_b[first:last]
-        )
+        last = max(first + 1, int(np.searchsorted(ends, done + PAIRS_PER_STEP, side="right")))
+        run = slice(first, last)
         if same:
-            ordered = left < right
-            left, right = left[ordered], right[ordered]
+            left, right = _expand_within(oa, starts_a[run], counts_a[run])
+        else:
+            left, right = _expand(oa, ob, starts_a[run], counts_a[run], starts_b[run], counts_b[run])
         key, tally = np.unique(left * n_right + right, return_counts=True)
         keys.append(key)
         tallies.append(tally)
-        first = last
+        first, done = last, int(ends[last - 1])
     key, shared = _sum_by_key(keys, tallies)
     enough = shared >= min_shared
     key, shared = key[enough], shared[enough]
@@ -95,9 +101,17 @@ def shared_hashes(a: Sketches, b: Sketches | None = None, min_shared: int = MIN_
 
 
 def _sorted_hashes(s: Sketches) -> tuple[np.ndarray, np.ndarray]:
-    """All hashes of `s`, sorted, with the sequence owning each."""
+    """All hashes of `s`, sorted, with the sequence owning each (in sequence order within a hash)."""
     order = np.argsort(s.hashes, kind="stable")
     return s.hashes[order], s.owners()[order]
+
+
+def _runs(sorted_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each distinct hash of a sorted array starts, and how many times it is there."""
+    if len(sorted_hashes) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_hashes[1:] != sorted_hashes[:-1]])
+    return starts, np.diff(np.r_[starts, len(sorted_hashes)])
 
 
 def _expand(
@@ -114,6 +128,17 @@ def _expand(
     return left, right
 
 
+def _expand_within(o: np.ndarray, s: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (earlier, later) of the owners of each hash, who sit at ``o[s:s+c]`` in order:
+    each entry paired with the entries after it."""
+    rank = _ranks(c)
+    entry = np.repeat(s, c) + rank
+    later = np.repeat(c, c) - 1 - rank
+    left = np.repeat(o[entry], later)
+    right = o[np.repeat(entry + 1, later) + _ranks(later)]
+    return left, right
+
+
 def _ranks(counts: np.ndarray) -> np.ndarray:
     """0..c-1 for every c of `counts`, back to back."""
     total = int(counts.sum())
@@ -127,7 +152,7 @@ def _sum_by_key(keys: list[np.ndarray], tallies: list[np.ndarray]) -> tuple[np.n
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     key = np.concatenate(keys)
     tally = np.concatenate(tallies).astype(np.int64)
-    if len(keys) == 1:
+    if len(keys) == 1 or len(key) == 0:
         return key, tally
     order = np.argsort(key, kind="stable")
     key, tally = key[order], tally[order]

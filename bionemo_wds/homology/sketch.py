@@ -14,6 +14,7 @@ starts (``offsets``), and the sequences' names and lengths. Saved as one ``.npz`
 from __future__ import annotations
 
 import io
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,7 +160,7 @@ class Sketches:
                 sketches = cls(
                     SketchParams(ksize, scaled), z["names"].tolist(), z["lengths"], z["hashes"], z["offsets"]
                 )
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # a cut or damaged .npz
             raise BadInputError(f"{where} is not a sketch file ({exc})") from exc
         if len(sketches.offsets) != len(sketches) + 1 or sketches.offsets[-1] != len(sketches.hashes):
             raise BadInputError(f"{where} is damaged: its offsets do not cover its hashes")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 
@@ -34,7 +35,7 @@ GROUP_RULES = ("sample-id", "regex:PATTERN", "tsv:FILE", "mmseqs:FILE", "similar
 SIMILARITY = "similarity:"
 
 
-def is_similarity(rule: str | None) -> bool:
+def is_similarity(rule: str | None) -> TypeGuard[str]:
     """Whether `rule` groups by sequence similarity (its groups come from the bases, not the ids)."""
     return isinstance(rule, str) and rule.startswith(SIMILARITY)
 
