@@ -248,7 +248,9 @@ class PrepareOptions:
     group_by: str | None = option(
         None,
         "keep groups in one split: sample-id (sharded-Eden sample of the id), regex:PATTERN (first group "
-        "of a match in the id), tsv:FILE (seq_id<TAB>group), mmseqs:FILE (MMseqs2 cluster TSV)",
+        "of a match in the id), tsv:FILE (seq_id<TAB>group), mmseqs:FILE (MMseqs2 cluster TSV), "
+        "similarity:T[,k=K][,scaled=S] (clusters of sequences whose estimated ANI, from FracMinHash "
+        "containment of the smaller in the larger, is >= T; needs the homology extra)",
         default_help="none; sharded-eden groups by sample-id",
         metavar="RULE",
         check=group_rule_problem,

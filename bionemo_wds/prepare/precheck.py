@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from bionemo_wds.errors import OptionError
+from bionemo_wds.homology.sketch import sourmash_module
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import check_placed, group_names, is_similarity
 from bionemo_wds.prepare.options import PrepareOptions
@@ -38,6 +39,8 @@ def check_before_scan(catalog: Catalog, opts: PrepareOptions) -> None:
     check_stride(stride, window, opts.seq_length, max_tag)
     check_split_rules(catalog, opts)
     check_layout(catalog, opts)
+    if opts.group_by is not None and is_similarity(opts.group_by):
+        sourmash_module()  # the install hint before a base is read
     names = list(dict.fromkeys(catalog.names))
     if opts.split_lists:
         split_from_lists(names, read_split_lists(opts))  # a name not in the inputs, or in two lists

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from bionemo_wds.homology.similarity import clusters_with, near_identical_pairs
+from bionemo_wds.homology.similarity import MIN_SHARED, clusters_with, near_identical_pairs
 from bionemo_wds.homology.sketch import (
     KSIZE_RANGE,
     SCALED_MAX,
@@ -224,7 +224,7 @@ def apply_similarity(
             "ksize": parsed.params.ksize,
             "scaled": parsed.params.scaled,
             "near_identical_pairs": len(pairs.query),
-            "too_short_to_sketch": int((sketches.sizes < 2).sum()),
+            "too_short_to_sketch": int((sketches.sizes < MIN_SHARED).sum()),
             "multi_member_clusters": int((np.bincount(groups) > 1).sum()),
         },
     }
