@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Cluster a million contigs by sketch similarity on one machine and measure it (see --help).
+"""Cluster a million contigs by sketch similarity on one machine and measure it (prints one JSON object).
 
 `prepare --group-by similarity:T` sketches every sequence (`homology.sketch.sketch_hashes`, the
 function prepare's tasks call) and joins the sketches (`homology.similarity.near_identical_pairs`,
@@ -250,12 +250,14 @@ def evaluate(contigs: Contigs, labels: np.ndarray, sizes: np.ndarray, pairs: Mat
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--contigs", type=int, default=1_000_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--contigs", type=int, default=1_000_000, help="contigs to build, from the real genomes (default 1,000,000)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the contigs' stretches and substitutions")
     parser.add_argument("--workers", default="1,2", help="worker counts to sketch with, comma-separated")
     parser.add_argument("--threshold", type=float, default=0.95, help="estimated ANI (similarity:T)")
-    parser.add_argument("--ksize", type=int, default=21)
-    parser.add_argument("--scaled", type=int, default=100)
+    parser.add_argument("--ksize", type=int, default=21, help="k-mer size of the sketches (default 21)")
+    parser.add_argument("--scaled", type=int, default=100, help="sketches keep one k-mer in S (default 100)")
     parser.add_argument("--min-shared", type=int, default=MIN_SHARED, help="hashes a pair must share to count")
     args = parser.parse_args(argv)
     params = SketchParams(args.ksize, args.scaled).check()
