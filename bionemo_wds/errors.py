@@ -13,6 +13,7 @@ types, never traceback locations); nothing else in the package should be caught 
             ChecksumError        a record's crc32 or a shard's sha256 differs
             TruncatedShardError  a shard or record cut short
             ShardSizeError       a shard missing or not of its listed size
+        FileSystemError      the system refused a file: too many open files, permission denied, no space
     RemoteReadError          (a RuntimeError) a remote read that failed after every retry
 
 The `ValueError` / `RuntimeError` bases keep ``except ValueError`` (and ``pytest.raises``) that
@@ -21,6 +22,8 @@ predate the hierarchy working. This module imports no other module of the packag
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterator
 
 
@@ -58,6 +61,58 @@ class TruncatedShardError(CorruptShardError):
 
 class ShardSizeError(CorruptShardError):
     """A shard missing, or not of the size its manifest lists."""
+
+
+class FileSystemError(BadInputError):
+    """The operating system refused to open, read or write a file for a reason of its own (too many
+    open files, permission denied, no space left), not because of what the file holds: the message
+    says which and names the file, never "damaged". Made by `os_error`; ``errno`` is the cause's.
+    Not an `OSError`, so that no ``except OSError`` that judges a file damaged or missing takes it."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.errno = code
+
+
+#: What each refusal `os_error` reports means, and what to do about it.
+_REFUSALS: dict[int, str] = {
+    errno.EACCES: "permission denied (check the file's and its folders' permissions)",
+    errno.EPERM: "operation not permitted (check the file's and its folders' permissions)",
+    errno.ENFILE: "too many open files in the system (the kernel's fs.file-max); close other programs' files",
+    errno.ENOSPC: "no space left on the device; free space and run again",
+    errno.EDQUOT: "disk quota exceeded; free space and run again",
+    errno.ENOMEM: "not enough memory to map or read it",
+    errno.EROFS: "the file system is read-only",
+}
+
+
+def open_file_limit() -> int | None:
+    """This process's limit of open files (the soft ``ulimit -n``), None where it cannot be read."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def os_error(exc: OSError, path: str | os.PathLike[str]) -> FileSystemError | None:
+    """`exc` as a `FileSystemError` naming `path` when it is the system refusing the file (too many
+    open files, with the limit; permission denied; no space; ...), else None (the caller judges it:
+    missing, short, not the format it should be)."""
+    code = exc.errno
+    if code == errno.EMFILE:
+        limit = open_file_limit()
+        text = (
+            f"too many open files (this process may open {limit}: `ulimit -n`); raise the limit or open fewer at once"
+            if limit is not None
+            else "too many open files in this process; raise the limit or open fewer at once"
+        )
+    elif code in _REFUSALS:
+        text = _REFUSALS[code]
+    else:
+        return None
+    return FileSystemError(f"{os.fspath(path)}: {text}", code)
 
 
 class RemoteReadError(RuntimeError):

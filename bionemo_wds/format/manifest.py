@@ -46,7 +46,7 @@ import re
 from collections.abc import Container, Iterable
 from typing import Any
 
-from bionemo_wds.errors import ManifestError
+from bionemo_wds.errors import ManifestError, os_error
 from bionemo_wds.format.manifest_types import (
     COMPRESSED_FORMAT_VERSION,
     FORMAT_NAME,
@@ -246,6 +246,11 @@ def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | 
         ) from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise ManifestError(f"{path} is not valid JSON: {exc}") from exc
+    except OSError as exc:  # the system refusing the file (too many open files, permission denied)
+        refused = os_error(exc, path)
+        if refused is None:
+            raise
+        raise refused from exc
     with paused_gc():
         return Manifest.from_json(obj, path)
 

@@ -11,7 +11,7 @@ and each shard entry says how many rows are its own (``"n_records": k``: the k r
 the shards before it). Why a file: as JSON in the manifest (version 3) the index costs ~30 bytes and
 ~0.4 us per record to read; 100,000 shards of 2048 records were a 6.3 GB manifest, ~80 s to parse
 into ~27 GB of Python objects. As rows it is 20 bytes per record, read by nobody until used: a local
-file is memory-mapped (`numpy.load` with ``mmap_mode="r"``), a remote one fetched once.
+file is memory-mapped (`storage.mapped.load_npy`: no descriptor stays open), a remote one fetched once.
 
 `write_record_index` writes the file (atomically, before the manifest that lists it: `write_manifest`
 is its one caller); `read_split_index` / `shard_indexes` read a split's index for versions 3 (the
@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bionemo_wds.errors import ManifestError
+from bionemo_wds.errors import ManifestError, os_error
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
 from bionemo_wds.storage.atomic import HashingReader, HashingWriter
+from bionemo_wds.storage.mapped import load_npy
 from bionemo_wds.storage.store import Store
 
 if TYPE_CHECKING:  # the manifest types import this module's names
@@ -229,6 +230,8 @@ def load_npy_rows(
         raise ManifestError(
             f"{url} is missing: the manifest lists it as the {what} of its split (prepare the dataset again)"
         ) from None
+    except OSError as exc:
+        raise _refused(exc, url) from exc
     if size != size_listed:
         raise ManifestError(
             f"{url} has {size} bytes, but the manifest lists {size_listed}: the {what} file is truncated "
@@ -238,8 +241,11 @@ def load_npy_rows(
         if data is not None:
             sha = HashingReader(io.BytesIO(data)).finish()[1]
         else:
-            with store.open(rel) as fh:
-                sha = HashingReader(fh).finish()[1]
+            try:
+                with store.open(rel) as fh:
+                    sha = HashingReader(fh).finish()[1]
+            except OSError as exc:
+                raise _refused(exc, url) from exc
         if sha != sha_listed:
             message = (
                 f"{url}: sha256 {sha[:12]}... differs from the manifest's {str(sha_listed)[:12]}...: the "
@@ -249,11 +255,13 @@ def load_npy_rows(
                 raise ManifestError(f"{message} (run `bionemo-wds verify`, or prepare the dataset again)")
             problems.append(message)
     try:
-        if data is not None:
-            rows = np.load(io.BytesIO(data), allow_pickle=False)
-        else:
-            rows = np.load(url, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+        rows = np.load(io.BytesIO(data), allow_pickle=False) if data is not None else load_npy(url)
+    except OSError as exc:
+        error = os_error(exc, url)  # the system refusing the file is not damage
+        if error is not None:
+            raise error from exc
+        raise ManifestError(f"{url} is damaged: it is not a {what} file ({exc})") from exc
+    except (ValueError, EOFError) as exc:
         raise ManifestError(f"{url} is damaged: it is not a {what} file ({exc})") from exc
     if rows.dtype != dtype or rows.ndim != 1:
         raise ManifestError(
@@ -261,3 +269,9 @@ def load_npy_rows(
             f"(one row of {dtype} per {row})"
         )
     return rows
+
+
+def _refused(exc: OSError, url: str) -> Exception:
+    """What an `OSError` reading a listed index file is reported as: the system's refusal
+    (`errors.os_error`), else a `ManifestError` naming the file and the error."""
+    return os_error(exc, url) or ManifestError(f"{url} cannot be read: {exc}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds.errors import os_error
 from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_record, record_key
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
 from bionemo_wds.format.split_index_file import SplitIndex, read_split_index
@@ -27,6 +28,7 @@ from bionemo_wds.load.plan.mixing import split_virtual
 from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.storage.cache import RangeCache
+from bionemo_wds.storage.mapped import map_array
 from bionemo_wds.storage.retry import RemoteReadError
 from bionemo_wds.storage.shards import LocalShards, RemoteShards, ShardRanges
 from bionemo_wds.storage.store import Store
@@ -88,7 +90,7 @@ class SplitRecords:
         self.__dict__.update(state)
         if mapped is not None:
             filename, offset, shape = mapped
-            rows = np.memmap(filename, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=shape)
+            rows = map_array(filename, INDEX_DTYPE, offset, shape)  # keeps no descriptor open
             self.index = SplitIndex(rows, self.index.first, self.index.unindexed)
 
     @classmethod
@@ -338,6 +340,9 @@ def _scan_shard(store: Store, shard: ShardInfo, policy: ShardErrorPolicy, size: 
             for key, offset, data in iter_record_members(fh, path):
                 index.append(offset, data, len(decode_named(data, key, path)))
     except (OSError, ValueError) as exc:
+        refused = os_error(exc, path) if isinstance(exc, OSError) else None
+        if refused is not None:  # the system refusing the file is not damage
+            raise refused from exc
         if sized:
             policy.damaged_shard(path, exc, key)
         return index.build()

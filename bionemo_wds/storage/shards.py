@@ -27,7 +27,9 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
+from bionemo_wds.errors import os_error
 from bionemo_wds.storage.cache import RangeCache
+from bionemo_wds.storage.open_files import OPEN_FILES, OpenFiles
 from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError, ShortRead
 from bionemo_wds.storage.store import Store
 
@@ -52,21 +54,28 @@ class ShardRanges(Protocol):
 
 
 class LocalShards:
-    """Shard files on a local filesystem, read with ``os.pread``."""
+    """Shard files on a local filesystem, read with ``os.pread`` on descriptors from the process's
+    table of open files (`open_files.OPEN_FILES`: a bounded number, shared by every dataset)."""
 
     reads_ahead = False  # the page cache reads ahead
 
-    def __init__(self, urls: list[str]):
+    def __init__(self, urls: list[str], files: OpenFiles | None = None):
         self.urls = urls
-        self._files: dict[int, int] = {}
+        self.files = files
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_files": {}}  # descriptors stay in the process that opened them
+    def _table(self) -> OpenFiles:
+        return self.files if self.files is not None else OPEN_FILES
 
     def read(self, shard: int, offset: int, size: int) -> bytes:
-        if shard not in self._files:
-            self._files[shard] = os.open(self.urls[shard], os.O_RDONLY)
-        data = os.pread(self._files[shard], size, offset)
+        path = self.urls[shard]
+        with self._table().descriptor(path) as fd:
+            try:
+                data = os.pread(fd, size, offset)
+            except OSError as exc:
+                error = os_error(exc, path)
+                if error is None:
+                    raise
+                raise error from exc
         if len(data) != size:
             raise ShortRead(f"read {len(data)} of {size} bytes at offset {offset}: truncated")
         return data
@@ -75,9 +84,7 @@ class LocalShards:
         pass  # the page cache reads ahead
 
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
+        self._table().close(self.urls)
 
 
 def _remove_spare(path: str, owner: int) -> None:
