@@ -29,13 +29,13 @@ import pytest
 from conftest import LAMBDA
 
 from bionemo_wds.cli.exit_codes import user_error
-from bionemo_wds.errors import FileSystemError
+from bionemo_wds.errors import FileSystemError, OptionError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.format.split_index_file import read_split_index
 from bionemo_wds.load.dataset import GenomicDataset
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.storage import mapped
-from bionemo_wds.storage.open_files import OpenFiles
+from bionemo_wds.storage.open_files import MAX_OPEN_ENV, OpenFiles, default_limit
 from bionemo_wds.storage.shards import LocalShards
 from bionemo_wds.storage.store import Store
 
@@ -170,13 +170,29 @@ def test_open_files_keeps_at_most_its_limit_and_never_closes_one_in_use(tmp_path
             assert shards.read(i, 3, 2) == bytes([i]) * 2
             assert len(table) <= 2
     assert table.opened == 12
+    held = open_fds()
     with table.descriptor(paths[0]) as a, table.descriptor(paths[1]) as b, table.descriptor(paths[2]) as c:
         # three in use over a limit of two: none is closed under its read
         assert [os.pread(fd, 1, 0) for fd in (a, b, c)] == [b"\0", b"\1", b"\2"]
-    assert len(table) <= 2
+    assert len(table) <= 2 and open_fds() <= held  # the one evicted while in use closed when its read ended
     before = open_fds()
     shards.close()
     assert len(table) == 0 and open_fds() <= before - 1
+
+
+def test_the_limit_is_a_quarter_of_ulimit_or_the_environments(monkeypatch):
+    monkeypatch.delenv(MAX_OPEN_ENV, raising=False)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        assert default_limit() == 64
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    monkeypatch.setenv(MAX_OPEN_ENV, "8")
+    assert default_limit() == 8
+    monkeypatch.setenv(MAX_OPEN_ENV, "many")
+    with pytest.raises(OptionError, match=MAX_OPEN_ENV):
+        default_limit()
 
 
 def assert_refused(exc: BaseException, path: str | Path, what: str) -> None:

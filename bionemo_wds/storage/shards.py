@@ -67,15 +67,17 @@ class LocalShards:
         return self.files if self.files is not None else OPEN_FILES
 
     def read(self, shard: int, offset: int, size: int) -> bytes:
-        path = self.urls[shard]
-        with self._table().descriptor(path) as fd:
-            try:
-                data = os.pread(fd, size, offset)
-            except OSError as exc:
-                error = os_error(exc, path)
-                if error is None:
-                    raise
-                raise error from exc
+        path, table = self.urls[shard], self._table()
+        fd = table.acquire(path)
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            error = os_error(exc, path)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            table.release(path, fd)
         if len(data) != size:
             raise ShortRead(f"read {len(data)} of {size} bytes at offset {offset}: truncated")
         return data
