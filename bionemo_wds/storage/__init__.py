@@ -3,6 +3,8 @@
 - `location`: checking a location (`check_location`), URLs vs paths, opening a filesystem;
 - `store`: `Store`, a dataset root's files (whole reads, ranges, listings, atomic writes);
 - `shards`: byte ranges of a split's shards for the planned reader (`LocalShards`, `RemoteShards`);
+- `open_files`: `OPEN_FILES`, the process's bounded table of open local shard files (LRU);
+- `mapped`: `load_npy`, read-only memory maps of index files that keep no descriptor open;
 - `cache`: `RangeCache`, the node-local cache of remote ranges (bounded, LRU, safe to share);
 - `retry`: `RetryPolicy`, `retrying`, `RemoteReadError`;
 - `stats`: `StorageStats`, the counters of bytes, requests, cache hits and misses, retries;
