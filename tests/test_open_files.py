@@ -29,12 +29,14 @@ import pytest
 from conftest import LAMBDA
 
 from bionemo_wds.cli.exit_codes import user_error
+from bionemo_wds.cli.main import main
 from bionemo_wds.errors import FileSystemError, OptionError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.format.split_index_file import read_split_index
 from bionemo_wds.load.dataset import GenomicDataset
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.storage import mapped
+from bionemo_wds.storage import store as store_module
 from bionemo_wds.storage.open_files import MAX_OPEN_ENV, OpenFiles, default_limit
 from bionemo_wds.storage.shards import LocalShards
 from bionemo_wds.storage.store import Store
@@ -241,6 +243,7 @@ def refuse(monkeypatch):
             return real_os_open(file, *args, **kwargs)
 
         monkeypatch.setattr(mapped, "open", refusing, raising=False)
+        monkeypatch.setattr(store_module, "open", refusing, raising=False)
         monkeypatch.setattr(os, "open", refusing_os)
 
     return deny
@@ -269,3 +272,15 @@ def test_permission_denied_on_a_shard_is_no_damaged_shard_even_when_skipping(lam
     with pytest.raises(FileSystemError) as got:
         list(ds)
     assert_refused(got.value, shard, "permission denied")
+
+
+def test_verify_names_a_shard_it_may_not_read_as_refused_not_as_a_problem_of_the_shard(lam, tmp_path, refuse, capsys):
+    (root,) = copies(lam, tmp_path, 1)
+    shard = root / "train" / "wdshards-000002.tar"
+    shutil.copy(lam / "train" / shard.name, tmp_path / "shard")
+    shard.unlink()
+    shutil.move(tmp_path / "shard", shard)
+    refuse(shard)
+    assert main(["verify", str(root), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(shard) in err and "permission denied" in err, err

@@ -8,7 +8,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bionemo_wds.errors import ManifestError
+from bionemo_wds.errors import ManifestError, os_error
 from bionemo_wds.format import (
     INDEXED_FORMAT_VERSION,
     HashingReader,
@@ -276,6 +276,11 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
         except FileNotFoundError:
             report.problems.append(f"{sh.path}: missing")
             continue
+        except OSError as exc:  # the system refusing the file (permission, too many open files) is no problem of it
+            refused = os_error(exc, store.url(sh.path))
+            if refused is None:
+                raise
+            raise refused from exc
         size, sha, samples, tokens, records, parse_problem, disagree = read
         if size != sh.bytes:
             report.problems.append(f"{sh.path}: {size} bytes, manifest says {sh.bytes} (truncated or replaced)")
