@@ -13,6 +13,8 @@ types, never traceback locations); nothing else in the package should be caught 
             ChecksumError        a record's crc32 or a shard's sha256 differs
             TruncatedShardError  a shard or record cut short
             ShardSizeError       a shard missing or not of its listed size
+        OutputWriteError     a file of an output that the OS refused to write (disk full,
+                             permission denied, read-only): the OS error, the file and what to do
     RemoteReadError          (a RuntimeError) a remote read that failed after every retry
 
 The `ValueError` / `RuntimeError` bases keep ``except ValueError`` (and ``pytest.raises``) that
@@ -58,6 +60,19 @@ class TruncatedShardError(CorruptShardError):
 
 class ShardSizeError(CorruptShardError):
     """A shard missing, or not of the size its manifest lists."""
+
+
+class OutputWriteError(BadInputError):
+    """A file of an output that the OS refused to write (no space left, over quota, permission
+    denied, a read-only filesystem): the message names the file, what it is and what to do. What
+    the OS said, never a claim about the data (`format.write_errors` makes it from the `OSError`)."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+    def __reduce__(self) -> tuple:  # crosses process boundaries (pool and cluster workers) whole
+        return (type(self), (str(self), self.errno))
 
 
 class RemoteReadError(RuntimeError):

@@ -39,7 +39,9 @@ from bionemo_wds.format import (
     write_manifest,
     write_sequence_index,
 )
+from bionemo_wds.format.sequence_index import sequence_index_path
 from bionemo_wds.format.sequence_table import table_entry
+from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
 from bionemo_wds.prepare.groups import apply_groups, is_similarity
@@ -179,7 +181,8 @@ def _prepare_locked(
     if state is OutState.REPLACE:  # only now: a refused new run leaves the earlier one intact
         clear_ours(store, keep_cache=True)
     if state is not OutState.RESUME:
-        write_manifest(store.url(PLAN_NAME), {"request": request}, storage_options)
+        with writing_output(store.url(PLAN_NAME), "the run's plan, written first", store.root):
+            write_manifest(store.url(PLAN_NAME), {"request": request}, storage_options)
     for split in manifest["splits"]:
         store.makedirs(split)
     reused = _finished_shards(store, manifest) if state is OutState.RESUME else set()
@@ -260,7 +263,8 @@ def _write_sequence_indexes(store: Store, manifest: dict[str, Any], catalog: Cat
     """Write each split's sequence index file (the sequence layout) and list it in its split entry,
     just before the manifest (a rerun writes the same bytes again)."""
     for split, windows in shard_plan.splits.items():
-        entry = write_sequence_index(store, split, sequence_index_rows(catalog, windows))
+        with writing_output(store.url(sequence_index_path(split)), f"the sequence index of split {split}", store.root):
+            entry = write_sequence_index(store, split, sequence_index_rows(catalog, windows))
         manifest["splits"][split]["sequence_index"] = entry
 
 
