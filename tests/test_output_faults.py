@@ -242,3 +242,17 @@ def test_a_real_full_disk_is_one_line_from_the_cli_and_the_rerun_resumes(tmp_pat
     whole = subprocess.run([*command, "--out", str(roomy)], capture_output=True, text=True, timeout=600, env=env)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert tree_bytes(out) == tree_bytes(roomy)
+
+
+def test_a_full_disk_while_writing_a_sequence_index_names_it_and_the_rerun_resumes(tmp_path, monkeypatch, capsys):
+    layout = ["--layout", "sequences", "--seq-length", "1024", "--samples-per-shard", "8", "--split", "1,0,0"]
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    assert main(["prepare", str(LAMBDA), "--out", str(whole), *layout, "--quiet"]) == 0
+    fail_writes_of(monkeypatch, "sequence-index.npy")
+    assert main(["prepare", str(LAMBDA), "--out", str(out), *layout, "--quiet"]) == 2
+    line = error_line(capsys)
+    assert f"writing {out / 'train' / 'sequence-index.npy'} (the sequence index of split train)" in line, line
+    no_partial_files(out, "sequence-index.npy")
+    monkeypatch.undo()
+    assert main(["prepare", str(LAMBDA), "--out", str(out), *layout, "--quiet"]) == 0
+    assert tree_bytes(out) == tree_bytes(whole)
