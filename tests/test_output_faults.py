@@ -101,7 +101,7 @@ def test_a_full_disk_while_writing_a_shard_is_one_line_and_the_rerun_resumes(
 ):
     if workers != "1" and mp.get_start_method() != "fork":
         pytest.skip("the write hook reaches pool workers only when they are forked")
-    out = tmp_path / "out"
+    out = tmp_path / "made by the run" / "out"  # the directories a run makes are kept too
     shard = "wdshards-000002.tar"
     fail_writes_of(monkeypatch, shard)
     assert run_prepare(out, "--workers", workers) == 2
@@ -111,6 +111,8 @@ def test_a_full_disk_while_writing_a_shard_is_one_line_and_the_rerun_resumes(
     assert "run the same command again" in line and "damaged" not in line, line
     no_partial_files(out, shard)
     assert not (out / "manifest.json").exists()
+    if workers == "1":  # shards in order: those before the failed one are kept for the rerun
+        assert (out / "train" / "wdshards-000000.tar").exists() and (out / "train" / "wdshards-000001.tar").exists()
 
     monkeypatch.undo()
     assert run_prepare(out, "--workers", workers) == 0
@@ -256,3 +258,23 @@ def test_a_full_disk_while_writing_a_sequence_index_names_it_and_the_rerun_resum
     monkeypatch.undo()
     assert main(["prepare", str(LAMBDA), "--out", str(out), *layout, "--quiet"]) == 0
     assert tree_bytes(out) == tree_bytes(whole)
+
+
+def test_any_other_refused_write_under_the_output_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    """A write no writer names (the output's cache directory, on an output mounted read-only) is
+    still one line naming the file and the output, never a traceback."""
+    real_mkdir = Path.mkdir
+
+    def read_only_mkdir(self, *args, **kwargs):
+        if self.name == ".cache":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only_mkdir)
+    out = tmp_path / "out"
+    assert run_prepare(out, "--workers", "1") == 2
+    line = error_line(capsys)
+    assert line.endswith(
+        f"read-only file system writing {out / '.cache'} (in --out {out}): "
+        "the filesystem is read-only: choose another --out"
+    ), line

@@ -50,13 +50,15 @@ def output_write_error(exc: BaseException, path: str, what: str, under: str) -> 
 
 
 @contextlib.contextmanager
-def writing_output(path: str | os.PathLike[str], what: str, under: str | os.PathLike[str]) -> Iterator[None]:
+def writing_output(path: str | os.PathLike[str] | None, what: str, under: str | os.PathLike[str]) -> Iterator[None]:
     """Turn an `OSError` of `ADVICE` raised inside into `output_write_error`'s one line (from the
-    original, which stays the cause); any other exception passes unchanged."""
+    original, which stays the cause); any other exception passes unchanged. `path` None: the file
+    the error names (else `under` itself), for a whole run's worth of writes."""
     try:
         yield
     except OSError as exc:
-        error = output_write_error(exc, os.fspath(path), what, os.fspath(under))
+        named = os.fsdecode(exc.filename) if exc.filename is not None else os.fspath(under)
+        error = output_write_error(exc, named if path is None else os.fspath(path), what, os.fspath(under))
         if error is None:
             raise
         raise error from exc
@@ -67,4 +69,7 @@ def _is_under(name: str, root: str) -> bool:
     if "://" in root:
         return name.startswith(root.split("://", 1)[1]) or name.startswith(root)
     root_path = os.path.abspath(root)
-    return os.path.commonpath([os.path.abspath(name), root_path]) == root_path
+    try:
+        return os.path.commonpath([os.path.abspath(name), root_path]) == root_path
+    except ValueError:  # another drive
+        return False

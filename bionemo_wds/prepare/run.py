@@ -29,7 +29,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OutputWriteError
 from bionemo_wds.format import (
     MANIFEST_NAME,
     Manifest,
@@ -95,7 +95,8 @@ def lock_path(out: Store) -> Path:
 def output_lock(out: Store, progress: bool = False) -> Iterator[None]:
     """Hold `out`'s lock (`lock_path`), waiting for another run that holds it (saying so when
     `progress`). A run refused with `BadInputError` removes the lock file (and the directories made
-    for it) when it created them."""
+    for it) when it created them; one stopped by `OutputWriteError` (a full disk) keeps them, and what
+    it wrote, for the rerun to resume from."""
     path = lock_path(out)
     lock = FileLock(str(path))
     made = _first_missing_ancestor(path.parent)
@@ -114,6 +115,8 @@ def output_lock(out: Store, progress: bool = False) -> Iterator[None]:
         raise BadInputError(f"--out {out.root}: {why}") from exc
     try:
         yield
+    except OutputWriteError:  # the run wrote, and a rerun resumes from what it wrote: keep it
+        raise
     except BadInputError:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
@@ -139,7 +142,7 @@ def prepare(
     paths = [str(p) for p in inputs]
     request = request_of(paths, opts)
     created = None if store.remote else _first_missing_ancestor(Path(store.root))
-    with output_lock(store, opts.progress):
+    with output_lock(store, opts.progress), writing_output(None, f"in --out {store.root}", store.root):
         return _prepare_locked(store, paths, request, opts, storage_options, created, t0)
 
 
