@@ -13,7 +13,10 @@ types, never traceback locations); nothing else in the package should be caught 
             ChecksumError        a record's crc32 or a shard's sha256 differs
             TruncatedShardError  a shard or record cut short
             ShardSizeError       a shard missing or not of its listed size
-        FileSystemError      the system refused a file: too many open files, permission denied, no space
+        OutputWriteError     a file of an output that the OS refused to write (disk full,
+                             permission denied, read-only): the OS error, the file and what to do
+        FileSystemError      a file the OS refused to open or read: too many open files (with the
+                             ulimit), permission denied; never "damaged"
     RemoteReadError          (a RuntimeError) a remote read that failed after every retry
 
 The `ValueError` / `RuntimeError` bases keep ``except ValueError`` (and ``pytest.raises``) that
@@ -63,15 +66,32 @@ class ShardSizeError(CorruptShardError):
     """A shard missing, or not of the size its manifest lists."""
 
 
+class OutputWriteError(BadInputError):
+    """A file of an output that the OS refused to write (no space left, over quota, permission
+    denied, a read-only filesystem): the message names the file, what it is and what to do. What
+    the OS said, never a claim about the data (`format.write_errors` makes it from the `OSError`)."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+    def __reduce__(self) -> tuple:  # crosses process boundaries (pool and cluster workers) whole
+        return (type(self), (str(self), self.errno))
+
+
 class FileSystemError(BadInputError):
-    """The operating system refused to open, read or write a file for a reason of its own (too many
-    open files, permission denied, no space left), not because of what the file holds: the message
-    says which and names the file, never "damaged". Made by `os_error`; ``errno`` is the cause's.
+    """The operating system refused to open, map or read a file for a reason of its own (too many
+    open files, permission denied, no memory to map it), not because of what the file holds: the
+    message says which and names the file, never "damaged" (an output it refused to write is an
+    `OutputWriteError`). Made by `os_error`; ``errno`` is the cause's.
     Not an `OSError`, so that no ``except OSError`` that judges a file damaged or missing takes it."""
 
     def __init__(self, message: str, code: int | None = None):
         super().__init__(message)
         self.errno = code
+
+    def __reduce__(self) -> tuple:  # crosses process boundaries (loader workers) whole
+        return (type(self), (str(self), self.errno))
 
 
 #: What each refusal `os_error` reports means, and what to do about it.

@@ -13,6 +13,8 @@
 - `manifest`: names, versions, `read_manifest` / `write_manifest`;
 - `manifest_types`: the typed manifest (`Manifest`, `Params`, `SplitInfo`, `ShardInfo`) and its
   reader per format version (`READERS`);
+- `write_errors`: an output file the OS refuses to write (a full disk, a read-only mount) as one
+  line naming the file (`writing_output`);
 - `atomic_write`, `atomic_path` and the hashing wrappers are re-exported from `storage.atomic` (every
   file this package writes goes through them; format sits above storage).
 """

@@ -68,8 +68,9 @@ from bionemo_wds.format.manifest_types import (
     reader,
 )
 from bionemo_wds.format.record_index import RecordIndex, paused_gc
-from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, write_record_index
+from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, record_index_path, write_record_index
 from bionemo_wds.format.tar import index_shard
+from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.storage.store import Store
 
 __all__ = [
@@ -192,12 +193,15 @@ def _to_write(info: dict[str, Any]) -> bool:
 def write_index_files(store: Store, manifest: dict[str, Any]) -> None:
     """Write the index file of every split of a version-4 manifest that needs one (`_to_write`)
     from its shard entries' ``records`` (`complete_record_index` gave every entry one), then put
-    ``n_records`` in their place and the file's ``record_index`` entry before the split's shards."""
+    ``n_records`` in their place and the file's ``record_index`` entry before the split's shards.
+    A file the OS refuses to write is an `errors.OutputWriteError` naming it."""
     for split, info in manifest["splits"].items():
         if not _to_write(info):
             continue
         indexes = [shard["records"] for shard in info["shards"]]
-        entry = write_record_index(store, split, indexes)
+        rel = record_index_path(split)
+        with writing_output(store.url(rel), f"the record index of split {split}", store.root):
+            entry = write_record_index(store, split, indexes)
         for shard, index in zip(info["shards"], indexes):
             del shard["records"]
             shard[INDEX_FILE_SHARD_KEY] = len(index)
@@ -216,7 +220,8 @@ def write_manifest(
     `complete_record_index` (a no-op when the writers filled in every shard), so no such manifest
     is ever written with a shard that lacks its index; for version 4 each split's record index file
     is then written (`write_index_files`), before the manifest that lists it. `obj` becomes what
-    the file holds (a `Manifest`: its `Manifest.to_json`).
+    the file holds (a `Manifest`: its `Manifest.to_json`). A manifest or index file the OS refuses
+    to write (a full disk) is an `errors.OutputWriteError` naming it.
     """
     if isinstance(obj, Manifest):
         obj = obj.to_json()
@@ -227,7 +232,11 @@ def write_manifest(
         complete_record_index(store, obj)
         if int(obj.get("format_version", 0)) >= INDEX_FILE_FORMAT_VERSION:
             write_index_files(store, obj)
-    store.write_text(name, dumps_manifest(obj))
+    if name != MANIFEST_NAME:  # another JSON file (a run's plan): its caller says what it is
+        store.write_text(name, dumps_manifest(obj))
+        return
+    with writing_output(where, "the manifest, written last", store.root):
+        store.write_text(name, dumps_manifest(obj))
 
 
 def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | None = None) -> Manifest:

@@ -7,5 +7,6 @@ is the entry point; the packages under it answer one question each:
   epoch modes);
 - `batch/`: how a batch is built from them (the schema, the draws, the one assembly path, model inputs);
 - `sources`, `manifest_checks`, `records`, `reader`: opening datasets, checking them, and reading
-  the records a plan names; `transfer`: batches from loader workers in shared memory.
+  the records a plan names; `transfer`: batches from loader workers in shared memory (segments
+  named by `shm_segments`, which removes those of killed loaders).
 """

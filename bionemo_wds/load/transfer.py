@@ -14,6 +14,9 @@ columns (keys, seq ids); the main process copies the arrays out (one memcpy) and
 - Passes do not interfere: each pass (`new_generation`, called before its workers start) gets new
   semaphores and the other half of the segment, so a worker of an abandoned pass that is still
   finishing a write cannot touch the slots of the next one; its messages are dropped unread.
+- A loader killed with its whole process group leaves its segment behind; segments are named after
+  the process that made them (`shm_segments`), and the next loader to start removes those whose
+  maker is gone.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, TypeVar
 import numpy as np
 from webdataset.filters import pipelinefilter
 
+from bionemo_wds.load.shm_segments import new_segment
 from bionemo_wds.load.world import Worker, in_loader_worker
 
 T = TypeVar("T")
@@ -76,7 +80,7 @@ class BatchTransfer:
             raise ValueError("a batch transfer needs at least one worker, slot and byte")
         self.workers, self.slots, self.slot_bytes, self.timeout = workers, slots, slot_bytes, timeout
         self.context = context or mp.get_context()
-        self.segment = shared_memory.SharedMemory(create=True, size=2 * workers * slots * slot_bytes)
+        self.segment = new_segment(2 * workers * slots * slot_bytes)  # named ours; stale ones removed first
         self._finalizer = weakref.finalize(self, _release_segment, self.segment)
         self.generation = 0
         self.free: list[Any] = []

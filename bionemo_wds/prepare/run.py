@@ -29,7 +29,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OutputWriteError
 from bionemo_wds.format import (
     MANIFEST_NAME,
     Manifest,
@@ -39,7 +39,9 @@ from bionemo_wds.format import (
     write_manifest,
     write_sequence_index,
 )
+from bionemo_wds.format.sequence_index import sequence_index_path
 from bionemo_wds.format.sequence_table import table_entry
+from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
 from bionemo_wds.prepare.groups import apply_groups, is_similarity
@@ -93,7 +95,8 @@ def lock_path(out: Store) -> Path:
 def output_lock(out: Store, progress: bool = False) -> Iterator[None]:
     """Hold `out`'s lock (`lock_path`), waiting for another run that holds it (saying so when
     `progress`). A run refused with `BadInputError` removes the lock file (and the directories made
-    for it) when it created them."""
+    for it) when it created them; one stopped by `OutputWriteError` (a full disk) keeps them, and what
+    it wrote, for the rerun to resume from."""
     path = lock_path(out)
     lock = FileLock(str(path))
     made = _first_missing_ancestor(path.parent)
@@ -112,6 +115,8 @@ def output_lock(out: Store, progress: bool = False) -> Iterator[None]:
         raise BadInputError(f"--out {out.root}: {why}") from exc
     try:
         yield
+    except OutputWriteError:  # the run wrote, and a rerun resumes from what it wrote: keep it
+        raise
     except BadInputError:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
@@ -137,7 +142,7 @@ def prepare(
     paths = [str(p) for p in inputs]
     request = request_of(paths, opts)
     created = None if store.remote else _first_missing_ancestor(Path(store.root))
-    with output_lock(store, opts.progress):
+    with output_lock(store, opts.progress), writing_output(None, f"in --out {store.root}", store.root):
         return _prepare_locked(store, paths, request, opts, storage_options, created, t0)
 
 
@@ -179,7 +184,8 @@ def _prepare_locked(
     if state is OutState.REPLACE:  # only now: a refused new run leaves the earlier one intact
         clear_ours(store, keep_cache=True)
     if state is not OutState.RESUME:
-        write_manifest(store.url(PLAN_NAME), {"request": request}, storage_options)
+        with writing_output(store.url(PLAN_NAME), "the run's plan, written first", store.root):
+            write_manifest(store.url(PLAN_NAME), {"request": request}, storage_options)
     for split in manifest["splits"]:
         store.makedirs(split)
     reused = _finished_shards(store, manifest) if state is OutState.RESUME else set()
@@ -260,7 +266,8 @@ def _write_sequence_indexes(store: Store, manifest: dict[str, Any], catalog: Cat
     """Write each split's sequence index file (the sequence layout) and list it in its split entry,
     just before the manifest (a rerun writes the same bytes again)."""
     for split, windows in shard_plan.splits.items():
-        entry = write_sequence_index(store, split, sequence_index_rows(catalog, windows))
+        with writing_output(store.url(sequence_index_path(split)), f"the sequence index of split {split}", store.root):
+            entry = write_sequence_index(store, split, sequence_index_rows(catalog, windows))
         manifest["splits"][split]["sequence_index"] = entry
 
 

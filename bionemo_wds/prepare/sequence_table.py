@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.format.manifest import MANIFEST_NAME, dumps_manifest
-from bionemo_wds.format.sequence_table import NO_SPLIT, SEQUENCE_TABLE_KEY, SequenceRow, write_sequence_table
+from bionemo_wds.format.sequence_table import (
+    NO_SPLIT,
+    SEQUENCE_TABLE_KEY,
+    SEQUENCE_TABLE_NAME,
+    SequenceRow,
+    write_sequence_table,
+)
+from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.splits import SPLIT_NAMES
 from bionemo_wds.storage.store import Store
@@ -46,8 +53,10 @@ def sequence_table_rows(catalog: Catalog, assignment: np.ndarray) -> Iterator[Se
 
 
 def write_table(store: Store, manifest: dict[str, Any], catalog: Catalog, assignment: np.ndarray) -> None:
-    """Write the sequence table and list it in `manifest` (the JSON object about to be written)."""
-    manifest[SEQUENCE_TABLE_KEY] = write_sequence_table(store, sequence_table_rows(catalog, assignment))
+    """Write the sequence table and list it in `manifest` (the JSON object about to be written); a
+    file the OS refuses to write is an `errors.OutputWriteError` naming it."""
+    with writing_output(store.url(SEQUENCE_TABLE_NAME), "the sequence table", store.root):
+        manifest[SEQUENCE_TABLE_KEY] = write_sequence_table(store, sequence_table_rows(catalog, assignment))
 
 
 def add_missing_table(store: Store, catalog: Catalog, assignment: np.ndarray) -> None:

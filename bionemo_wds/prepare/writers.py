@@ -21,6 +21,7 @@ import numpy as np
 
 from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, replace_invalid_table
 from bionemo_wds.format import RecordIndex, encode_record, record_key, shard_name, write_shard
+from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.shard_plan import ShardPlan
 from bionemo_wds.prepare.windows import WindowTable
@@ -99,12 +100,15 @@ def close_writer() -> None:
 
 def write_shard_task(setup: WriterSetup, split: str, shard: int) -> ShardResult:
     """Write shard `shard` of `split` as the plan says; the source reader stays open between tasks
-    of the same setup (a pool worker's or a cluster worker's process)."""
+    of the same setup (a pool worker's or a cluster worker's process). A disk that fills up (or
+    another refusal of the OS to write the output) is an `errors.OutputWriteError` naming the shard."""
     if _worker().get("setup") is not setup:
         start_writer(setup)
     windows, starts = setup.plan.shard(split, shard)
-    final = join(setup.root, split, shard_name(shard, setup.prefix))
-    written = write_shard(final, _records(shard, windows, starts), setup.storage_options)
+    name = f"{split}/{shard_name(shard, setup.prefix)}"
+    final = join(setup.root, name)
+    with writing_output(final, f"shard {name} of --out {setup.root}", setup.root):
+        written = write_shard(final, _records(shard, windows, starts), setup.storage_options)
     return ShardResult(split, shard, written.bytes, written.sha256, int(windows.length.sum()), written.records)
 
 

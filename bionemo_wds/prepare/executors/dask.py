@@ -7,7 +7,9 @@ per-row window counts and a few integers per split); it is sent to every worker 
 writes the manifest last, from those results, so the output is byte for byte the local executor's,
 whatever the cluster's size or scheduling.
 
-Failures: a task that raises is retried `retries` times (``Client.submit(retries=...)``); a worker
+Failures: a task that raises is retried `retries` times (``Client.submit(retries=...)``), except
+when the OS refuses to write the output (a full disk: `errors.OutputWriteError`, which ends the
+run at once with its one line, as with the local executor); a worker
 that dies (killed, out of memory, its node lost) has its tasks moved to other workers by the
 scheduler (its ``distributed.scheduler.allowed-failures`` setting, 3 by default, bounds how often
 one task may take a worker down). A shard is written under a hidden temporary name and renamed
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from bionemo_wds.errors import BadInputError
+from bionemo_wds.errors import BadInputError, OutputWriteError
 from bionemo_wds.format import shard_name
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, write_shard_task
 
@@ -79,6 +81,16 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
         yield client
 
 
+def write_shard_or_refusal(setup: WriterSetup, split: str, shard: int) -> ShardResult | OutputWriteError:
+    """`write_shard_task`, whose `OutputWriteError` (a full disk, a read-only output) is returned
+    rather than raised: retrying it would fail the same way, and a raised error is logged by every
+    worker it fails on, where the client reports it once as one line."""
+    try:
+        return write_shard_task(setup, split, shard)
+    except OutputWriteError as exc:
+        return exc
+
+
 def run_on_dask(
     setup: WriterSetup,
     tasks: list[tuple[str, int]],
@@ -95,7 +107,7 @@ def run_on_dask(
         shared = client.scatter(setup, broadcast=True, hash=False)
         futures = {
             client.submit(
-                write_shard_task,
+                write_shard_or_refusal,
                 shared,
                 split,
                 shard,
@@ -124,6 +136,8 @@ def run_on_dask(
                         f"{done} of {len(tasks)} shards are complete; run prepare again to write only the rest "
                         f"({type(exc).__name__}: {exc})"
                     ) from exc
+                if isinstance(result, OutputWriteError):
+                    raise result
                 yield result
                 done += 1
                 bar.update()

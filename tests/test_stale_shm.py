@@ -1,0 +1,143 @@
+"""Shared-memory segments of loaders killed with their whole process group are removed by the next
+loader (`load.shm_segments`); a live loader's segments and other programs' are never touched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bionemo_wds.load import shm_segments
+from bionemo_wds.load.shm_segments import SHM_DIR, owner, pid_namespace, remove_stale_segments, segment_name
+from bionemo_wds.load.transfer import BatchTransfer
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_names_say_whose_they_are():
+    name = segment_name()
+    assert owner(name) == (pid_namespace(), os.getpid())
+    assert len(f"/{name}") <= 31 or sys.platform.startswith("linux")  # macOS's limit on names: Linux only here
+    assert owner("psm_5de15595") is None and owner(f"{name}x") is None and owner("bwds_1_2_zzzzzzzz") is None
+
+
+def test_only_our_segments_of_gone_owners_are_removed(tmp_path):
+    ns, gone = pid_namespace(), dead_pid()
+    files = {
+        "stale": f"bwds_{ns}_{gone}_0123abcd",
+        "live": f"bwds_{ns}_{os.getpid()}_0123abcd",
+        "parent": f"bwds_{ns}_{os.getppid()}_89abcdef",
+        "other namespace": f"bwds_{ns + 1}_{gone}_0123abcd",
+        "python's": "psm_0123abcd",
+        "not quite ours": f"bwds_{ns}_{gone}_0123abcd.old",
+    }
+    for name in files.values():
+        (tmp_path / name).write_bytes(b"x")
+    assert remove_stale_segments(tmp_path) == [files["stale"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in files.items() if k != "stale")
+    assert remove_stale_segments(tmp_path / "missing") == []  # no shared-memory directory: nothing to do
+
+
+@pytest.mark.skipif(not SHM_DIR.is_dir(), reason="shared memory is not a directory here")
+def test_a_transfer_segment_is_named_ours_and_unlinked_on_close():
+    transfer = BatchTransfer(workers=1, slots=2, slot_bytes=64)
+    name = transfer.segment.name.lstrip("/")
+    assert owner(name) == (pid_namespace(), os.getpid()) and (SHM_DIR / name).exists()
+    transfer.close()
+    assert not (SHM_DIR / name).exists()
+
+
+LOADER = """
+import sys, time
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+from bionemo_wds.load.splits import Split
+
+dm = GenomicWebDataModule({root!r}, micro_batch_size=4, num_workers=2, transfer_timeout=60)
+dm.setup("fit")
+names = [loaders[0].transfer.segment.name.lstrip("/") for loaders in dm.split_loaders.values()]
+batches = iter(dm.train_dataloader())
+first = next(batches)
+print(" ".join(names), len(first["keys"]), flush=True)
+if sys.argv[1] == "stay":
+    time.sleep(600)
+"""
+
+
+def start_loader(script: Path, mode: str) -> tuple[subprocess.Popen, list[str]]:
+    """A loader in its own process group (session); returns it once its first batch is out, with
+    the names of its segments."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line, proc.stderr.read()[-3000:] if proc.stderr else "no output"
+    assert line[-1] == "4"  # a whole first batch came through the rings
+    return proc, line[:-1]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """What a scheduler's time limit does: SIGKILL to every process of the loader's group."""
+    os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 10  # the workers, reparented, may take a moment to be reaped
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm here")
+def test_a_loader_removes_the_segments_of_a_killed_process_group(tmp_path, kleb_1024):
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER.format(root=str(kleb_1024)))
+    killed, stale = start_loader(script, "stay")
+    live, kept = start_loader(script, "stay")
+    try:
+        assert len(stale) == 2 and all(owner(n) == (pid_namespace(), killed.pid) for n in stale), stale
+        assert all((SHM_DIR / n).exists() for n in stale + kept)
+        kill_group(killed)
+        assert all((SHM_DIR / n).exists() for n in stale), "the killed group's segments were not left"
+
+        after, fresh = start_loader(script, "exit")  # the next loader: starts, reads, exits normally
+        assert after.wait(timeout=120) == 0, after.stderr.read()[-3000:] if after.stderr else ""
+        assert not any((SHM_DIR / n).exists() for n in stale), "stale segments were not removed"
+        assert all((SHM_DIR / n).exists() for n in kept), "a live loader's segments were removed"
+        assert not any((SHM_DIR / n).exists() for n in fresh)  # a normal exit unlinks its own
+    finally:
+        for proc in (killed, live):
+            if proc.poll() is None:
+                kill_group(proc)
+        for proc in (killed, live):
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        remove_stale_segments()  # what the live loader, now killed too, left
+    assert not any((SHM_DIR / n).exists() for n in kept)
+
+
+def test_stale_segments_are_removed_before_a_new_one_is_made(tmp_path, monkeypatch):
+    stale = tmp_path / f"bwds_{pid_namespace()}_{dead_pid()}_0123abcd"
+    stale.write_bytes(b"x")
+    monkeypatch.setattr(shm_segments, "SHM_DIR", tmp_path)
+    transfer = BatchTransfer(workers=1, slots=1, slot_bytes=64)
+    transfer.close()
+    assert not stale.exists()
