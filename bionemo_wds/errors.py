@@ -13,10 +13,10 @@ types, never traceback locations); nothing else in the package should be caught 
             ChecksumError        a record's crc32 or a shard's sha256 differs
             TruncatedShardError  a shard or record cut short
             ShardSizeError       a shard missing or not of its listed size
-        OutputWriteError     a file of an output that the OS refused to write (disk full,
-                             permission denied, read-only): the OS error, the file and what to do
         FileSystemError      a file the OS refused to open or read: too many open files (with the
                              ulimit), permission denied; never "damaged"
+            OutputWriteError     a file of an output that the OS refused to write (disk full,
+                                 permission denied, read-only): the OS error, the file and what to do
     RemoteReadError          (a RuntimeError) a remote read that failed after every retry
 
 The `ValueError` / `RuntimeError` bases keep ``except ValueError`` (and ``pytest.raises``) that
@@ -25,6 +25,7 @@ predate the hierarchy working. This module imports no other module of the packag
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Iterator
@@ -66,19 +67,6 @@ class ShardSizeError(CorruptShardError):
     """A shard missing, or not of the size its manifest lists."""
 
 
-class OutputWriteError(BadInputError):
-    """A file of an output that the OS refused to write (no space left, over quota, permission
-    denied, a read-only filesystem): the message names the file, what it is and what to do. What
-    the OS said, never a claim about the data (`format.write_errors` makes it from the `OSError`)."""
-
-    def __init__(self, message: str, errno: int | None = None):
-        super().__init__(message)
-        self.errno = errno
-
-    def __reduce__(self) -> tuple:  # crosses process boundaries (pool and cluster workers) whole
-        return (type(self), (str(self), self.errno))
-
-
 class FileSystemError(BadInputError):
     """The operating system refused to open, map or read a file for a reason of its own (too many
     open files, permission denied, no memory to map it), not because of what the file holds: the
@@ -90,8 +78,14 @@ class FileSystemError(BadInputError):
         super().__init__(message)
         self.errno = code
 
-    def __reduce__(self) -> tuple:  # crosses process boundaries (loader workers) whole
+    def __reduce__(self) -> tuple:  # crosses process boundaries (loader, pool and cluster workers) whole
         return (type(self), (str(self), self.errno))
+
+
+class OutputWriteError(FileSystemError):
+    """A file of an output that the OS refused to write (no space left, over quota, permission
+    denied, a read-only filesystem): the message names the file, what it is and what to do. What
+    the OS said, never a claim about the data (`format.write_errors` makes it from the `OSError`)."""
 
 
 #: What each refusal `os_error` reports means, and what to do about it.
@@ -114,6 +108,20 @@ def open_file_limit() -> int | None:
         return None
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+@contextlib.contextmanager
+def refusal_named(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Raise an `OSError` inside that is the system refusing `path` (`os_error`) as its
+    `FileSystemError` (the `OSError` its cause); any other error passes unchanged, for the caller to
+    judge (missing, short, damaged)."""
+    try:
+        yield
+    except OSError as exc:
+        error = os_error(exc, path)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def os_error(exc: OSError, path: str | os.PathLike[str]) -> FileSystemError | None:

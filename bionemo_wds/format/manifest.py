@@ -46,7 +46,7 @@ import re
 from collections.abc import Container, Iterable
 from typing import Any
 
-from bionemo_wds.errors import ManifestError, os_error
+from bionemo_wds.errors import ManifestError, refusal_named
 from bionemo_wds.format.manifest_types import (
     COMPRESSED_FORMAT_VERSION,
     FORMAT_NAME,
@@ -245,8 +245,8 @@ def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | 
     unreadable, foreign or of a version this package does not read."""
     store = root if isinstance(root, Store) else Store(root, storage_options)
     path = store.url(MANIFEST_NAME)
-    try:
-        with paused_gc():  # a manifest of 100,000 shards is millions of objects (`paused_gc`)
+    try:  # the system refusing the file (too many open files, permission denied) is said as that
+        with paused_gc(), refusal_named(path):  # a manifest of 100,000 shards is millions of objects (`paused_gc`)
             # the bytes unnamed: json.loads drops them once decoded, before the objects are made
             obj = json.loads(store.read_bytes(MANIFEST_NAME))
     except FileNotFoundError:
@@ -255,11 +255,6 @@ def read_manifest(root: str | os.PathLike[str] | Store, storage_options: dict | 
         ) from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise ManifestError(f"{path} is not valid JSON: {exc}") from exc
-    except OSError as exc:  # the system refusing the file (too many open files, permission denied)
-        refused = os_error(exc, path)
-        if refused is None:
-            raise
-        raise refused from exc
     with paused_gc():
         return Manifest.from_json(obj, path)
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bionemo_wds.errors import ManifestError, os_error
+from bionemo_wds.errors import ManifestError, os_error, refusal_named
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
 from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.storage.mapped import load_npy
@@ -255,13 +255,9 @@ def load_npy_rows(
                 raise ManifestError(f"{message} (run `bionemo-wds verify`, or prepare the dataset again)")
             problems.append(message)
     try:
-        rows = np.load(io.BytesIO(data), allow_pickle=False) if data is not None else load_npy(url)
-    except OSError as exc:
-        error = os_error(exc, url)  # the system refusing the file is not damage
-        if error is not None:
-            raise error from exc
-        raise ManifestError(f"{url} is damaged: it is not a {what} file ({exc})") from exc
-    except (ValueError, EOFError) as exc:
+        with refusal_named(url):  # the system refusing the file is not damage
+            rows = np.load(io.BytesIO(data), allow_pickle=False) if data is not None else load_npy(url)
+    except (ValueError, OSError, EOFError) as exc:
         raise ManifestError(f"{url} is damaged: it is not a {what} file ({exc})") from exc
     if rows.dtype != dtype or rows.ndim != 1:
         raise ManifestError(

@@ -16,7 +16,7 @@ from typing import Any
 from webdataset.filters import pipelinefilter
 from webdataset.gopen import gopen
 
-from bionemo_wds.errors import os_error
+from bionemo_wds.errors import refusal_named
 from bionemo_wds.format import RECORD_SUFFIX, TarStreamError, WindowBlock, decode_record, iter_members, record_crc32
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 
@@ -35,15 +35,12 @@ def _read_records(
         url = item["url"]
         last = None
         try:
-            with gopen(url, "rb") as stream:
+            with refusal_named(url), gopen(url, "rb") as stream:  # the system refusing the file is not damage
                 for name, data in iter_members(stream):
                     if name.endswith(ending):
                         last = name[: -len(ending)]
                         yield data, last, url
         except (OSError, TarStreamError) as exc:
-            refused = os_error(exc, url) if isinstance(exc, OSError) else None
-            if refused is not None:  # the system refusing the file is not damage
-                raise refused from exc
             policy.damaged_shard(url, exc, last)
             yield None, None, url
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.errors import os_error
+from bionemo_wds.errors import refusal_named
 from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_record, record_key
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
 from bionemo_wds.format.split_index_file import SplitIndex, read_split_index
@@ -336,13 +336,10 @@ def _scan_shard(store: Store, shard: ShardInfo, policy: ShardErrorPolicy, size: 
     sized = size == shard.bytes
     key = None
     try:
-        with store.open(shard.path) as fh:
+        with refusal_named(path), store.open(shard.path) as fh:  # the system refusing the file is not damage
             for key, offset, data in iter_record_members(fh, path):
                 index.append(offset, data, len(decode_named(data, key, path)))
     except (OSError, ValueError) as exc:
-        refused = os_error(exc, path) if isinstance(exc, OSError) else None
-        if refused is not None:  # the system refusing the file is not damage
-            raise refused from exc
         if sized:
             policy.damaged_shard(path, exc, key)
         return index.build()

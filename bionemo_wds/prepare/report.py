@@ -8,7 +8,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bionemo_wds.errors import ManifestError, os_error
+from bionemo_wds.errors import ManifestError, refusal_named
 from bionemo_wds.format import (
     INDEXED_FORMAT_VERSION,
     HashingReader,
@@ -270,17 +270,12 @@ def verify(root: str | Path, progress: bool = True, storage_options: dict[str, A
             continue
         if indexed and index is None and manifest.format_version == INDEXED_FORMAT_VERSION and sh.records is None:
             report.problems.append(f"{sh.path}: no record index in the manifest")
-        try:
-            with store.open(sh.path) as fh:
+        try:  # the system refusing the file (permission, too many open files) is no problem of it
+            with refusal_named(store.url(sh.path)), store.open(sh.path) as fh:
                 read = _read_shard(fh, sh.path, index, shard_pieces)
         except FileNotFoundError:
             report.problems.append(f"{sh.path}: missing")
             continue
-        except OSError as exc:  # the system refusing the file (permission, too many open files) is no problem of it
-            refused = os_error(exc, store.url(sh.path))
-            if refused is None:
-                raise
-            raise refused from exc
         size, sha, samples, tokens, records, parse_problem, disagree = read
         if size != sh.bytes:
             report.problems.append(f"{sh.path}: {size} bytes, manifest says {sh.bytes} (truncated or replaced)")

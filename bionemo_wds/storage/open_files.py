@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from bionemo_wds.errors import OptionError, open_file_limit, os_error
+from bionemo_wds.errors import OptionError, open_file_limit, refusal_named
 
 __all__ = ["MAX_OPEN", "MAX_OPEN_ENV", "OPEN_FILES", "OpenFiles", "default_limit"]
 
@@ -110,15 +110,8 @@ class OpenFiles:
 
     @staticmethod
     def _open(path: str) -> int:
-        try:
+        with refusal_named(path):  # a missing file stays a FileNotFoundError
             return os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            error = os_error(exc, path)
-            if error is None:
-                raise
-            raise error from exc
 
     def _evict(self) -> None:
         """Close the least recently used idle files until at most `limit` are held (under the lock)."""

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
-from bionemo_wds.errors import os_error
+from bionemo_wds.errors import refusal_named
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.open_files import OPEN_FILES, OpenFiles
 from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError, ShortRead
@@ -70,12 +70,8 @@ class LocalShards:
         path, table = self.urls[shard], self._table()
         fd = table.acquire(path)
         try:
-            data = os.pread(fd, size, offset)
-        except OSError as exc:
-            error = os_error(exc, path)
-            if error is None:
-                raise
-            raise error from exc
+            with refusal_named(path):
+                data = os.pread(fd, size, offset)
         finally:
             table.release(path, fd)
         if len(data) != size:

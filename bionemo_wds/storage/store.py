@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from bionemo_wds.errors import os_error
+from bionemo_wds.errors import refusal_named
 from bionemo_wds.storage.atomic import atomic_write
 from bionemo_wds.storage.location import check_location, filesystem, is_url, join, local_path
 from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError, RetryPolicy, ShortRead, retrying
@@ -145,13 +145,8 @@ class Store:
         if not self.remote:
             if not os.path.isdir(url):
                 return {}
-            try:
+            with refusal_named(url):  # permission denied, too many open files: said as that, naming the folder
                 return {e.name: e.stat().st_size for e in os.scandir(url) if e.is_file()}
-            except OSError as exc:  # permission denied, too many open files: said as that, naming the folder
-                refused = os_error(exc, url)
-                if refused is None:
-                    raise
-                raise refused from exc
         try:
             self.fs.invalidate_cache(url)  # a listing from before our own writes is no answer
             entries = self._retrying(lambda: self.fs.ls(url, detail=True), url)
