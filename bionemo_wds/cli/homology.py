@@ -36,18 +36,19 @@ LEAKAGE_DESCRIPTION = (
 )
 
 
-def add_sketch_options(parser: argparse.ArgumentParser) -> None:
-    """--min-identity, --ksize, --scaled (shared by contains, leakage and verify --leakage)."""
-    parser.add_argument("--min-identity", type=float, default=MIN_IDENTITY, metavar="T", help=IDENTITY_HELP)
+def add_sketch_options(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """--min-identity, --ksize, --scaled (shared by contains, leakage and verify --leakage); `when`
+    starts each help text (verify's "with --leakage: ")."""
+    parser.add_argument("--min-identity", type=float, default=MIN_IDENTITY, metavar="T", help=when + IDENTITY_HELP)
     parser.add_argument(
-        "--ksize", type=int, default=KSIZE, metavar="K", help=f"k-mer size, odd, 7-31 (default {KSIZE})"
+        "--ksize", type=int, default=KSIZE, metavar="K", help=f"{when}k-mer size, odd, 7-31 (default {KSIZE})"
     )
     parser.add_argument(
         "--scaled",
         type=int,
         default=SCALED,
         metavar="S",
-        help=f"sketches keep one k-mer in S (default {SCALED}); lower it for short sequences",
+        help=f"{when}sketches keep one k-mer in S (default {SCALED}); lower it for short sequences",
     )
 
 
@@ -102,15 +103,7 @@ def add_verify_leakage(parser: argparse.ArgumentParser) -> None:
         help="with --leakage: largest share of a split's sequences or bases allowed a near-identical copy in "
         "another split (default 0: any leak fails)",
     )
-    parser.add_argument(
-        "--min-identity", type=float, default=MIN_IDENTITY, metavar="T", help=f"with --leakage: {IDENTITY_HELP}"
-    )
-    parser.add_argument(
-        "--ksize", type=int, default=KSIZE, metavar="K", help=f"with --leakage: k-mer size (default {KSIZE})"
-    )
-    parser.add_argument(
-        "--scaled", type=int, default=SCALED, metavar="S", help=f"with --leakage: one k-mer in S (default {SCALED})"
-    )
+    add_sketch_options(parser, "with --leakage: ")
 
 
 def run_contains(args: argparse.Namespace) -> int:
@@ -186,8 +179,8 @@ def check_verify_leakage(args: argparse.Namespace) -> None:
 
 def verify_leakage(args: argparse.Namespace, shards_ok: bool = True) -> list[str]:
     """`verify --leakage`: one problem line per pair of splits leaking above ``--max-leakage``; not
-    measured (a note says so) when verify found the shards damaged, whose problems are then the answer."""
-    check_verify_leakage(args)
+    measured (a note says so) when verify found the shards damaged, whose problems are then the answer.
+    Its options were checked by `check_verify_leakage` before the shards were read."""
     if not shards_ok:
         print("note: leakage not measured: the shards have problems (listed below)", file=sys.stderr)
         return []
