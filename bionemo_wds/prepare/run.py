@@ -44,6 +44,8 @@ from bionemo_wds.format.sequence_table import table_entry
 from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
+from bionemo_wds.prepare.executors.dask import client_session
+from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.groups import apply_groups, is_similarity
 from bionemo_wds.prepare.options import PrepareOptions
 from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
@@ -142,7 +144,11 @@ def prepare(
     paths = [str(p) for p in inputs]
     request = request_of(paths, opts)
     created = None if store.remote else _first_missing_ancestor(Path(store.root))
-    with output_lock(store, opts.progress), writing_output(None, f"in --out {store.root}", store.root):
+    with (
+        output_lock(store, opts.progress),
+        writing_output(None, f"in --out {store.root}", store.root),
+        client_session(),  # with --executor dask: one cluster for the run's passes and its writers
+    ):
         return _prepare_locked(store, paths, request, opts, storage_options, created, t0)
 
 
@@ -230,18 +236,10 @@ def _catalog_and_plan(
     """The inputs' catalog (scanned, grouped) and the run's plan: the manifest skeleton and shard plan."""
     catalog = source_catalog(paths, opts, cache)
     check_before_scan(catalog, opts)  # every option the catalog can judge, before a base is read
-    catalog = scan(catalog, opts.on_invalid, opts.split_at_n, opts.progress)
+    catalog = scan(catalog, opts.on_invalid, opts.split_at_n, opts.progress, TaskPlace.of(opts))
     if opts.group_by is not None and is_similarity(opts.group_by):  # clusters of the bases, sketched in tasks
         table = base_table(opts.case, opts.on_invalid)
-        catalog = apply_similarity(
-            apply_groups(catalog, None),
-            opts.group_by,
-            table,
-            opts.executor,
-            opts.workers or 0,
-            opts.scheduler,
-            opts.progress,
-        )
+        catalog = apply_similarity(apply_groups(catalog, None), opts.group_by, table, TaskPlace.of(opts))
     else:
         catalog = apply_groups(catalog, opts.group_by)
     manifest, shard_plan = plan(catalog, request, opts)

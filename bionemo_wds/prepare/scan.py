@@ -1,40 +1,30 @@
 """One pass over every base of a catalog before anything is written: refuse (or skip) unknown
 characters, and cut sequences at long runs of N when asked (`--split-at-n K`).
 
-Source-agnostic: bases come through the source's `BaseReader` in chunks of `SCAN_CHUNK` bases, so
-memory is bounded by a chunk, not a sequence. The common case (all bases valid, no long N run) costs
-two C-level byte operations per chunk (`bytes.translate` with a delete set, a substring test);
-numpy is used only on chunks that have something to find. Per-sequence Python work is kept small
-because metagenomic catalogs have millions of short contigs.
+Source-agnostic: bases come through the source's `BaseReader`. The pass is cut into tasks of about
+`scan_tasks.TASK_BASES` bases (`scan_tasks.check_task`), run where the shard writers run
+(`executors.tasks.run_tasks`: this process, a process pool of ``--workers``, or the Dask cluster),
+each reporting only the rows where it found something; `scan` merges those findings in row order,
+so the catalog it returns (and every split, plan and shard byte after it) is the same for any
+number of workers and either executor, and the calling process holds no bases. Per-row Python
+work in the merge is limited to the rows with findings, because metagenomic catalogs have
+millions of short contigs.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from tqdm import tqdm
 
-from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid, shown_byte
 from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
+from bionemo_wds.prepare.scan_tasks import Finding, ScanContext, check_task, n_runs, scan_tasks
+
+__all__ = ["ON_INVALID", "SCAN_CHUNK", "merge_runs", "n_runs", "pieces", "scan"]
 
 ON_INVALID = ("error", "skip", "replace-N")
 #: Bases per read while scanning (4 MiB).
 SCAN_CHUNK = 1 << 22
-#: Every IUPAC byte of either case: `bytes.translate(None, _VALID)` leaves only the invalid ones.
-_VALID = bytes(b for b in range(256) if VALID_BASE[b])
-_N = ord("N")
-
-
-def n_runs(upper: bytes, k: int, offset: int = 0) -> list[tuple[int, int]]:
-    """Runs of ``N`` in upper-cased bases that are at least `k` long or touch either end of `upper`
-    (a run cut by a chunk boundary may continue in the next chunk), as absolute ``(start, end)``."""
-    if b"N" * min(k, len(upper)) not in upper and upper[:1] != b"N" and upper[-1:] != b"N":
-        return []
-    is_n = np.frombuffer(upper, dtype=np.uint8) == _N
-    edges = np.diff(np.concatenate(([False], is_n, [False])).astype(np.int8))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    keep = (ends - starts >= k) | (starts == 0) | (ends == len(upper))
-    return [(offset + int(s), offset + int(e)) for s, e in zip(starts[keep], ends[keep])]
 
 
 def merge_runs(runs: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
@@ -60,106 +50,33 @@ def pieces(length: int, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = None, progress: bool = True) -> Catalog:
+def scan(
+    catalog: Catalog,
+    on_invalid: str = "error",
+    split_at_n: int | None = None,
+    progress: bool = True,
+    place: TaskPlace | None = None,
+) -> Catalog:
     """Check every base of `catalog` and, with `split_at_n`, cut its rows at runs of at least that
     many N (either case); returns the catalog of what remains (rows of skipped sequences removed,
     recorded in ``skipped``). `catalog` must hold whole sequences (origin 0), as sources build it.
     With ``replace-N`` the bases the writers will replace are counted: ``notes["replaced"]`` holds
-    their total, the sequences holding them and the count per input file (for the manifest)."""
+    their total, the sequences holding them and the count per input file (for the manifest). The
+    tasks run at `place` (default: this process)."""
     if on_invalid not in ON_INVALID:
         raise OptionError(f"--on-invalid must be one of {', '.join(ON_INVALID)}, got {on_invalid!r}")
     if split_at_n is not None and catalog.windows is not None:
         raise OptionError("--split-at-n cannot be combined with --window-db: the window databases fix the windows")
-    reader = catalog.source.reader()
-    keep: list[int] = []
-    cut: list[tuple[int, int, int]] = []  # (row, start, end) when cutting
-    lengths = catalog.lengths.tolist()
-    seqs = catalog.seq.tolist()
-    bar = tqdm(total=catalog.total_bases, desc="check", unit="base", unit_scale=True, disable=not progress)
-    replaced: dict[str, int] = {}  # --on-invalid replace-N: invalid bases per input file
-    replaced_seqs = 0
-
-    def read(seq: int, lo: int, hi: int) -> bytes:
-        raw = reader.read(seq, lo, hi)
-        if len(raw) != hi - lo:
-            raise SourceError(f"{catalog.source.describe(seq)} is shorter than its index says")
-        return raw
-
-    def check_row(row: int) -> None:
-        nonlocal replaced_seqs
-        seq, length = seqs[row], lengths[row]
-        runs: list[tuple[int, int]] = []
-        bad, n_bad = -1, 0
-        for lo in range(0, length, SCAN_CHUNK):
-            raw = read(seq, lo, min(lo + SCAN_CHUNK, length))
-            invalid = raw.translate(None, _VALID)
-            if invalid:
-                n_bad += len(invalid)
-                if bad < 0:
-                    bad = lo + first_invalid(raw)
-                if on_invalid != "replace-N":
-                    break  # nothing more to learn from this sequence
-            if split_at_n is not None:  # a replaced byte is no N of the source: it never joins a run
-                runs.extend(n_runs(raw.translate(UPPERCASE_TABLE), split_at_n, lo))
-        if bad >= 0:
-            char = shown_byte(reader.read(seq, bad, bad + 1)[0])
-            where = f"{catalog.source.describe(seq)} has {char} at position {bad} (0-based), not an IUPAC code"
-            if on_invalid == "error":
-                raise SourceError(f"{where}; use --on-invalid skip or replace-N to proceed")
-            if on_invalid == "skip":
-                skipped = {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": where}
-                catalog.skipped.append(skipped)
-                return
-            file = catalog.source.file_of(seq)
-            replaced[file] = replaced.get(file, 0) + n_bad
-            replaced_seqs += 1
-        if split_at_n is None:
-            keep.append(row)
-            return
-        parts = pieces(length, merge_runs(runs, split_at_n))
-        if not parts:
-            reason = f"only runs of N (--split-at-n {split_at_n})"
-            catalog.skipped.append(
-                {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": reason}
-            )
-        cut.extend((row, s, e) for s, e in parts)
-
-    try:
-        row, n = 0, len(lengths)
-        while row < n:
-            if split_at_n is not None or lengths[row] > SCAN_CHUNK:
-                check_row(row)
-                bar.update(lengths[row])
-                row += 1
-                continue
-            # short sequences (metagenomic contigs): one validity check for up to SCAN_CHUNK bases of
-            # them; only a batch holding a bad byte is checked again sequence by sequence
-            end, total, raws = row, 0, []
-            while end < n and (end == row or total + lengths[end] <= SCAN_CHUNK):
-                raws.append(read(seqs[end], 0, lengths[end]))
-                total += lengths[end]
-                end += 1
-            if b"".join(raws).translate(None, _VALID):
-                for r in range(row, end):
-                    check_row(r)
-            else:
-                keep.extend(range(row, end))
-            bar.update(total)
-            row = end
-    finally:
-        bar.close()
-        reader.close()
-    if split_at_n is None:
-        kept = catalog.take(np.asarray(keep, dtype=np.int64)) if len(keep) != len(catalog) else catalog
-    else:
-        arr = np.asarray(cut, dtype=np.int64).reshape(-1, 3)
-        kept = catalog.take(arr[:, 0])
-        kept.origin = arr[:, 1].copy()
-        kept.lengths = arr[:, 2] - arr[:, 1]
-        kept.notes["split_at_n"] = {"min_run": split_at_n, "pieces": len(arr), "sequences_cut": _n_cut(arr)}
-    if on_invalid == "replace-N":
-        total = sum(replaced.values())
-        kept.notes["replaced"] = {"bases": total, "sequences": replaced_seqs, "by_file": replaced}
+    place = place or TaskPlace(progress=progress)
+    context = ScanContext(catalog.source, on_invalid, split_at_n, SCAN_CHUNK)
+    tasks = scan_tasks(catalog)
+    found: dict[int, Finding] = {}
+    for findings in run_tasks(check_task, context, tasks, place, "check", [t.bases for t in tasks]):
+        for row, finding in findings.items():
+            if on_invalid == "error" and finding.bad >= 0:  # the first bad byte in row order
+                raise SourceError(f"{_bad_byte(catalog, row, finding)}; use --on-invalid skip or replace-N to proceed")
+            found[row] = found[row].then(finding) if row in found else finding
+    kept = _kept(catalog, found, on_invalid, split_at_n)
     if catalog.windows is not None:
         if len(kept) != len(catalog):
             raise OptionError("--on-invalid skip dropped sequences that the --window-db windows name")
@@ -167,6 +84,74 @@ def scan(catalog: Catalog, on_invalid: str = "error", split_at_n: int | None = N
     if len(kept) == 0:
         raise SourceError("no usable sequences in the inputs (all were skipped)")
     return kept
+
+
+def _kept(catalog: Catalog, found: dict[int, Finding], on_invalid: str, split_at_n: int | None) -> Catalog:
+    """The catalog after the findings: rows skipped (recorded, in row order), rows cut at runs of N,
+    replaced bases counted. Rows without a finding are kept whole."""
+    replaced: dict[str, int] = {}  # --on-invalid replace-N: invalid bases per input file
+    replaced_seqs = 0
+    dropped: list[int] = []
+    parts: dict[int, list[tuple[int, int]]] = {}  # --split-at-n: rows not kept whole
+    for row in sorted(found):
+        finding, seq = found[row], int(catalog.seq[row])
+        if finding.bad >= 0:
+            if on_invalid == "skip":
+                where = f"{catalog.source.describe(seq)} has {finding.char} at position {finding.bad} (0-based)"
+                catalog.skipped.append(
+                    {
+                        "seq_id": catalog.names[row],
+                        "file": catalog.source.file_of(seq),
+                        "reason": f"{where}, not an IUPAC code",
+                    }
+                )
+                dropped.append(row)
+                continue
+            file = catalog.source.file_of(seq)
+            replaced[file] = replaced.get(file, 0) + finding.n_bad
+            replaced_seqs += 1
+        if split_at_n is not None:
+            parts[row] = pieces(int(catalog.lengths[row]), merge_runs(finding.runs, split_at_n))
+            if not parts[row]:
+                reason = f"only runs of N (--split-at-n {split_at_n})"
+                catalog.skipped.append(
+                    {"seq_id": catalog.names[row], "file": catalog.source.file_of(seq), "reason": reason}
+                )
+    if split_at_n is None:
+        kept = catalog.take(np.setdiff1d(np.arange(len(catalog)), dropped)) if dropped else catalog
+    else:
+        arr = _cut_rows(catalog.lengths, parts, dropped)
+        kept = catalog.take(arr[:, 0])
+        kept.origin = arr[:, 1].copy()
+        kept.lengths = arr[:, 2] - arr[:, 1]
+        kept.notes["split_at_n"] = {"min_run": split_at_n, "pieces": len(arr), "sequences_cut": _n_cut(arr)}
+    if on_invalid == "replace-N":
+        total = sum(replaced.values())
+        kept.notes["replaced"] = {"bases": total, "sequences": replaced_seqs, "by_file": replaced}
+    return kept
+
+
+def _bad_byte(catalog: Catalog, row: int, finding: Finding) -> str:
+    """Where a row's first unknown byte is, and what it is."""
+    where = catalog.source.describe(int(catalog.seq[row]))
+    return f"{where} has {finding.char} at position {finding.bad} (0-based), not an IUPAC code"
+
+
+def _cut_rows(lengths: np.ndarray, parts: dict[int, list[tuple[int, int]]], dropped: list[int]) -> np.ndarray:
+    """(row, start, end) per piece, in row order: every row whole except those in `parts` (their
+    pieces) and `dropped` (none)."""
+    counts = np.ones(len(lengths), dtype=np.int64)
+    counts[dropped] = 0
+    for row, cut in parts.items():
+        counts[row] = len(cut)
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
+    starts, ends = np.zeros(len(rows), dtype=np.int64), lengths[rows].astype(np.int64)
+    first = np.cumsum(counts) - counts
+    for row, cut in parts.items():
+        at = int(first[row])
+        for i, (s, e) in enumerate(cut):
+            starts[at + i], ends[at + i] = s, e
+    return np.stack([rows, starts, ends], axis=1)
 
 
 def _n_cut(rows: np.ndarray) -> int:

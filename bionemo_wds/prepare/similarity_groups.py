@@ -7,8 +7,9 @@ source or the sequence already ties together (the pieces of one sequence, a shar
 stay linked too. A cluster is named by its first row's sequence id (input order); the sequence
 table (``sequences.tsv``, column ``group``) records every sequence's cluster.
 
-Sketching is the only pass over the bases and runs as tasks of about `TASK_BASES` bases each: in a
-process pool of ``--workers`` (``--executor local``) or on the Dask cluster (``--executor dask``).
+Sketching is a pass over the bases and runs as tasks of about `TASK_BASES` bases each
+(`executors.tasks.run_tasks`): in a process pool of ``--workers`` (``--executor local``) or on the
+Dask cluster (``--executor dask``).
 The tasks' results are joined in row order, so the clusters (and every byte written after them)
 are the same for any number of workers and for either executor.
 """
@@ -16,14 +17,9 @@ are the same for any number of workers and for either executor.
 from __future__ import annotations
 
 import itertools
-import multiprocessing as mp
-import os
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from bionemo_wds.homology.similarity import MIN_SHARED, clusters_with, near_identical_pairs
 from bionemo_wds.homology.sketch import (
@@ -35,6 +31,7 @@ from bionemo_wds.homology.sketch import (
     sourmash_module,
 )
 from bionemo_wds.prepare.catalog import Catalog, Source
+from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
 
 PREFIX = "similarity:"
 #: Bases per sketch task.
@@ -114,18 +111,6 @@ def sketch_rows(context: SketchContext, task: SketchTask) -> list[np.ndarray]:
         reader.close()
 
 
-#: The context of this pool worker's tasks (set once per process by `start_pool_worker`).
-POOL_CONTEXT: list[SketchContext] = []
-
-
-def start_pool_worker(context: SketchContext) -> None:
-    POOL_CONTEXT[:] = [context]
-
-
-def pool_task(task: SketchTask) -> list[np.ndarray]:
-    return sketch_rows(POOL_CONTEXT[0], task)
-
-
 def tasks_of(catalog: Catalog) -> list[SketchTask]:
     """The catalog's rows in runs of about `TASK_BASES` bases (at least one row each)."""
     ends = np.cumsum(catalog.lengths)
@@ -138,58 +123,18 @@ def tasks_of(catalog: Catalog) -> list[SketchTask]:
     ]
 
 
-def run_tasks(
-    context: SketchContext,
-    tasks: list[SketchTask],
-    executor: str,
-    workers: int,
-    scheduler: str | None,
-    progress: bool,
-) -> Iterator[list[np.ndarray]]:
-    """Each task's hashes, in task order (whatever finishes first): here, in a process pool of
-    `workers`, or on the Dask cluster (a failed task retried, a lost worker's tasks moved)."""
-    bar = tqdm(
-        total=sum(int(t.length.sum()) for t in tasks), desc="sketch", unit="base", unit_scale=True, disable=not progress
-    )
-    try:
-        if executor == "dask":
-            from bionemo_wds.prepare.executors.dask import dask_client
-
-            with dask_client(scheduler, workers) as client:
-                shared = client.scatter(context, broadcast=True, hash=False)
-                futures = [client.submit(sketch_rows, shared, task, pure=False, retries=3) for task in tasks]
-                for task, future in zip(tasks, futures):
-                    yield future.result()
-                    bar.update(int(task.length.sum()))
-        elif workers <= 1 or len(tasks) <= 1:
-            for task in tasks:
-                yield sketch_rows(context, task)
-                bar.update(int(task.length.sum()))
-        else:
-            pool = ProcessPoolExecutor(
-                workers, mp_context=mp.get_context(), initializer=start_pool_worker, initargs=(context,)
-            )
-            with pool:
-                for task, hashes in zip(tasks, pool.map(pool_task, tasks)):
-                    yield hashes
-                    bar.update(int(task.length.sum()))
-    finally:
-        bar.close()
-
-
 def sketch_catalog(
     catalog: Catalog,
     table: bytes | None,
     params: SketchParams,
-    executor: str = "local",
-    workers: int = 1,
-    scheduler: str | None = None,
-    progress: bool = False,
+    place: TaskPlace | None = None,
 ) -> Sketches:
-    """A sketch of every row of `catalog`, in row order."""
+    """A sketch of every row of `catalog`, in row order; the tasks run at `place` (default: here)."""
     sourmash_module()  # the install hint before any task starts
     context = SketchContext(catalog.source, table, params)
-    hashes = [h for part in run_tasks(context, tasks_of(catalog), executor, workers, scheduler, progress) for h in part]
+    tasks = tasks_of(catalog)
+    sizes = [int(t.length.sum()) for t in tasks]
+    hashes = [h for part in run_tasks(sketch_rows, context, tasks, place or TaskPlace(), "sketch", sizes) for h in part]
     return Sketches.build(params, catalog.names, catalog.lengths, hashes)
 
 
@@ -197,17 +142,12 @@ def apply_similarity(
     catalog: Catalog,
     rule: str,
     table: bytes | None,
-    executor: str = "local",
-    workers: int = 0,
-    scheduler: str | None = None,
-    progress: bool = False,
+    place: TaskPlace | None = None,
 ) -> Catalog:
     """Set `catalog.groups` to the clusters of near-identical rows under `rule`, keeping rows that
     are already grouped (`catalog.groups`, the pieces of one sequence) together; notes for the manifest."""
     parsed = parse_similarity(rule)
-    sketches = sketch_catalog(
-        catalog, table, parsed.params, executor, workers or os.cpu_count() or 1, scheduler, progress
-    )
+    sketches = sketch_catalog(catalog, table, parsed.params, place)
     pairs = near_identical_pairs(sketches, parsed.min_identity)
     tied = catalog.groups if catalog.groups is not None else catalog.seq
     cluster = clusters_with(len(catalog), pairs.query, pairs.target, tied)

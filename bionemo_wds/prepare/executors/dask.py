@@ -61,24 +61,50 @@ def local_cluster(workers: int, threads: int = 1) -> Any:
     )
 
 
+#: The clients a `prepare` run keeps open until it ends (`client_session`), by (scheduler, workers).
+SESSIONS: list[tuple[contextlib.ExitStack, dict[tuple[str | None, int], Any]]] = []
+
+
+@contextlib.contextmanager
+def client_session() -> Iterator[None]:
+    """Keep each client `dask_client` opens inside this block open until the block ends, so the
+    passes of one run (index, check, sketch, write) share one cluster: a LocalCluster starts once."""
+    with contextlib.ExitStack() as stack:
+        SESSIONS.append((stack, {}))
+        try:
+            yield
+        finally:
+            SESSIONS.pop()
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
     """A client of the scheduler at `scheduler` (``tcp://host:8786``, or a scheduler file written by
     ``dask scheduler --scheduler-file``), or of a `LocalCluster` of `workers` single-threaded
     worker processes on 127.0.0.1 when `scheduler` is None; closed (and the local cluster shut
-    down) on exit."""
-    distributed = distributed_module()
+    down) on exit, or at the end of the `client_session` it was opened in."""
+    if SESSIONS:
+        stack, clients = SESSIONS[-1]
+        key = (scheduler, workers)
+        if key not in clients:
+            clients[key] = _open_client(stack, scheduler, workers)
+        yield clients[key]
+        return
     with contextlib.ExitStack() as stack:
-        if scheduler is None:
-            cluster = stack.enter_context(local_cluster(workers))
-            client = stack.enter_context(distributed.Client(cluster))
-        else:
-            kind = "scheduler_file" if scheduler.endswith(".json") else "address"
-            try:
-                client = stack.enter_context(distributed.Client(**{kind: scheduler}, timeout=CONNECT_TIMEOUT))
-            except (OSError, ValueError) as exc:
-                raise BadInputError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({exc})") from exc
-        yield client
+        yield _open_client(stack, scheduler, workers)
+
+
+def _open_client(stack: contextlib.ExitStack, scheduler: str | None, workers: int) -> Any:
+    """A client as `dask_client` describes it, closed by `stack`."""
+    distributed = distributed_module()
+    if scheduler is None:
+        cluster = stack.enter_context(local_cluster(workers))
+        return stack.enter_context(distributed.Client(cluster))
+    kind = "scheduler_file" if scheduler.endswith(".json") else "address"
+    try:
+        return stack.enter_context(distributed.Client(**{kind: scheduler}, timeout=CONNECT_TIMEOUT))
+    except (OSError, ValueError) as exc:
+        raise BadInputError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({exc})") from exc
 
 
 def write_shard_or_refusal(setup: WriterSetup, split: str, shard: int) -> ShardResult | OutputWriteError:

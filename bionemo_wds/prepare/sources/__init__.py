@@ -58,11 +58,11 @@ def _fasta_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
 
 
 def _fasta_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.executors.tasks import TaskPlace
     from bionemo_wds.prepare.sources.fasta import index_fasta
 
-    return note_untagged(
-        index_fasta(inputs, cache_dir, opts.tags, opts.progress, opts.tag_map), opts.tags, opts.strict_tags
-    )
+    catalog = index_fasta(inputs, cache_dir, opts.tags, opts.progress, opts.tag_map, TaskPlace.of(opts))
+    return note_untagged(catalog, opts.tags, opts.strict_tags)
 
 
 def _is_fasta(path: Path) -> bool:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError, OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
 from bionemo_wds.prepare.scan import ON_INVALID, scan
 from bionemo_wds.prepare.sources.fai import FaiTable, FastaFormatError, build_fai, read_fai, write_fai
 from bionemo_wds.prepare.tags import reads_headers, tag_all, tag_rule_problem, tagger
@@ -32,6 +32,8 @@ from bionemo_wds.storage.atomic import atomic_path, atomic_write
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
 GZIP_SUFFIXES = (".gz", ".bgz")
+#: Input bytes from which the local executor indexes files in a process pool (below: here).
+POOL_INDEX_BYTES = 256 << 20
 
 
 def _is_fasta_name(path: Path) -> bool:
@@ -215,15 +217,34 @@ class FastaReader:
         self.handles.clear()
 
 
+@dataclass(frozen=True)
+class IndexContext:
+    """What every indexing task shares: where copies and indexes go, whether headers are kept."""
+
+    cache_dir: Path
+    keep_headers: bool
+
+
+def index_file(context: IndexContext, task: tuple[int, str]) -> tuple[str, FaiTable]:
+    """One input file's readable path (itself, or its gzip content unpacked into the cache) and its
+    ``.fai`` table: a task of `index_fasta` (`task`: the file's number and path)."""
+    number, origin = task
+    local = _local_copy(Path(origin), number, context.cache_dir)
+    return str(local), _index(Path(origin), local, number, context.cache_dir, context.keep_headers)
+
+
 def index_fasta(
     inputs: Sequence[str | os.PathLike],
     cache_dir: Path,
     tag_mode: str = "none",
     progress: bool = True,
     tag_map: Mapping[str, str] | None = None,
+    place: TaskPlace | None = None,
 ) -> Catalog:
     """Index every input sequence (names, lengths, layout, tags under rule `tag_mode` and its
-    `tag_map`, `prepare.tags`); no base is read (`scan` checks them)."""
+    `tag_map`, `prepare.tags`); no base is read (`scan` checks them). Each file is one task
+    (`index_file`), run at `place` (default: this process; with the local executor a pool only
+    from `POOL_INDEX_BYTES` of input on); the tables are joined in input order."""
     problem = tag_rule_problem(tag_mode)
     if problem is not None:
         raise OptionError(f"--tags {problem}, got {tag_mode!r}")
@@ -231,15 +252,18 @@ def index_fasta(
     tag_of = None if tag_mode == "none" else tagger(tag_mode, tag_map)  # a tsv: table is read once
     files = find_fasta_files(inputs)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    place = place or TaskPlace(progress=progress)
+    if place.executor == "local" and sum(p.stat().st_size for p in files) < POOL_INDEX_BYTES:
+        place = TaskPlace(progress=place.progress)  # a pool would cost more than it saves
+    tasks = [(number, str(origin)) for number, origin in enumerate(files)]
+    indexed = run_tasks(index_file, IndexContext(cache_dir, headers), tasks, place, "index", unit="file")
     locals_: list[str] = []
     names: list[str] = []
     tags: list[str] = []
     cols: list[list[int]] = [[], [], [], [], []]  # file, length, offset, line bases, line bytes
     seen: dict[str, Path] = {}
-    for number, origin in enumerate(tqdm(files, desc="index", unit="file", disable=not progress)):
-        local = _local_copy(origin, number, cache_dir)
-        table = _index(origin, local, number, cache_dir, keep_headers=headers)
-        locals_.append(str(local))
+    for (number, origin), (local, table) in zip(enumerate(files), indexed):
+        locals_.append(local)
         if not len(table):
             raise SourceError(f"input {origin} holds no sequences")
         if not seen.keys().isdisjoint(table.names):  # whole lists at a time: millions of contigs
