@@ -160,8 +160,9 @@ def test_a_bad_byte_found_on_the_cluster_is_the_same_one_line(tmp_path, inputs, 
     monkeypatch.setattr(tasks_module, "TASK_BASES", 400_000)
     with pytest.raises(SourceError) as here:
         prepare(inputs, tmp_path / "local", PrepareOptions(**SMALL, workers=1))
+    where = dict(executor="dask", scheduler=cluster.scheduler_address)
     with pytest.raises(SourceError) as there:
-        prepare(inputs, tmp_path / "dask", PrepareOptions(**SMALL, executor="dask", scheduler=cluster.scheduler_address))
+        prepare(inputs, tmp_path / "dask", PrepareOptions(**SMALL, **where))
     assert str(there.value) == str(here.value) and "'bad_twice'" in str(here.value)
     assert not (tmp_path / "dask").exists()  # refused before anything was written
 
