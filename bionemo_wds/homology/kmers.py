@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bionemo_wds.core.distinct import distinct
+
 _CODE = np.full(256, 255, dtype=np.uint8)
 for _i, _b in enumerate(b"ACGT"):
     _CODE[_b] = _i
@@ -64,15 +66,6 @@ def _codes(c: np.ndarray, ksize: int) -> tuple[np.ndarray, np.ndarray]:
 def canonical_kmers(bases: bytes | np.ndarray, ksize: int) -> np.ndarray:
     """The distinct canonical k-mer codes of `bases` (sorted uint64)."""
     return distinct(kmer_codes(bases, ksize))
-
-
-def distinct(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of `values`. A sort and a comparison: NumPy 2.4's plain `np.unique`
-    takes a hash-table path for integers, 50x slower here on millions of k-mers."""
-    ordered = np.sort(values)
-    if len(ordered) < 2:
-        return ordered
-    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
 def containment(query: np.ndarray, target: np.ndarray) -> float:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds.core.distinct import distinct
 from bionemo_wds.format import read_manifest
-from bionemo_wds.homology.kmers import distinct
 from bionemo_wds.homology.membership import MIN_IDENTITY, check_identity, read_queries, sketch_queries
 from bionemo_wds.homology.similarity import MIN_SHARED, Matches, matches
 from bionemo_wds.homology.sketch import Sketches, SketchParams

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from bionemo_wds.core.distinct import distinct
 from bionemo_wds.format.stored_records import stored_documents
-from bionemo_wds.homology.kmers import distinct, kmer_codes
+from bionemo_wds.homology.kmers import kmer_codes
 from bionemo_wds.homology.sketch import Sketches, SketchParams, sourmash_module
 
 #: Bits of `QueryKmers.filter`'s index (a 16 MB bitmap as numpy bools).

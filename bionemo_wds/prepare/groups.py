@@ -28,6 +28,7 @@ from typing import TypeGuard
 
 import numpy as np
 
+from bionemo_wds.core.distinct import distinct
 from bionemo_wds.errors import BadInputError, OptionError
 from bionemo_wds.prepare.catalog import Catalog
 
@@ -149,7 +150,7 @@ def apply_groups(catalog: Catalog, rule: str | None) -> Catalog:
     """
     names = catalog.names
     if rule is None:
-        if catalog.groups is not None or len(np.unique(catalog.seq)) == len(catalog):
+        if catalog.groups is not None or len(distinct(catalog.seq)) == len(catalog):
             return catalog
         labels: list[str | None] = list(names)
     else:

@@ -13,8 +13,7 @@ one may hold the longest tag, so the window check then assumes no tag.
 
 from __future__ import annotations
 
-import numpy as np
-
+from bionemo_wds.core.distinct import distinct
 from bionemo_wds.errors import OptionError
 from bionemo_wds.homology.sketch import sourmash_module
 from bionemo_wds.prepare.catalog import Catalog
@@ -61,5 +60,5 @@ def _units(catalog: Catalog, opts: PrepareOptions, names: list[str]) -> int:
         check_placed(names, sum(label is not None for label in labels), opts.group_by)
         return len({label for label in labels if label is not None}) + sum(label is None for label in labels)
     if catalog.groups is not None:
-        return len(np.unique(catalog.groups))
+        return len(distinct(catalog.groups))
     return len(names)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from bionemo_wds.core.distinct import distinct
 from bionemo_wds.core.seeds import split_rng
 from bionemo_wds.errors import BadInputError
 
@@ -94,7 +95,7 @@ def stratified_split(
         raise BadInputError(problem)
     assignment = np.full(len(lengths), -1, dtype=np.int8)
     buckets = length_buckets(lengths, edges)
-    for bucket in np.unique(buckets):
+    for bucket in distinct(buckets):
         members = np.flatnonzero(buckets == bucket)
         rng = split_rng(seed, int(bucket))
         members = members[rng.permutation(len(members))]

@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""Rates of prepare's passes over the inputs per worker, and the wall time they project for 10 Tbp.
+
+Writes a synthetic input of `--mbp` Mbp in `--files` FASTA files (copies of the bundled Klebsiella
+assembly and lambda phage, each copy with its own names and a few point changes), then times, for
+each configuration (the local executor with 1 and 2 processes, a Dask LocalCluster of 1 and 2
+single-threaded workers, started before the timing as a running cluster would be):
+
+    index   `index_fasta`: one task per file builds its .fai (a fresh cache each time)
+    check   `scan` with --split-at-n 1000 and --on-invalid replace-N (every byte read, N runs looked for):
+            tasks of `--task-mbp` Mbp
+
+and checks that every configuration gives the same catalog. The inputs are read from the page
+cache (written just before): the rates are of the CPU, not of a disk. `--write-mbp` Mbp of the
+input are also prepared (shards written) with the local executor and one process, for the rate of
+the writers. Then prints the model: per pass, bases / (rate per worker x nodes x cores per node),
+bounded below by bytes / `--fs-gbps` (the shared filesystem's aggregate read rate), plus the plan
+(`--plan-seconds`, measured by tools/plan_scale.py), for 10 Tbp on the node counts of `--nodes`.
+
+    python tools/scan_scale.py --mbp 1000 --files 8 --workdir /tmp/scan-scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+
+from bionemo_wds.prepare import PrepareOptions, prepare
+from bionemo_wds.prepare import scan_tasks as tasks_module
+from bionemo_wds.prepare.executors.dask import local_cluster
+from bionemo_wds.prepare.executors.tasks import TaskPlace
+from bionemo_wds.prepare.scan import scan
+from bionemo_wds.prepare.sources.fasta import index_fasta
+
+DATA = Path(__file__).resolve().parents[1] / "bionemo_wds" / "data"
+
+
+def read_fasta(path: Path) -> dict[str, bytes]:
+    import gzip
+
+    seqs: dict[str, list[bytes]] = {}
+    name = ""
+    with gzip.open(path, "rb") as fh:
+        for line in fh:
+            if line.startswith(b">"):
+                name = line[1:].split()[0].decode()
+                seqs[name] = []
+            else:
+                seqs[name].append(line.strip())
+    return {k: b"".join(v) for k, v in seqs.items()}
+
+
+def write_inputs(work: Path, mbp: int, files: int, seed: int = 1) -> list[Path]:
+    """`files` FASTA files of about `mbp` Mbp in all, 80 bases per line."""
+    rng = random.Random(seed)
+    source = {
+        **read_fasta(DATA / "klebsiella_fragmented_assembly.fa.gz"),
+        **read_fasta(DATA / "lambda_phage_NC_001416.fa.gz"),
+    }
+    per_file = mbp * 1_000_000 // files
+    paths = []
+    copy = 0
+    for f in range(files):
+        path = work / f"input{f:03d}.fa"
+        paths.append(path)
+        if path.exists():
+            continue
+        written = 0
+        with open(path, "wb") as out:
+            while written < per_file:
+                copy += 1
+                for name, seq in source.items():
+                    at = rng.randrange(len(seq))
+                    seq = seq[:at] + b"ACGT"[rng.randrange(4) : rng.randrange(4) + 1] + seq[at + 1 :]
+                    out.write(f">{name}_f{f}_c{copy}\n".encode())
+                    out.write(b"\n".join(seq[i : i + 80] for i in range(0, len(seq), 80)) + b"\n")
+                    written += len(seq)
+    return paths
+
+
+def timed(place: TaskPlace, inputs: list[Path], work: Path) -> tuple[float, float, tuple]:
+    cache = work / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    t0 = time.perf_counter()
+    catalog = index_fasta(inputs, cache, progress=False, place=place)
+    t1 = time.perf_counter()
+    checked = scan(catalog, "replace-N", 1000, False, place)
+    t2 = time.perf_counter()
+    summary = (checked.names, checked.lengths.tolist(), checked.origin.tolist(), checked.notes)
+    return t1 - t0, t2 - t1, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mbp", type=int, default=1000, help="input size in Mbp (default 1000)")
+    parser.add_argument("--files", type=int, default=8, help="input files (default 8)")
+    parser.add_argument("--task-mbp", type=int, default=64, help="Mbp per check task (default 64)")
+    parser.add_argument("--workers", default="1,2", help="worker counts to time, comma-separated (default 1,2)")
+    parser.add_argument("--write-mbp", type=int, default=200, help="Mbp prepared for the writers' rate (0: skip)")
+    parser.add_argument("--workdir", default=None, help="where inputs go, kept for a rerun (default: temporary)")
+    parser.add_argument("--total-tbp", type=float, default=10.0, help="input size of the model, Tbp (default 10)")
+    parser.add_argument("--nodes", default="1,8,32,128", help="node counts of the model (default 1,8,32,128)")
+    parser.add_argument("--cores", type=int, default=64, help="worker processes per node in the model (default 64)")
+    parser.add_argument("--fs-gbps", type=float, default=20.0, help="shared filesystem read rate, GB/s (default 20)")
+    parser.add_argument("--plan-seconds", type=float, default=3.0, help="the plan at that size (default 3)")
+    args = parser.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="scan-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    inputs = write_inputs(work, args.mbp, args.files)
+    bases = None
+    tasks_module.TASK_BASES = args.task_mbp * 1_000_000
+    rows, summaries = [], []
+    for executor in ("local", "dask"):
+        for workers in [int(w) for w in args.workers.split(",")]:
+            if executor == "dask":
+                started = time.perf_counter()
+                cluster = local_cluster(workers)
+                startup = time.perf_counter() - started
+                place = TaskPlace("dask", workers, cluster.scheduler_address)
+            else:
+                cluster, startup, place = None, 0.0, TaskPlace("local", workers)
+            try:
+                index_s, check_s, summary = timed(place, inputs, work)
+            finally:
+                if cluster is not None:
+                    cluster.close()
+            bases = sum(summary[1])
+            summaries.append(summary)
+            rows.append((f"{executor} x{workers}", index_s, check_s, startup))
+    same = all(s == summaries[0] for s in summaries)
+    print(f"input: {bases / 1e6:.0f} Mbp in {args.files} files; check tasks of {args.task_mbp} Mbp")
+    print(f"{'run':<10} {'index s':>8} {'Mbp/s':>7} {'check s':>8} {'Mbp/s':>7} {'cluster start s':>16}")
+    for name, index_s, check_s, startup in rows:
+        print(
+            f"{name:<10} {index_s:8.2f} {bases / index_s / 1e6:7.0f} "
+            f"{check_s:8.2f} {bases / check_s / 1e6:7.0f} {startup:16.2f}"
+        )
+    print(f"same catalog in every run: {same}")
+    one = rows[0]
+    index_rate, check_rate = bases / one[1], bases / one[2]
+    write_rate = None
+    if args.write_mbp:
+        (work / "write").mkdir(exist_ok=True)
+        part = write_inputs(work / "write", args.write_mbp, 1)
+        out = work / "written"
+        shutil.rmtree(out, ignore_errors=True)
+        result = prepare(part, out, PrepareOptions(workers=1, progress=False))
+        part_bases = index_fasta(part, work / "write-cache", progress=False).total_bases
+        write_rate = part_bases / result.seconds
+        print(
+            f"write: {part_bases / 1e6:.0f} Mbp prepared by one process in {result.seconds:.1f} s: "
+            f"{write_rate / 1e6:.0f} Mbp/s (catalog, check and plan included)"
+        )
+        shutil.rmtree(out, ignore_errors=True)
+    total = args.total_tbp * 1e12
+    fs = args.fs_gbps * 1e9
+    print(
+        f"\nmodel: {args.total_tbp:g} Tbp, {args.cores} workers per node, rates of one worker here "
+        f"(index {index_rate / 1e6:.0f}, check {check_rate / 1e6:.0f}"
+        + (f", write {write_rate / 1e6:.0f}" if write_rate else "")
+        + f" Mbp/s), reads bounded by {args.fs_gbps:g} GB/s, plan {args.plan_seconds:g} s"
+    )
+    print(f"{'nodes':>6} {'index':>9} {'check':>9} {'write':>9} {'total':>9}")
+    for nodes in [int(n) for n in args.nodes.split(",")]:
+        workers = nodes * args.cores
+        index_t = max(total / (index_rate * workers), total / fs)
+        check_t = max(total / (check_rate * workers), total / fs)
+        write_t = max(total / (write_rate * workers), total / fs) if write_rate else float("nan")
+        whole = index_t + check_t + args.plan_seconds + write_t
+        print(f"{nodes:6d} {hours(index_t):>9} {hours(check_t):>9} {hours(write_t):>9} {hours(whole):>9}")
+    return 0 if same else 1
+
+
+def hours(seconds: float) -> str:
+    if seconds != seconds:
+        return "-"
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
