@@ -224,8 +224,8 @@ def hang_writing_index(table, path):
     print("indexing", flush=True)
     time.sleep(120)
 shutil.copyfileobj = hang
-from bionemo_wds.prepare.sources import fasta
-fasta.write_fai = hang_writing_index
+from bionemo_wds.prepare.sources import fasta, fasta_index
+fasta_index.write_fai = hang_writing_index
 fasta.catalog_fasta([sys.argv[1]], Path(sys.argv[2]), progress=False)
 """
 
@@ -257,14 +257,14 @@ def test_kill_9_while_cataloguing_leaves_nothing_a_later_run_trusts(tmp_path, co
 
 
 def test_fai_is_reused_when_fresh_rebuilt_when_stale_and_never_published_when_bad(tmp_path, monkeypatch):
-    from bionemo_wds.prepare.sources import fasta
+    from bionemo_wds.prepare.sources import fasta_index
 
     source = tmp_path / "in.fa"
     source.write_bytes(FASTA)
     cache = tmp_path / "cache"
     builds = []
-    real_write = fasta.write_fai
-    monkeypatch.setattr(fasta, "write_fai", lambda table, path: (builds.append(path), real_write(table, path)))
+    real_write = fasta_index.write_fai
+    monkeypatch.setattr(fasta_index, "write_fai", lambda table, path: (builds.append(path), real_write(table, path)))
     first = catalog_fasta([source], cache, progress=False)
     assert len(builds) == 1 and Path(builds[0]).name.startswith(".0000-in.fa.fai.tmp-")  # written to the temporary
     second = catalog_fasta([source], cache, progress=False)
@@ -287,13 +287,13 @@ def test_fai_is_reused_when_fresh_rebuilt_when_stale_and_never_published_when_ba
 def test_a_full_disk_while_writing_the_index_is_one_message_and_leaves_no_index(tmp_path, monkeypatch):
     import errno
 
-    from bionemo_wds.prepare.sources import fasta
+    from bionemo_wds.prepare.sources import fasta_index
 
     def full(table, path):
         Path(path).write_text("one\t5")  # part of it, then the disk is full
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(fasta, "write_fai", full)  # a real full disk cannot be made here without root mounts
+    monkeypatch.setattr(fasta_index, "write_fai", full)  # a real full disk cannot be made here without root mounts
     source = tmp_path / "in.fa"
     source.write_bytes(FASTA)
     cache = tmp_path / "cache"

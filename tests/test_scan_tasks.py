@@ -30,6 +30,7 @@ from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.report import verify
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.scan_tasks import scan_tasks
+from bionemo_wds.prepare.sources import fasta_index
 from bionemo_wds.prepare.sources.fasta import index_fasta
 
 K = 20
@@ -141,14 +142,17 @@ SMALL = dict(seq_length=1024, stride=1000, samples_per_shard=256, windows_per_re
 
 
 def test_dask_indexes_and_checks_on_the_cluster_with_the_local_bytes(tmp_path, inputs, cluster, monkeypatch):
-    monkeypatch.setattr(tasks_module, "TASK_BASES", 400_000)  # 15 scan tasks, 3 index tasks
+    monkeypatch.setattr(tasks_module, "TASK_BASES", 400_000)  # 15 scan tasks
+    monkeypatch.setattr(fasta_index, "RANGE_BYTES", 50_000)  # the plain file indexed in byte ranges
+    index_tasks = fasta_index.index_tasks(inputs, tmp_path / "no-cache", False)
+    assert len(index_tasks) >= 4
     rules = dict(on_invalid="replace-N", split_at_n=K)
     local = prepare(inputs, tmp_path / "local", PrepareOptions(**SMALL, **rules, workers=1))
     where = dict(executor="dask", scheduler=cluster.scheduler_address)
     with distributed.Client(cluster) as client, distributed.get_task_stream(client) as stream:
         dask = prepare(inputs, tmp_path / "dask", PrepareOptions(**SMALL, **rules, **where))
     ran = [str(task["key"]) for task in stream.data]
-    assert sum("bionemo-wds-index" in key for key in ran) == 3  # one per input file
+    assert sum("bionemo-wds-index" in key for key in ran) == len(index_tasks)  # per gzip file, per range
     tasks = -(-catalog_of(inputs, tmp_path).total_bases // 400_000)
     assert tasks >= 10 and sum("bionemo-wds-check" in key for key in ran) == tasks  # the scan, on the cluster
     assert dask.status == "written" and tree_bytes(tmp_path / "dask") == tree_bytes(local.out)

@@ -214,13 +214,26 @@ class _Builder:
         )
 
 
-def build_fai(path: str | os.PathLike, keep_headers: bool = False, block_bytes: int = BLOCK_BYTES) -> FaiTable:
-    """The ``.fai`` records of the plain FASTA file `path` (`FastaFormatError` when it breaks a rule)."""
+def build_fai(
+    path: str | os.PathLike,
+    keep_headers: bool = False,
+    block_bytes: int = BLOCK_BYTES,
+    start: int = 0,
+    end: int | None = None,
+) -> FaiTable:
+    """The ``.fai`` records of the plain FASTA file `path` (`FastaFormatError` when it breaks a rule),
+    or of its bytes ``[start, end)`` when both are header starts (`header_at_or_after`): the records
+    whose headers lie there, with offsets in the file. The rules are checked within the window; line
+    numbers in messages count from its start (a caller wanting the file's numbers builds the whole file)."""
     builder = _Builder(keep_headers)
-    position, line_no, carry = 0, 1, b""
+    position, line_no, carry = start, 1, b""
+    left = None if end is None else end - start
     with open(path, "rb") as fh:
+        fh.seek(start)
         while True:
-            chunk = fh.read(block_bytes)
+            chunk = fh.read(block_bytes if left is None else min(block_bytes, left))
+            if left is not None:
+                left -= len(chunk)
             data = carry + chunk
             if chunk:
                 cut = data.rfind(b"\n") + 1
@@ -261,6 +274,26 @@ def build_fai(path: str | os.PathLike, keep_headers: bool = False, block_bytes: 
                 break
     builder.close_open()
     return builder.table
+
+
+def header_at_or_after(path: str | os.PathLike, offset: int, block_bytes: int = 1 << 20) -> int:
+    """The byte offset of the first header line (a line starting with ``>``) that starts at or after
+    `offset` in `path`; the file's size when there is none. Where a byte-range task of the index starts."""
+    size = os.path.getsize(path)
+    if offset <= 0:
+        return 0
+    with open(path, "rb") as fh:
+        at = offset - 1  # a line starts at `at + 1` when the byte at `at` is a newline
+        while at < size:
+            fh.seek(at)
+            block = fh.read(block_bytes + 1)
+            found = block.find(b"\n>")
+            if found >= 0:
+                return at + found + 1
+            if len(block) <= 1:
+                break
+            at += len(block) - 1
+    return size
 
 
 def write_fai(table: FaiTable, path: str | os.PathLike) -> None:

@@ -1,20 +1,17 @@
 """FASTA inputs: plain or gzip/bgzip, one or many files, or directories of them.
 
 Indexing writes a samtools-compatible ``.fai`` (`fai.build_fai`, which also checks headers, line
-lengths and duplicate names within a file, as samtools and pyfaidx do). Gzip inputs (bgzip is gzip
-too) are decompressed once into the output's cache, because plain gzip has no random access; every
-index goes to that cache, so inputs in read-only places work and nothing is written beside them.
+lengths and duplicate names within a file, as samtools and pyfaidx do), in tasks per file and per
+byte range of a large file (`fasta_index`). Gzip inputs (bgzip is gzip too) are decompressed once
+into the output's cache, because plain gzip has no random access; every index goes to that cache,
+so inputs in read-only places work and nothing is written beside them.
 `index_fasta` reads no base; `catalog_fasta` adds the check of every base (`prepare.scan`), which
 reports a bad one with its sequence and position before any shard is written.
 """
 
 from __future__ import annotations
 
-import errno
-import gzip
 import os
-import shutil
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,18 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from bionemo_wds.errors import BadInputError, OptionError, SourceError
+from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
+from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.scan import ON_INVALID, scan
-from bionemo_wds.prepare.sources.fai import FaiTable, FastaFormatError, build_fai, read_fai, write_fai
+from bionemo_wds.prepare.sources.fasta_index import GZIP_SUFFIXES, index_files
 from bionemo_wds.prepare.tags import reads_headers, tag_all, tag_rule_problem, tagger
-from bionemo_wds.storage.atomic import atomic_path, atomic_write
 
 FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
-GZIP_SUFFIXES = (".gz", ".bgz")
-#: Input bytes from which the local executor indexes files in a process pool (below: here).
-POOL_INDEX_BYTES = 256 << 20
 
 
 def _is_fasta_name(path: Path) -> bool:
@@ -69,83 +62,6 @@ def find_fasta_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     if dupes:
         raise OptionError(f"input given more than once: {sorted(map(str, dupes))[0]}")
     return found
-
-
-def _is_gzip(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
-
-
-def _local_copy(path: Path, number: int, cache_dir: Path) -> Path:
-    """A plain-text path for `path`: itself, or its gzip content decompressed into the cache."""
-    if not _is_gzip(path):
-        return path
-    stem = path.name
-    for gz in GZIP_SUFFIXES:
-        if stem.lower().endswith(gz):
-            stem = stem[: -len(gz)]
-    target = cache_dir / f"{number:04d}-{stem}"
-    if target.exists():  # written atomically by an earlier run over the same inputs
-        return target
-    try:  # a failed read is the input's fault, a failed write (a full disk) the cache's: told apart
-        with gzip.open(path, "rb") as src, atomic_write(target) as dst:
-            shutil.copyfileobj(_GzipReads(src, path), dst, 1 << 22)
-    except OSError as exc:
-        raise BadInputError(_cache_write_error(exc, target, path)) from exc
-    return target
-
-
-class _GzipReads:
-    """`read` of a gzip input whose errors (damaged or truncated input) are a `BadInputError` saying so."""
-
-    def __init__(self, src: gzip.GzipFile, path: Path) -> None:
-        self.src, self.path = src, path
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            return self.src.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise SourceError(f"input {self.path} is not a readable gzip file: {exc}") from exc
-
-
-def _cache_write_error(exc: OSError, target: Path, path: Path) -> str:
-    """One line for a failed write of the decompressed copy of `path` into the cache (`target`)."""
-    if exc.errno == errno.ENOSPC:
-        return (
-            f"no space left on device writing {target} (gzip input {path} unpacked into the cache of --out): "
-            "free space there or choose another --out"
-        )
-    return f"cannot write {target}, the unpacked copy of gzip input {path}: {exc.strerror or exc}"
-
-
-def _index(origin: Path, local: Path, number: int, cache_dir: Path, keep_headers: bool) -> FaiTable:
-    """The ``.fai`` index of `local` (`fai.build_fai`), kept as ``<number>-<name>.fai`` in the cache.
-
-    The index is written to `atomic_path`'s temporary and published under its final name only when
-    complete: a run killed while indexing leaves no ``.fai`` for a later run to trust. An index
-    under the final name that is not older than its FASTA is therefore whole, and is read without
-    rebuilding (unless the header lines are needed, for tags: a ``.fai`` does not hold them).
-    """
-    fai = cache_dir / f"{number:04d}-{local.name}.fai"
-    if not keep_headers and fai.exists() and fai.stat().st_mtime >= local.stat().st_mtime:  # samtools' rule
-        return read_fai(fai)
-    try:
-        table = build_fai(local, keep_headers)
-    except FastaFormatError as exc:
-        if "binary" in str(exc):
-            raise SourceError(f"input {origin} is not FASTA text ({exc})") from exc
-        raise SourceError(f"input {origin} is not valid FASTA: {exc}") from exc
-    try:
-        with atomic_path(fai) as tmp:
-            write_fai(table, tmp)
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise BadInputError(
-                f"no space left on device writing {fai} (the index of input {origin}, in the cache of --out): "
-                "free space there or choose another --out"
-            ) from exc
-        raise BadInputError(f"cannot write {fai}, the index of input {origin}: {exc.strerror or exc}") from exc
-    return table
 
 
 def read_span(
@@ -217,22 +133,6 @@ class FastaReader:
         self.handles.clear()
 
 
-@dataclass(frozen=True)
-class IndexContext:
-    """What every indexing task shares: where copies and indexes go, whether headers are kept."""
-
-    cache_dir: Path
-    keep_headers: bool
-
-
-def index_file(context: IndexContext, task: tuple[int, str]) -> tuple[str, FaiTable]:
-    """One input file's readable path (itself, or its gzip content unpacked into the cache) and its
-    ``.fai`` table: a task of `index_fasta` (`task`: the file's number and path)."""
-    number, origin = task
-    local = _local_copy(Path(origin), number, context.cache_dir)
-    return str(local), _index(Path(origin), local, number, context.cache_dir, context.keep_headers)
-
-
 def index_fasta(
     inputs: Sequence[str | os.PathLike],
     cache_dir: Path,
@@ -242,9 +142,9 @@ def index_fasta(
     place: TaskPlace | None = None,
 ) -> Catalog:
     """Index every input sequence (names, lengths, layout, tags under rule `tag_mode` and its
-    `tag_map`, `prepare.tags`); no base is read (`scan` checks them). Each file is one task
-    (`index_file`), run at `place` (default: this process; with the local executor a pool only
-    from `POOL_INDEX_BYTES` of input on); the tables are joined in input order."""
+    `tag_map`, `prepare.tags`); no base is read (`scan` checks them). The files are indexed in tasks
+    (`fasta_index.index_files`: per file, per byte range of a large one) run at `place` (default:
+    this process); the tables are joined in input order."""
     problem = tag_rule_problem(tag_mode)
     if problem is not None:
         raise OptionError(f"--tags {problem}, got {tag_mode!r}")
@@ -252,11 +152,7 @@ def index_fasta(
     tag_of = None if tag_mode == "none" else tagger(tag_mode, tag_map)  # a tsv: table is read once
     files = find_fasta_files(inputs)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    place = place or TaskPlace(progress=progress)
-    if place.executor == "local" and sum(p.stat().st_size for p in files) < POOL_INDEX_BYTES:
-        place = TaskPlace(progress=place.progress)  # a pool would cost more than it saves
-    tasks = [(number, str(origin)) for number, origin in enumerate(files)]
-    indexed = run_tasks(index_file, IndexContext(cache_dir, headers), tasks, place, "index", unit="file")
+    indexed = index_files(files, cache_dir, headers, place or TaskPlace(progress=progress))
     locals_: list[str] = []
     names: list[str] = []
     tags: list[str] = []
