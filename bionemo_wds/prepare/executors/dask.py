@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import CancelledError
@@ -57,7 +58,14 @@ def local_cluster(workers: int, threads: int = 1) -> Any:
     """A `distributed.LocalCluster` of `workers` worker processes with `threads` threads each, on
     127.0.0.1 only, without the dashboard (what ``--executor dask`` without ``--scheduler`` starts)."""
     return distributed_module().LocalCluster(
-        n_workers=workers, threads_per_worker=threads, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=workers,
+        threads_per_worker=threads,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        # its processes log errors only: its own shutdown's notes (tasks cancelled when a run stops on
+        # a full disk) would precede the one line that says what happened
+        silence_logs=logging.ERROR,
     )
 
 
