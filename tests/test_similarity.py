@@ -25,6 +25,7 @@ from bionemo_wds.homology.similarity import (
     clusters_with,
     components,
     matches,
+    matches_both_ways,
     near_identical_pairs,
     shared_hashes,
 )
@@ -415,3 +416,16 @@ def test_bundled_genomes_are_not_near_identical_to_each_other():
     labels = clusters(sk, 0.95)
     lam = names.index(next(iter(read_fasta(LAMBDA))))
     assert int(labels[lam]) == lam and (labels == lam).sum() == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(a=hash_sets, b=hash_sets, threshold=st.sampled_from([0.5, 0.9, 0.97, 1.0]), min_shared=st.integers(1, 3))
+def test_one_join_both_ways_equals_two_matches(a, b, threshold, min_shared):
+    sa, sb = sketches_of(a), sketches_of(b)
+    forward, backward = matches_both_ways(sa, sb, threshold, min_shared)
+    for got, want in (
+        (forward, matches(sa, sb, threshold, min_shared)),
+        (backward, matches(sb, sa, threshold, min_shared)),
+    ):
+        for column in ("query", "target", "shared", "containment", "ani"):
+            assert np.array_equal(getattr(got, column), getattr(want, column)), column

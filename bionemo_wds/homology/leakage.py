@@ -19,7 +19,7 @@ import numpy as np
 from bionemo_wds.core.distinct import distinct
 from bionemo_wds.format import read_manifest
 from bionemo_wds.homology.membership import MIN_IDENTITY, check_identity, read_queries, sketch_queries
-from bionemo_wds.homology.similarity import MIN_SHARED, Matches, matches
+from bionemo_wds.homology.similarity import MIN_SHARED, Matches, matches_both_ways
 from bionemo_wds.homology.sketch import Sketches, SketchParams
 from bionemo_wds.homology.stored import read_split
 from bionemo_wds.load.spans import is_sequence_layout
@@ -64,9 +64,8 @@ class LeakageReport:
         return [leak for leak in self.leaks if max(leak.base_share, leak.sequence_share) > max_share]
 
 
-def leak(source: str, a: Sketches, target: str, b: Sketches, min_identity: float) -> Leak:
-    """`Leak` of `a`'s sequences into `b`."""
-    found: Matches = matches(a, b, min_identity)
+def leak(source: str, a: Sketches, target: str, b: Sketches, found: Matches) -> Leak:
+    """`Leak` of `a`'s sequences into `b`, from their `found` matches (`a`'s sequences as queries)."""
     leaked = distinct(found.query)
     best = np.argsort(-found.ani, kind="stable")[:EXAMPLES]
     examples = [
@@ -82,6 +81,12 @@ def leak(source: str, a: Sketches, target: str, b: Sketches, min_identity: float
         int((a.sizes < MIN_SHARED).sum()),
         examples,
     )
+
+
+def leaks_both_ways(source: str, a: Sketches, target: str, b: Sketches, min_identity: float) -> tuple[Leak, Leak]:
+    """The leaks of `a` into `b` and of `b` into `a`, from one join."""
+    forward, backward = matches_both_ways(a, b, min_identity)
+    return leak(source, a, target, b, forward), leak(target, b, source, a, backward)
 
 
 def leakage(
@@ -100,9 +105,13 @@ def leakage(
     manifest = read_manifest(store)
     layout = is_sequence_layout(manifest.params)
     splits = {s: read_split(store, s, layout, params, None, progress).sketches for s in manifest.splits}
-    leaks = [leak(a, splits[a], b, splits[b], min_identity) for a in splits for b in splits if a != b]
+    names = list(splits)
+    pair = {}  # each unordered pair of splits joined once, both directions from it
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            pair[a, b], pair[b, a] = leaks_both_ways(a, splits[a], b, splits[b], min_identity)
+    leaks = [pair[a, b] for a in names for b in names if a != b]
     for path, sketches in evals:
         for s, stored in splits.items():
-            leaks.append(leak(path, sketches, s, stored, min_identity))
-            leaks.append(leak(s, stored, path, sketches, min_identity))
+            leaks.extend(leaks_both_ways(path, sketches, s, stored, min_identity))
     return LeakageReport(min_identity, params, leaks)

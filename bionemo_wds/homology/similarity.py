@@ -180,6 +180,20 @@ def matches(query: Sketches, target: Sketches, min_identity: float, min_shared: 
     return _above(pairs, containment, query.params.ksize, min_identity)
 
 
+def matches_both_ways(
+    a: Sketches, b: Sketches, min_identity: float, min_shared: int = MIN_SHARED
+) -> tuple[Matches, Matches]:
+    """``matches(a, b)`` and ``matches(b, a)`` from one join: the hashes a pair shares do not depend
+    on the direction, only the containment's denominator does (each result in the order of its own
+    call: by query, then target)."""
+    pairs = shared_hashes(a, b, min_shared)
+    forward = _above(pairs, pairs.shared / np.maximum(a.sizes[pairs.left], 1), a.params.ksize, min_identity)
+    order = np.lexsort((pairs.left, pairs.right))
+    swapped = SharedHashes(pairs.right[order], pairs.left[order], pairs.shared[order], pairs.common_hashes)
+    containment = swapped.shared / np.maximum(b.sizes[swapped.left], 1)
+    return forward, _above(swapped, containment, b.params.ksize, min_identity)
+
+
 def near_identical_pairs(s: Sketches, min_identity: float, min_shared: int = MIN_SHARED) -> Matches:
     """Pairs within `s` (query < target) whose max containment ANI reaches `min_identity`."""
     pairs = shared_hashes(s, None, min_shared)
