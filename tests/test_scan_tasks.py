@@ -211,3 +211,20 @@ def test_a_worker_killed_during_the_scan_changes_nothing(tmp_path, monkeypatch):
         assert "error" not in outcome, outcome.get("error")
         assert pid not in client.run(os.getpid).values()  # it really died (and was replaced)
     assert summary(outcome["catalog"]) == alone
+
+
+def test_the_scale_tool_times_every_place_and_finds_one_catalog(tmp_path):
+    """`tools/scan_scale.py` at a tiny size, in a process of its own: the local executor and a Dask
+    LocalCluster, 1 and 2 workers, index in byte ranges (one file) and check in several tasks."""
+    import subprocess
+    import sys
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "scan_scale.py"
+    args = ["--mbp", "12", "--files", "1", "--range-mb", "4", "--task-mbp", "2", "--write-mbp", "2"]
+    args += ["--workdir", str(tmp_path)]
+    done = subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "same catalog in every run: True" in done.stdout
+    runs = [line.split()[0:2] for line in done.stdout.splitlines() if line.startswith(("local x", "dask x"))]
+    assert runs == [["local", "x1"], ["local", "x2"], ["dask", "x1"], ["dask", "x2"]]
+    assert "write:" in done.stdout and " 128 " in done.stdout  # the writers' rate and the model's last row

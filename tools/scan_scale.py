@@ -7,7 +7,8 @@ each configuration (the local executor with 1 and 2 processes, a Dask LocalClust
 single-threaded workers, started and warmed (our modules imported) before the timing, as a
 running cluster would be):
 
-    index   `index_fasta`: one task per file builds its .fai (a fresh cache each time)
+    index   `index_fasta`: one task per file builds its .fai, one per `--range-mb` MB of a larger
+            file (a fresh cache each time)
     check   `scan` with --split-at-n 1000 and --on-invalid replace-N (every byte read, N runs looked for):
             tasks of `--task-mbp` Mbp
 
@@ -42,6 +43,7 @@ from bionemo_wds.prepare import scan_tasks as tasks_module
 from bionemo_wds.prepare.executors.dask import client_session, local_cluster
 from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.scan import scan
+from bionemo_wds.prepare.sources import fasta_index
 from bionemo_wds.prepare.sources.fasta import index_fasta
 
 DATA = Path(__file__).resolve().parents[1] / "bionemo_wds" / "data"
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mbp", type=int, default=1000, help="input size in Mbp (default 1000)")
     parser.add_argument("--files", type=int, default=8, help="input files (default 8)")
     parser.add_argument("--task-mbp", type=int, default=64, help="Mbp per check task (default 64)")
+    parser.add_argument("--range-mb", type=int, default=256, help="MB per index task of a large file (default 256)")
     parser.add_argument("--workers", default="1,2", help="worker counts to time, comma-separated (default 1,2)")
     parser.add_argument("--write-mbp", type=int, default=200, help="Mbp prepared for the writers' rate (0: skip)")
     parser.add_argument("--workdir", default=None, help="where inputs go, kept for a rerun (default: temporary)")
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = write_inputs(work, args.mbp, args.files)
     bases = None
     tasks_module.TASK_BASES = args.task_mbp * 1_000_000
+    fasta_index.RANGE_BYTES = args.range_mb << 20
     rows, summaries = [], []
     for executor in ("local", "dask"):
         for workers in [int(w) for w in args.workers.split(",")]:
