@@ -340,7 +340,7 @@ class Traffic:
             times = sorted(self.arrivals)
         most, first = 0, 0
         for last, t in enumerate(times):
-            while t - times[first] >= window:
+            while first < last and t - times[first] >= window:
                 first += 1
             most = max(most, last - first + 1)
         return most
