@@ -19,6 +19,7 @@ import http.server
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -371,6 +372,12 @@ class _Server(http.server.ThreadingHTTPServer):
     ranges: bool
     log: _RequestLog
     traffic: Traffic | None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-answer (a loader cancelling its read-ahead) is no server error."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
