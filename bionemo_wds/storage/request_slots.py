@@ -6,17 +6,18 @@ Every remote request of a `Store` takes a slot for its duration (`RequestSlots.s
 the waits between its retries.
 
 With a cache directory, the slots are ``limit`` files ``<cache_dir>/.request-slots/slot-<i>``,
-each taken with an exclusive ``flock`` on a descriptor of its own (so threads of one process
-exclude each other as processes do): every loader worker and every rank that names the same cache
+each held with an exclusive ``flock``: every loader worker and every rank that names the same cache
 directory shares the bound, and a process that dies, even by ``kill -9``, gives its slots back (the
-kernel drops its locks). Processes asking for different limits share the slots, so the node's
-bound is the largest limit asked for. A cache directory on a filesystem shared by several nodes
-makes the bound theirs together (where that filesystem's ``flock`` is shared at all).
+kernel drops its locks). A process keeps one descriptor per slot file it has tried (at most
+`limit`), and its threads take turns on them, so threads exclude each other as processes do.
+Processes asking for different limits share the slots, so the node's bound is the largest limit
+asked for. A cache directory on a filesystem shared by several nodes makes the bound theirs
+together (where that filesystem's ``flock`` is shared at all).
 
 Without a cache directory the bound is the process's own: each loader worker has its own `limit`.
 
-A request that finds every slot taken waits (without spinning) for a slot of its own choosing,
-picked at random: the kernel hands that slot to one of its waiters when it is freed.
+A request that finds every slot taken waits, without spinning, on one slot picked at random (the
+kernel hands that slot to one of its waiters when it is freed).
 """
 
 from __future__ import annotations
@@ -41,51 +42,6 @@ ENV_MAX_REQUESTS = "BIONEMO_WDS_MAX_REQUESTS"
 SLOTS_DIR = ".request-slots"
 
 
-class _ProcessSlots:
-    """`limit` slots among the threads of one process (a counted condition, so `in_use` can say how
-    many are held)."""
-
-    def __init__(self, limit: int):
-        self.limit, self.held = limit, 0
-        self.freed = threading.Condition()
-
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
-        with self.freed:
-            self.freed.wait_for(lambda: self.held < self.limit)
-            self.held += 1
-        try:
-            yield
-        finally:
-            with self.freed:
-                self.held -= 1
-                self.freed.notify()
-
-
-# One set of slots per limit for the bound without a cache directory, so every store of a process
-# (a blend of 1,000 datasets) shares it; emptied in a forked child, whose copy would count the
-# parent's requests in flight (and whose lock a parent's thread may have held at the fork).
-_PROCESS_SLOTS: dict[int, _ProcessSlots] = {}
-_PROCESS_LOCK = threading.Lock()
-
-
-def _forget_process_slots() -> None:
-    global _PROCESS_LOCK
-    _PROCESS_LOCK = threading.Lock()
-    _PROCESS_SLOTS.clear()
-
-
-os.register_at_fork(after_in_child=_forget_process_slots)
-
-
-def _process_slots(limit: int) -> _ProcessSlots:
-    """This process's slots of `limit`."""
-    with _PROCESS_LOCK:
-        if limit not in _PROCESS_SLOTS:
-            _PROCESS_SLOTS[limit] = _ProcessSlots(limit)
-        return _PROCESS_SLOTS[limit]
-
-
 def max_requests(value: int | None = None) -> int:
     """The bound to use: `value` when given, else ``$BIONEMO_WDS_MAX_REQUESTS``, else
     `DEFAULT_MAX_REQUESTS`; an `OptionError` naming the option or variable when it is not a
@@ -106,22 +62,172 @@ def max_requests(value: int | None = None) -> int:
     return value
 
 
+def slot_path(directory: Path, number: int) -> Path:
+    """The lock file of slot `number` in a slots folder."""
+    return directory / f"slot-{number}"
+
+
+def _open(path: Path) -> int:
+    with refusal_named(path):  # too many open files, no permission: said as that, naming the file
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except FileNotFoundError:  # the folder is new (or was removed with the cache)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+
+def _names_file(path: Path, fd: int) -> bool:
+    """Does `path` still name the file `fd` is open on? (a cleaned cache removes the slot files: a
+    lock on a removed file bounds nobody)"""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+class _ProcessSlots:
+    """`limit` slots among the threads of one process."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held = limit, 0
+        self.freed = threading.Condition()
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        with self.freed:
+            self.freed.wait_for(lambda: self.held < self.limit)
+            self.held += 1
+        try:
+            yield
+        finally:
+            with self.freed:
+                self.held -= 1
+                self.freed.notify()
+
+
+class _NodeSlots:
+    """This process's side of a slots folder: a descriptor per slot file, and which of them a thread
+    of this process holds or waits on (a descriptor's lock is the process's, not the thread's)."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.fds: dict[int, int] = {}
+        self.busy: set[int] = set()
+        self.changed = threading.Condition()
+
+    def _fd(self, number: int) -> int:
+        if number not in self.fds:
+            self.fds[number] = _open(slot_path(self.directory, number))
+        return self.fds[number]
+
+    def _reopen(self, number: int) -> None:
+        """Forget a descriptor of a removed slot file (called with `changed` held)."""
+        fd = self.fds.pop(number, None)
+        if fd is not None:
+            os.close(fd)
+
+    def take(self, limit: int) -> int:
+        """A slot number of `limit`, held: a free one, else (waiting) one picked at random."""
+        rng = timing_random()  # which slot: timing only, so not from the run's seed
+        while True:
+            with self.changed:
+                start = rng.randrange(limit)
+                for number in ((start + i) % limit for i in range(limit)):
+                    if number in self.busy:
+                        continue
+                    fd = self._fd(number)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    if _names_file(slot_path(self.directory, number), fd):
+                        self.busy.add(number)
+                        return number
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    self._reopen(number)
+                idle = [n for n in range(limit) if n not in self.busy]
+                if not idle:  # this process's threads hold or wait on every slot: wait for one of them
+                    self.changed.wait()
+                    continue
+                number = idle[rng.randrange(len(idle))]
+                self.busy.add(number)  # ours to wait on; no other thread of this process uses it meanwhile
+                fd = self._fd(number)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds it: wait for it, holding no lock of ours
+            except BaseException:
+                with self.changed:
+                    self.busy.discard(number)
+                    self.changed.notify_all()
+                raise
+            with self.changed:
+                if _names_file(slot_path(self.directory, number), fd):
+                    return number
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                self._reopen(number)
+                self.busy.discard(number)
+                self.changed.notify_all()
+
+    def give(self, number: int) -> None:
+        """Free a slot. Unlocked explicitly: a loader worker forked meanwhile holds a copy of the
+        descriptor, and the lock belongs to both copies until unlocked."""
+        with self.changed:
+            fcntl.flock(self.fds[number], fcntl.LOCK_UN)
+            self.busy.discard(number)
+            self.changed.notify()
+
+    def close(self) -> None:
+        """(in a forked child) Close the descriptors copied from the parent, whose locks are the
+        parent's: unlocking them here would free the parent's slots."""
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+# This process's slots: one `_ProcessSlots` per limit (every store of a process shares it, so a
+# blend of 1,000 datasets is bounded as one) and one `_NodeSlots` per folder. A forked child starts
+# afresh: the parent's requests in flight are not its own (and the parent's lock may have been held).
+_PROCESS: dict[int, _ProcessSlots] = {}
+_NODE: dict[Path, _NodeSlots] = {}
+_LOCK = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()
+    _PROCESS.clear()
+    for node in _NODE.values():
+        node.close()
+    _NODE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _process_slots(limit: int) -> _ProcessSlots:
+    with _LOCK:
+        if limit not in _PROCESS:
+            _PROCESS[limit] = _ProcessSlots(limit)
+        return _PROCESS[limit]
+
+
+def _node_slots(directory: Path) -> _NodeSlots:
+    with _LOCK:
+        if directory not in _NODE:
+            _NODE[directory] = _NodeSlots(directory)
+        return _NODE[directory]
+
+
 class RequestSlots:
     """At most `limit` requests at once among the processes sharing `directory` (a cache
     directory; None: among the threads of this process). Picklable: it holds no descriptor."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, limit: int | None = None):
         self.limit = max_requests(limit)
-        self.directory = None if directory is None else Path(directory) / SLOTS_DIR
+        self.directory = None if directory is None else Path(directory).absolute() / SLOTS_DIR
 
     def __repr__(self) -> str:
         where = "this process" if self.directory is None else str(self.directory)
         return f"RequestSlots({self.limit} in {where})"
-
-    def path(self, number: int) -> Path:
-        """The lock file of slot `number`."""
-        assert self.directory is not None
-        return self.directory / f"slot-{number}"
 
     @contextlib.contextmanager
     def slot(self) -> Iterator[None]:
@@ -130,72 +236,27 @@ class RequestSlots:
             with _process_slots(self.limit).slot():
                 yield
             return
-        fd = self._take()
+        node = _node_slots(self.directory)
+        number = node.take(self.limit)
         try:
             yield
         finally:
-            self._unlock(fd)
-
-    def _open(self, number: int) -> int:
-        path = self.path(number)
-        with refusal_named(path):  # too many open files, no permission: said as that, naming the file
-            try:
-                return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            except FileNotFoundError:  # the folder is new (or was removed with the cache)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-
-    def _lock(self, number: int, wait: bool) -> int | None:
-        """A descriptor holding slot `number`'s lock, or None when it is taken (and `wait` is false)
-        or its file was replaced while we waited."""
-        fd = self._open(number)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            same = os.stat(self.path(number)).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:  # the file was removed (a cleaned cache): its lock bounds nobody
-            self._unlock(fd)
-            return None
-        return fd
-
-    @staticmethod
-    def _unlock(fd: int) -> None:
-        """Free a slot: unlocked before it is closed, since a loader worker forked meanwhile holds a
-        copy of the descriptor, and closing ours alone would keep the lock until that worker ends."""
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-    def _take(self) -> int:
-        """A descriptor holding a free slot: any free one, else (waiting) a random one."""
-        rng = timing_random()  # which slot: timing only, so not from the run's seed
-        start = rng.randrange(self.limit)
-        while True:
-            for i in range(self.limit):
-                fd = self._lock((start + i) % self.limit, wait=False)
-                if fd is not None:
-                    return fd
-            fd = self._lock(rng.randrange(self.limit), wait=True)
-            if fd is not None:
-                return fd
+            node.give(number)
 
     def in_use(self) -> int:
-        """Slots held now (by any process sharing them; without a directory, by this process)."""
+        """Slots held now (by any process sharing them, this one included; without a directory, by
+        this process). Each is tried on a descriptor of its own, for a moment."""
         if self.directory is None:
             return _process_slots(self.limit).held
-        free = 0
-        for i in range(self.limit):
-            fd = self._lock(i, wait=False)
-            if fd is not None:
-                free += 1
-                self._unlock(fd)
-        return self.limit - free
+        held = 0
+        for number in range(self.limit):
+            path = slot_path(self.directory, number)
+            fd = _open(path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                held += 1
+            finally:
+                os.close(fd)
+        return held
