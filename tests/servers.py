@@ -347,8 +347,8 @@ class Traffic:
         return most
 
     def summary(self) -> dict[str, Any]:
-        """What the server saw, as plain numbers (requests, throttled, peak in flight, busiest window
-        of `delay`, requests per second over the whole run)."""
+        """What the server saw, as plain numbers (requests, throttled, peak in flight, the most arrivals
+        in a window of `delay` and in a second, requests per second over the whole run)."""
         with self.lock:
             span = (max(self.arrivals) - min(self.arrivals)) if len(self.arrivals) > 1 else 0.0
             requests, throttled, peak = self.requests, self.throttled, self.peak
@@ -357,6 +357,7 @@ class Traffic:
             "throttled": throttled,
             "peak_in_flight": peak,
             "busiest_window": self.busiest() if self.delay > 0 else None,
+            "busiest_second": self.busiest(1.0),
             "mean_rate": requests / span if span > 0 else None,
         }
 

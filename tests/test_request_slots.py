@@ -366,3 +366,13 @@ def test_a_forked_process_makes_its_own_pool():
         if child.is_alive():
             child.kill()
     assert child.exitcode == 0
+
+
+def test_a_bad_max_requests_is_named_when_the_loader_is_made(tmp_path):
+    from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+    from bionemo_wds.load.dataset import GenomicDataset
+
+    said = r"^max_requests must be at least 1 \(requests in flight at once\), got 0$"
+    for make in (GenomicWebDataModule, GenomicDataset):
+        with pytest.raises(OptionError, match=said):
+            make(str(tmp_path / "nowhere"), max_requests=0)

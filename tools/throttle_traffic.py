@@ -13,10 +13,10 @@ epoch read from local disk. One table row per bound (and ``--json``: one JSON li
 
     python tools/throttle_traffic.py --max-requests 4 16 --out /tmp/throttle
 
-Columns: the store's requests, its 503 answers, its peak in flight, its busiest ``--delay`` window,
-its mean request rate over the run, the loader's retries and throttled count (`storage_stats`; they
-leave out the metadata reads), the wall time, and whether the batches equal local disk's. Needs the
-test extras (the server lives in ``tests/servers.py``).
+Columns: the store's requests, its 503 answers, its peak in flight, the most requests it had in a
+window of ``--delay`` and in one second, its mean request rate over the run, the loader's retries
+and throttled count (`storage_stats`; they leave out the metadata reads), the wall time, and whether
+the batches equal local disk's. Needs the test extras (the server lives in ``tests/servers.py``).
 """
 
 from __future__ import annotations
@@ -143,19 +143,19 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             print(json.dumps(row))
         return 0
-    limit = args.server_limit or "no limit"
+    limit = f"above {args.server_limit} in flight" if args.server_limit else "no limit in flight"
     print(
-        f"server: 503 SlowDown to every {args.every}th request and above {limit} in flight, each held "
-        f"{args.delay * 1000:.0f} ms; loader: {args.workers} workers, {args.retries} attempts"
+        f"server: 503 SlowDown to every {args.every}th request, {limit}, each held {args.delay * 1000:.0f} ms; "
+        f"loader: {args.workers} workers, {args.retries} attempts"
     )
-    head = ("max_requests", "requests", "503s", "peak in flight", f"busiest {args.delay * 1000:.0f} ms", "req/s",
-            "retries", "throttled", "seconds", "same batches")  # fmt: skip
+    head = ("max_requests", "requests", "503s", "peak in flight", f"busiest {args.delay * 1000:.0f} ms",
+            "busiest 1 s", "mean req/s", "retries", "throttled", "seconds", "same batches")  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         rate = f"{r['server_mean_rate']:.0f}" if r["server_mean_rate"] else "-"
         cells = (r["max_requests"], r["server_requests"], r["server_throttled"], r["server_peak_in_flight"],
-                 r["server_busiest_window"], rate, r["loader_retries"], r["loader_throttled"], r["seconds"],
-                 r["same_batches"])  # fmt: skip
+                 r["server_busiest_window"], r["server_busiest_second"], rate, r["loader_retries"],
+                 r["loader_throttled"], r["seconds"], r["same_batches"])  # fmt: skip
         print(" | ".join(str(c) for c in cells))
     return 0 if all(r["same_batches"] for r in rows) else 1
 
