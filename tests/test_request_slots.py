@@ -376,3 +376,16 @@ def test_a_bad_max_requests_is_named_when_the_loader_is_made(tmp_path):
     for make in (GenomicWebDataModule, GenomicDataset):
         with pytest.raises(OptionError, match=said):
             make(str(tmp_path / "nowhere"), max_requests=0)
+
+
+def test_the_range_cache_never_evicts_the_slot_files(tmp_path):
+    from bionemo_wds.storage.cache import RangeCache
+
+    slots = RequestSlots(tmp_path, 2)
+    with slots.slot(), slots.slot():  # both slot files made
+        pass
+    cache = RangeCache(tmp_path, limit=100)
+    for n in range(10):
+        cache.put("s3://b/x.tar", n * 50, 50, bytes(50))
+    assert cache.evict() >= 0 and cache.size() <= 100
+    assert sorted(p.name for p in (tmp_path / SLOTS_DIR).iterdir()) == ["slot-0", "slot-1"]
