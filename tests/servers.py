@@ -19,7 +19,9 @@ import http.server
 import os
 import re
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -296,10 +298,87 @@ class _Slice:
         self._f.close()
 
 
+class Traffic:
+    """A server that throttles, and what it saw: every request is held `delay` seconds, then answered
+    503 ``SlowDown`` when it is the `every`-th (counted over all requests) or when more than
+    `max_concurrent` are in flight; otherwise served.
+
+    `in_flight` counts a request from its arrival until its answer starts, a span inside the one a
+    client holds a request slot for (from before it sends to after it reads the answer), so `peak`
+    never exceeds the client's bound on requests in flight. Since each request is in flight at
+    least `delay` seconds, the arrivals in any window of `delay` seconds (`busiest`) were all in
+    flight together at its end: at most `peak`, which bounds the request rate at ``peak / delay``.
+    """
+
+    def __init__(self, every: int = 0, max_concurrent: int | None = None, delay: float = 0.0) -> None:
+        self.every, self.max_concurrent, self.delay = every, max_concurrent, delay
+        self.lock = threading.Lock()
+        self.requests = self.throttled = self.in_flight = self.peak = 0
+        self.arrivals: list[float] = []  # time.monotonic() of each request's arrival
+
+    def arrive(self) -> bool:
+        """A request arrived: count it; should it be answered 503 SlowDown?"""
+        with self.lock:
+            self.requests += 1
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            self.arrivals.append(time.monotonic())
+            slow_down = (self.every > 0 and self.requests % self.every == 0) or (
+                self.max_concurrent is not None and self.in_flight > self.max_concurrent
+            )
+            self.throttled += slow_down
+            return slow_down
+
+    def leave(self) -> None:
+        """The request's answer starts."""
+        with self.lock:
+            self.in_flight -= 1
+
+    def busiest(self, seconds: float | None = None) -> int:
+        """The most arrivals within any window of `seconds` (default: `delay`)."""
+        window = self.delay if seconds is None else seconds
+        with self.lock:
+            times = sorted(self.arrivals)
+        most, first = 0, 0
+        for last, t in enumerate(times):
+            while first < last and t - times[first] >= window:
+                first += 1
+            most = max(most, last - first + 1)
+        return most
+
+    def summary(self) -> dict[str, Any]:
+        """What the server saw, as plain numbers (requests, throttled, peak in flight, the most arrivals
+        in a window of `delay` and in a second, requests per second over the whole run)."""
+        with self.lock:
+            span = (max(self.arrivals) - min(self.arrivals)) if len(self.arrivals) > 1 else 0.0
+            requests, throttled, peak = self.requests, self.throttled, self.peak
+        return {
+            "requests": requests,
+            "throttled": throttled,
+            "peak_in_flight": peak,
+            "busiest_window": self.busiest() if self.delay > 0 else None,
+            "busiest_second": self.busiest(1.0),
+            "mean_rate": requests / span if span > 0 else None,
+        }
+
+
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
 class _Server(http.server.ThreadingHTTPServer):
     allow_reuse_address = True  # rebind the same port on restart despite TIME_WAIT connections
     ranges: bool
     log: _RequestLog
+    traffic: Traffic | None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-answer (a loader cancelling its read-ahead) is no server error."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -316,6 +395,34 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def do_GET(self) -> None:
+        self._answer(super().do_GET)
+
+    def do_HEAD(self) -> None:
+        self._answer(super().do_HEAD)
+
+    def _answer(self, serve: Callable[[], None]) -> None:
+        """Serve, or (a throttling server) hold the request, then serve it or answer 503 SlowDown."""
+        traffic = self.server.traffic
+        if traffic is None:
+            serve()
+            return
+        slow_down = traffic.arrive()
+        try:
+            time.sleep(traffic.delay)
+        finally:
+            traffic.leave()
+        if not slow_down:
+            serve()
+            return
+        self.send_response(http.HTTPStatus.SERVICE_UNAVAILABLE)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Retry-After", "1")
+        self.send_header("Content-Length", str(len(_SLOW_DOWN) if self.command == "GET" else 0))
+        self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(_SLOW_DOWN)
 
     def end_headers(self) -> None:
         if self._file_response:
@@ -371,11 +478,19 @@ class HTTPServer:
     ranges=True adds single byte-range support (206 + Content-Range, 416 when unsatisfiable);
     ranges=False is plain SimpleHTTPRequestHandler, which ignores Range and always answers 200.
     Requests are counted in `.requests` as (method, raw path, Range header or None).
+    `traffic` makes it a server that throttles (503 SlowDown) and records its peak concurrency (`Traffic`).
     """
 
-    def __init__(self, directory: str | os.PathLike[str], ranges: bool = True, port: int | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        ranges: bool = True,
+        port: int | None = None,
+        traffic: Traffic | None = None,
+    ) -> None:
         self.directory = os.fspath(directory)
         self.ranges = ranges
+        self.traffic = traffic
         self.port = port if port is not None else free_port()
         self._log = _RequestLog()
         self._conns = _Connections()
@@ -401,7 +516,7 @@ class HTTPServer:
             raise RuntimeError(f"HTTPServer on port {self.port} is already running")
         handler = functools.partial(_Handler, directory=self.directory)
         server = _Server((HOST, self.port), handler)
-        server.ranges, server.log = self.ranges, self._log
+        server.ranges, server.log, server.traffic = self.ranges, self._log, self.traffic
         self._conns.attach(server)
         self._thread = threading.Thread(
             target=server.serve_forever, args=(_POLL,), name=f"http-{self.port}", daemon=True
@@ -429,11 +544,12 @@ class HTTPServer:
 
 @pytest.fixture
 def http_server() -> Iterator[Callable[..., HTTPServer]]:
-    """A factory `serve(directory, ranges=True) -> HTTPServer` of started servers, all stopped at teardown."""
+    """A factory `serve(directory, ranges=True, traffic=None) -> HTTPServer` of started servers, all stopped
+    at teardown."""
     servers: list[HTTPServer] = []
 
-    def serve(directory: str | os.PathLike[str], ranges: bool = True) -> HTTPServer:
-        server = HTTPServer(directory, ranges=ranges)
+    def serve(directory: str | os.PathLike[str], ranges: bool = True, traffic: Traffic | None = None) -> HTTPServer:
+        server = HTTPServer(directory, ranges=ranges, traffic=traffic)
         server.start()
         servers.append(server)
         return server

@@ -26,7 +26,7 @@ import pytest
 import servers
 import torch
 from conftest import KLEBSIELLA, TINY_FIT
-from servers import HTTPServer, S3Server
+from servers import HTTPServer, S3Server, Traffic
 
 from bionemo_wds import Split, WebDataModule
 from bionemo_wds.cli.main import main as cli_main
@@ -38,6 +38,7 @@ from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.outdir import PLAN_NAME
 from bionemo_wds.prepare.report import verify
 from bionemo_wds.storage.atomic import atomic_write
+from bionemo_wds.storage.request_slots import RequestSlots
 from bionemo_wds.storage.retry import RemoteReadError
 from bionemo_wds.storage.store import Store
 
@@ -105,7 +106,7 @@ def own_process(request) -> Callable[[Any], Any]:
 @pytest.fixture
 def serve(http_server, own_process) -> Callable[..., HTTPServer]:
     """http_server's factory, its servers registered with `own_process`."""
-    return lambda directory, ranges=True: own_process(http_server(directory, ranges))
+    return lambda directory, ranges=True, traffic=None: own_process(http_server(directory, ranges, traffic))
 
 
 def options(**kw: Any) -> PrepareOptions:
@@ -448,6 +449,37 @@ def test_skip_and_count_when_the_server_is_gone(s3_server, s3_dataset, reference
     flat_got, flat_want = [k for b in got for k in b], [k for b in want for k in b]
     assert all(g in ("", w) for g, w in zip(flat_got, flat_want))  # real windows in place, filler for the rest
     assert "" in flat_got and got[0] == want[0]
+
+
+# ---------------------------------------------------------------------------------------------------- throttling
+
+
+def test_a_throttling_server_gets_at_most_max_requests_at_once_and_the_batches_of_local_disk(
+    local_dataset, reference, serve, tmp_path
+):
+    """A server that answers 503 SlowDown to every 4th request and holds each request 20 ms: with two
+    loader workers (three processes sharing the bound through the cache directory, each with 8 read-ahead
+    threads) it never sees more than `max_requests` at once, nor more in any 20 ms; the epoch is the
+    one read from local disk; every throttling answer was retried and counted."""
+    traffic = Traffic(every=4, delay=0.02)
+    server = serve(local_dataset.parent, traffic=traffic)
+    dm = make(
+        f"{server.url}/{local_dataset.name}",
+        num_workers=2,
+        cache_dir=str(tmp_path / "cache"),
+        max_requests=3,
+        retries=8,
+        retry_backoff=0.01,
+    )
+    assert_same_batches(list(dm.train_dataloader()), reference[2]["train"])
+    assert_same_batches(list(dm.val_dataloader()), reference[2]["val"])
+    seen = traffic.summary()
+    assert seen["throttled"] == seen["requests"] // 4 > 0
+    assert 2 <= seen["peak_in_flight"] <= 3 and seen["busiest_window"] <= 3
+    stats = dm.storage_stats
+    # the store's counters leave out the metadata reads (manifest, record index): at most the server's count
+    assert 0 < stats["throttled"] <= seen["throttled"] and stats["retries"] >= stats["throttled"]
+    assert RequestSlots(tmp_path / "cache", 3).in_use() == 0  # every slot given back
 
 
 # ---------------------------------------------------------------------------------------------------- no range requests

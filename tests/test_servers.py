@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import servers
-from servers import HOST, HTTPServer, S3Server, free_port, parse_range
+from servers import HOST, HTTPServer, S3Server, Traffic, free_port, parse_range
 
 # fixtures by assignment: `from servers import s3_server` would make ruff report F811 at every test using it
 s3_server = servers.s3_server
@@ -192,3 +192,31 @@ def test_http_stop_restart(http_server, site: Path) -> None:
     srv.restart()
     assert srv.port == port and fetch(f"{srv.url}/sub/a.txt")[2] == b"a"
     assert len(srv.requests) == 2
+
+
+def test_http_throttling_answers_every_nth_request_with_slow_down(http_server, site: Path) -> None:
+    traffic = Traffic(every=3)
+    srv = http_server(site, traffic=traffic)
+    answers = [fetch(f"{srv.url}/data.bin", range_="bytes=0-9") for _ in range(6)]
+    assert [status for status, _, _ in answers] == [206, 206, 503, 206, 206, 503]
+    assert b"<Code>SlowDown</Code>" in answers[2][2] and answers[2][1]["Retry-After"] == "1"
+    assert answers[0][2] == DATA[:10]
+    assert traffic.summary()["requests"] == 6 and traffic.throttled == 2 and traffic.peak == 1
+    assert traffic.in_flight == 0
+
+
+def test_http_throttling_above_a_number_in_flight_and_the_busiest_window(http_server, site: Path) -> None:
+    """Requests held 1 s each by a server that takes 2 at once: of 4 sent together, 2 are refused; the
+    arrivals of any 1 s window were all in flight together."""
+    import threading
+
+    traffic = Traffic(max_concurrent=2, delay=1.0)
+    srv = http_server(site, traffic=traffic)
+    statuses: list[int] = []
+    threads = [threading.Thread(target=lambda: statuses.append(fetch(f"{srv.url}/data.bin")[0])) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [200, 200, 503, 503] and traffic.peak == 4
+    assert traffic.busiest() == 4 and traffic.busiest(0.0) == 1

@@ -439,7 +439,7 @@ def test_a_negative_limit_is_refused(tmp_path):
 
 def _child_adds(stats: StorageStats) -> None:
     stats.add(bytes_fetched=1000, requests=3)
-    stats.add(cache_hits=2, retries=1, shards_skipped=1)
+    stats.add(cache_hits=2, retries=1, shards_skipped=1, throttled=1)
 
 
 def test_counts_from_a_forked_process_reach_the_parent():
@@ -463,6 +463,7 @@ def test_counts_from_a_forked_process_reach_the_parent():
         "retries": 2,
         "shards_skipped": 2,
         "whole_shards": 0,
+        "throttled": 2,
     }
     assert StorageStats.since(now, before) == {
         "bytes_fetched": 2000,
@@ -472,9 +473,11 @@ def test_counts_from_a_forked_process_reach_the_parent():
         "retries": 2,
         "shards_skipped": 2,
         "whole_shards": 0,
+        "throttled": 2,
     }
     line = StorageStats.describe(StorageStats.since(now, before))
     assert "6 request(s)" in line and "4 hit(s)" in line and "2 retries" in line and "2 shard(s) skipped" in line
+    assert "2 throttled" in line
 
 
 def test_an_unknown_counter_is_an_error():

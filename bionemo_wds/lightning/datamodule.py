@@ -35,6 +35,7 @@ from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
 from bionemo_wds.load.spans import Cutting, split_records
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World
+from bionemo_wds.storage.request_slots import RequestSlots
 from bionemo_wds.storage.retry import RetryPolicy
 from bionemo_wds.storage.stats import FIELDS as STORAGE_FIELDS
 from bionemo_wds.storage.store import Store
@@ -82,8 +83,12 @@ class GenomicWebDataModule(L.LightningDataModule):
             worker and rank of a node); a range is fetched once and reused in later epochs.
         cache_limit: bytes the cache may hold (least recently used ranges are evicted); None: no limit.
         retries: attempts per remote read (connection refused or reset, timeouts, 5xx) before an
-            error naming the URL; waits start at `retry_backoff` seconds and double.
+            error naming the URL; waits start at `retry_backoff` seconds and double; after a
+            throttling answer (429, 503 SlowDown) they are jittered, from twice `retry_backoff` up.
         retry_backoff: seconds to wait after the first failed attempt.
+        max_requests: remote requests in flight at once, at most: shared by every loader worker and
+            rank of the node through `cache_dir` (without a cache_dir: per process). None:
+            ``$BIONEMO_WDS_MAX_REQUESTS``, else 64.
         fold_case: give the model upper-case ids for soft-masked (lower-case) bases.
         soft_mask_weight: None (default): every base weighs 1 in ``loss_mask``; a number w in [0, 1]:
             ``loss_mask`` is w where the label is a lower-case base (Evo2 and GPN use 0.1), 1 for other
@@ -129,6 +134,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         cache_limit: int | None = None,
         retries: int = 5,
         retry_backoff: float = 0.5,
+        max_requests: int | None = None,
         fold_case: bool = True,
         soft_mask_weight: float | None = None,
         tag_dropout: float = 0.0,
@@ -157,9 +163,12 @@ class GenomicWebDataModule(L.LightningDataModule):
         if Split.train in self.cached_splits:
             raise OptionError("cache_in_memory is for val and test: the train order changes every epoch")
         retry = RetryPolicy(retries, retry_backoff)
-        self.store = Store(self.entries[0].path, storage_options, retry, what="shards")  # the first dataset's
+        slots = RequestSlots(cache_dir, max_requests)  # the node's bound, through the cache directory
+        self.store = Store(self.entries[0].path, storage_options, retry, what="shards", slots=slots)  # the first's
         self.root = self.store.root
-        self.opening = OpenOptions(seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit)
+        self.opening = OpenOptions(
+            seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit, max_requests
+        )
         self.cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
         self.micro_batch_size, self.requested_global_batch_size = micro_batch_size, global_batch_size
         self.global_batch_size = global_batch_size or micro_batch_size

@@ -57,6 +57,7 @@ from bionemo_wds.load.span_reader import SpanBatches
 from bionemo_wds.load.spans import Cutting, SpanSources
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World, in_loader_worker
+from bionemo_wds.storage.request_slots import RequestSlots
 
 log = logging.getLogger("bionemo_wds.load.dataset")
 
@@ -87,7 +88,11 @@ class GenomicDataset(IterableDataset):
             every rank) or "resampled" (bionemo's pseudo-epochs of an endless seeded stream).
         storage_options: fsspec options for remote datasets (endpoint, credentials, ...).
         cache_dir, cache_limit: a local cache of the remote record ranges read, and its size in bytes.
-        retries, retry_backoff: attempts per remote read, and the first wait between them in seconds.
+        retries, retry_backoff: attempts per remote read, and the first wait between them in seconds
+            (after a throttling answer, 429 or 503 SlowDown, a jittered wait of at least twice it).
+        max_requests: remote requests in flight at once, at most, shared by every loader worker and
+            rank that names the same `cache_dir` (without one: per process). None:
+            ``$BIONEMO_WDS_MAX_REQUESTS``, else 64.
         fold_case: give the model upper-case ids for soft-masked (lower-case) bases.
         soft_mask_weight: ``loss_mask`` weight of lower-case bases (None: every base weighs 1).
         tag_dropout: probability of dropping a training window's control tag (or each lineage rank).
@@ -129,6 +134,7 @@ class GenomicDataset(IterableDataset):
         cache_limit: int | None = None,
         retries: int = 5,
         retry_backoff: float = 0.5,
+        max_requests: int | None = None,
         fold_case: bool = True,
         soft_mask_weight: float | None = None,
         tag_dropout: float = 0.0,
@@ -146,7 +152,10 @@ class GenomicDataset(IterableDataset):
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)
-        opening = OpenOptions(seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit)
+        opening = OpenOptions(
+            seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit, max_requests
+        )
+        RequestSlots(cache_dir, max_requests)  # checked now (an OptionError naming it), used when a dataset opens
         cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
         sources = Sources(entries, samples_per_epoch, seed, opening, world.rank, samples.unused, cutting)
         self.build(sources, as_split(split), micro_batch_size, world, samples, seed, shuffle_buffer, epoch)

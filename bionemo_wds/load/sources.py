@@ -30,6 +30,7 @@ from bionemo_wds.load.shard_errors import Handler, ShardErrorPolicy
 from bionemo_wds.load.spans import Cutting, SequenceRecords, SpanSources, is_sequence_layout
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.cache import RangeCache
+from bionemo_wds.storage.request_slots import RequestSlots
 from bionemo_wds.storage.retry import RetryPolicy
 from bionemo_wds.storage.stats import FIELDS as STORAGE_FIELDS
 from bionemo_wds.storage.stats import StorageStats
@@ -52,6 +53,7 @@ class OpenOptions:
     retry_backoff: float = 0.5
     cache_dir: str | None = None
     cache_limit: int | None = None
+    max_requests: int | None = None
 
 
 @dataclass
@@ -72,7 +74,8 @@ class Source:
     def open(cls, entry: BlendEntry, options: OpenOptions, report: bool) -> Source:
         """Open the dataset of `entry`; `report`: warn about what the manifest does not list (one rank does)."""
         retry = RetryPolicy(options.retries, options.retry_backoff)
-        store = Store(entry.path, dict(options.storage_options or {}), retry, what="shards")
+        slots = RequestSlots(options.cache_dir, options.max_requests)  # the node's, through the cache
+        store = Store(entry.path, dict(options.storage_options or {}), retry, what="shards", slots=slots)
         opened = open_dataset(
             store, options.seq_length, options.handler, report, options.cache_dir, options.cache_limit
         )

@@ -6,8 +6,9 @@
 - `open_files`: `OPEN_FILES`, the process's bounded table of open local shard files (LRU);
 - `mapped`: `load_npy`, read-only memory maps of index files that keep no descriptor open;
 - `cache`: `RangeCache`, the node-local cache of remote ranges (bounded, LRU, safe to share);
-- `retry`: `RetryPolicy`, `retrying`, `RemoteReadError`;
-- `stats`: `StorageStats`, the counters of bytes, requests, cache hits and misses, retries;
+- `request_slots`: `RequestSlots`, the bound on requests in flight (per node through the cache directory);
+- `retry`: `RetryPolicy`, `retrying` (jittered waits after throttling answers), `RemoteReadError`;
+- `stats`: `StorageStats`, the counters of bytes, requests, cache hits and misses, retries, throttling;
 - `atomic`: `atomic_write` / `atomic_path` (every file this package writes goes through them) and hashing;
 - `streams`: whole remote objects as streams for webdataset's reader (the compat modules).
 

@@ -161,8 +161,8 @@ class RangeCache:
             entries, total = [], 0
             now = time.time()
             for group in os.scandir(self.directory):
-                if not group.is_dir(follow_symlinks=False):
-                    continue
+                if not group.is_dir(follow_symlinks=False) or group.name.startswith("."):
+                    continue  # locks, and folders that are not entries (`request_slots.SLOTS_DIR`)
                 for entry in os.scandir(group.path):
                     try:
                         info = entry.stat(follow_symlinks=False)
@@ -208,6 +208,6 @@ class RangeCache:
         """Bytes the cache holds now (entries only)."""
         total = 0
         for group in self.directory.iterdir():
-            if group.is_dir():
+            if group.is_dir() and not group.name.startswith("."):
                 total += sum(p.stat().st_size for p in group.iterdir() if not p.match(TEMPORARY_GLOB))
         return total

@@ -3,9 +3,10 @@
 `LocalShards` reads a range with one positioned read. `RemoteShards` reads it with one range
 request (retried, counted), from the node's `RangeCache` when one is given (a range is fetched once
 and reused next epoch), and fetches ahead: `prefetch` is told the ranges the plan needs next and
-starts up to `parallel` requests in a thread pool, so the loader does not wait on the network.
-Both are created in the main process and handed to loader workers; descriptors, clients and
-threads are opened in the process that uses them.
+hands them to the process's one read-ahead pool (`read_ahead_pool`: `PARALLEL` threads shared by
+every remote dataset, so a blend of 1,000 datasets has 8 threads, not 8,000), so the loader does not
+wait on the network. Both are created in the main process and handed to loader workers;
+descriptors, clients and threads are opened in the process that uses them.
 
 A server that ignores range requests (``python -m http.server``, some CDNs) answers a range request
 with the whole shard. `RemoteShards` then keeps that shard whole in the cache (`RangeCache.put_whole`;
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 import warnings
 import weakref
@@ -35,8 +37,30 @@ from bionemo_wds.storage.store import Store
 
 #: Ranges fetched ahead and not yet read, at most (about a mixing block of 8 kb windows' records).
 MAX_AHEAD = 256
-#: Parallel range requests per process.
+#: Read-ahead threads per process (every remote dataset's together), so parallel range requests.
 PARALLEL = 8
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """(in a forked child) The parent's threads do not exist here, and its lock may have been held."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def read_ahead_pool() -> ThreadPoolExecutor:
+    """This process's read-ahead threads, shared by every `RemoteShards` (made by the process that
+    first asks: a loader worker makes its own; a pool belongs to the process id that made it)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (os.getpid(), ThreadPoolExecutor(PARALLEL, thread_name_prefix="bionemo-wds-fetch"))
+        return _POOL[1]
 
 
 class ShardRanges(Protocol):
@@ -97,9 +121,9 @@ class RemoteShards:
 
     reads_ahead = True
 
-    def __init__(self, store: Store, urls: list[str], cache: RangeCache | None = None, parallel: int = PARALLEL):
-        self.store, self.urls, self.cache, self.parallel = store, urls, cache, parallel
-        self._pool: tuple[int, ThreadPoolExecutor] | None = None
+    def __init__(self, store: Store, urls: list[str], cache: RangeCache | None = None):
+        self.store, self.urls, self.cache = store, urls, cache
+        self._pid = os.getpid()  # the process whose read-ahead `_ahead` holds
         self._ahead: OrderedDict[tuple[int, int, int], Future[bytes]] = OrderedDict()
         self._whole_shards = False  # this process found that the server ignores range requests
         self._probed = False  # this process has had an answer to a range request
@@ -109,13 +133,15 @@ class RemoteShards:
             weakref.finalize(self, _remove_spare, self._spare, os.getpid())
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pool": None, "_ahead": OrderedDict()}  # threads stay in their process
+        return {**self.__dict__, "_ahead": OrderedDict()}  # fetches under way stay in their process
 
     def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None or self._pool[0] != os.getpid():
-            self._pool = (os.getpid(), ThreadPoolExecutor(self.parallel, thread_name_prefix="bionemo-wds-fetch"))
+        """The process's read-ahead pool; in a forked process, this reader's fetches of the parent are
+        forgotten (they never finish here)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
             self._ahead.clear()
-        return self._pool[1]
+        return read_ahead_pool()
 
     def whole_shards(self) -> bool:
         """Does the server ignore range requests (found by this process, or by any that shares the
@@ -237,9 +263,8 @@ class RemoteShards:
             self.cache.drop(self.urls[shard], offset, size)
 
     def close(self) -> None:
-        for future in self._ahead.values():
-            future.cancel()
+        """Cancel this reader's fetches not yet started (the pool is the process's: it stays)."""
+        if self._pid == os.getpid():
+            for future in self._ahead.values():
+                future.cancel()
         self._ahead.clear()
-        if self._pool is not None and self._pool[0] == os.getpid():
-            self._pool[1].shutdown(wait=False, cancel_futures=True)
-        self._pool = None

@@ -1,4 +1,5 @@
-"""Counts of what the storage layer did: bytes fetched, requests, cache hits and misses, retries.
+"""Counts of what the storage layer did: bytes fetched, requests, cache hits and misses, retries,
+throttling answers.
 
 The counters live in shared memory from the context loader workers start with (as the skip
 counter of `ShardErrorPolicy` does), so what every worker fetched adds up in the main process.
@@ -11,7 +12,17 @@ from typing import Any
 
 #: The counters, in order.
 #: ``whole_shards``: shards fetched whole because the server ignores range requests (`shards.RemoteShards`).
-FIELDS = ("bytes_fetched", "requests", "cache_hits", "cache_misses", "retries", "shards_skipped", "whole_shards")
+#: ``throttled``: answers that asked us to slow down (429, 503, ``SlowDown``; `retry.is_throttled`).
+FIELDS = (
+    "bytes_fetched",
+    "requests",
+    "cache_hits",
+    "cache_misses",
+    "retries",
+    "shards_skipped",
+    "whole_shards",
+    "throttled",
+)
 
 
 class StorageStats:
@@ -51,6 +62,7 @@ class StorageStats:
         return (
             f"{counts['bytes_fetched'] / 1e6:.1f} MB fetched in {counts['requests']} request(s), "
             f"cache {counts['cache_hits']} hit(s) / {counts['cache_misses']} miss(es), {counts['retries']} retries, "
+            f"{counts.get('throttled', 0)} throttled, "
             f"{counts['shards_skipped']} shard(s) skipped"
             + (f", {counts['whole_shards']} whole shard(s) (no range requests)" if counts.get("whole_shards") else "")
         )

@@ -3,9 +3,10 @@
 `Store(root)` takes a local directory or any URL `check_location` accepts and offers what the
 package needs of a dataset: whole reads (the manifest), byte ranges (records), streams (verify),
 listings with sizes (presence checks; one LIST per directory, never a glob on a bucket), atomic
-writes (`storage.atomic`) and removal. Remote reads retry transient failures (`retry`) and are
-counted (`stats`). The fsspec filesystem is opened lazily in each process, so a store can be
-handed to loader workers.
+writes (`storage.atomic`) and removal. Remote reads retry transient failures (`retry`), are
+counted (`stats`) and each holds one of the node's request slots while in flight (`request_slots`;
+a stream holds one for its opening request, and reads on one request at a time). The fsspec
+filesystem is opened lazily in each process, so a store can be handed to loader workers.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from typing import IO, Any
 from bionemo_wds.errors import refusal_named
 from bionemo_wds.storage.atomic import atomic_write
 from bionemo_wds.storage.location import check_location, filesystem, is_url, join, local_path
+from bionemo_wds.storage.request_slots import RequestSlots
 from bionemo_wds.storage.retry import RangeIgnored, RemoteReadError, RetryPolicy, ShortRead, retrying
 from bionemo_wds.storage.stats import StorageStats
 
 
 class Store:
-    """Files under one root (a directory or a URL prefix), addressed by paths relative to it."""
+    """Files under one root (a directory or a URL prefix), addressed by paths relative to it.
+
+    `slots` bounds the remote requests in flight: the node's (`RequestSlots` of a cache directory)
+    or, by default, this process's (``$BIONEMO_WDS_MAX_REQUESTS``, else 64, per process)."""
 
     def __init__(
         self,
@@ -37,12 +42,14 @@ class Store:
         stats: StorageStats | None = None,
         write: bool = False,
         what: str = "location",
+        slots: RequestSlots | None = None,
     ):
         self.root = local_path(check_location(root, write=write, what=what)).rstrip("/") or "/"
         self.remote = is_url(self.root)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
         self.stats = stats
+        self.slots = slots or RequestSlots()
         self.writing = write
         self._fs: tuple[int, Any] | None = None
 
@@ -76,7 +83,20 @@ class Store:
             self.stats.add(**counts)
 
     def _retrying(self, call: Any, url: str) -> Any:
-        return retrying(call, url, self.retry, on_retry=lambda: self.count(retries=1))
+        """`call()` (one request) in a request slot, retried (each attempt in a slot of its own: none
+        is held while waiting to retry) and counted."""
+
+        def in_slot() -> Any:
+            with self.slots.slot():
+                return call()
+
+        return retrying(
+            in_slot,
+            url,
+            self.retry,
+            on_retry=lambda: self.count(retries=1),
+            on_throttled=lambda: self.count(throttled=1),
+        )
 
     # -- reading ------------------------------------------------------------------------------------
 
