@@ -35,10 +35,7 @@ from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
 from bionemo_wds.load.spans import Cutting, split_records
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World
-from bionemo_wds.storage.request_slots import RequestSlots
-from bionemo_wds.storage.retry import RetryPolicy
 from bionemo_wds.storage.stats import FIELDS as STORAGE_FIELDS
-from bionemo_wds.storage.store import Store
 
 #: The splits a stage needs to exist (fit trains without val: a dataset prepared with --split 1,0,0).
 REQUIRED_SPLITS = {"fit": (Split.train,), "validate": (Split.val,), "test": (Split.test,), "predict": (Split.test,)}
@@ -82,13 +79,11 @@ class GenomicWebDataModule(L.LightningDataModule):
         cache_dir: a local directory caching the remote record ranges read (shared safely by every
             worker and rank of a node); a range is fetched once and reused in later epochs.
         cache_limit: bytes the cache may hold (least recently used ranges are evicted); None: no limit.
-        retries: attempts per remote read (connection refused or reset, timeouts, 5xx) before an
-            error naming the URL; waits start at `retry_backoff` seconds and double; after a
-            throttling answer (429, 503 SlowDown) they are jittered, from twice `retry_backoff` up.
+        retries: attempts per remote read (refused or reset connections, timeouts, 5xx, 429) before an
+            error naming the URL; waits start at `retry_backoff` s and double (jittered after a 429/503).
         retry_backoff: seconds to wait after the first failed attempt.
-        max_requests: remote requests in flight at once, at most: shared by every loader worker and
-            rank of the node through `cache_dir` (without a cache_dir: per process). None:
-            ``$BIONEMO_WDS_MAX_REQUESTS``, else 64.
+        max_requests: remote requests in flight per node, shared by its workers and ranks through
+            `cache_dir` (per process without one); None: ``$BIONEMO_WDS_MAX_REQUESTS``, else 64.
         fold_case: give the model upper-case ids for soft-masked (lower-case) bases.
         soft_mask_weight: None (default): every base weighs 1 in ``loss_mask``; a number w in [0, 1]:
             ``loss_mask`` is w where the label is a lower-case base (Evo2 and GPN use 0.1), 1 for other
@@ -162,13 +157,11 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.cached_splits = {as_split(name, "cache_in_memory") for name in cache_in_memory}
         if Split.train in self.cached_splits:
             raise OptionError("cache_in_memory is for val and test: the train order changes every epoch")
-        retry = RetryPolicy(retries, retry_backoff)
-        slots = RequestSlots(cache_dir, max_requests)  # the node's bound, through the cache directory
-        self.store = Store(self.entries[0].path, storage_options, retry, what="shards", slots=slots)  # the first's
-        self.root = self.store.root
         self.opening = OpenOptions(
             seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit, max_requests
         )
+        self.store = self.opening.store(self.entries[0].path)  # the first dataset's
+        self.root = self.store.root
         self.cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
         self.micro_batch_size, self.requested_global_batch_size = micro_batch_size, global_batch_size
         self.global_batch_size = global_batch_size or micro_batch_size
@@ -194,8 +187,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         from bionemo_wds.prepare import PrepareOptions, prepare
 
         opts = PrepareOptions(**{"seed": self.seed, **self.prepare_options, "seq_length": self.seq_length})
-        # prepare holds the output's lock (`prepare.run.lock_path`, a filelock): a second process or
-        # node waits, then finds the run finished, as does a `bionemo-wds prepare` into the same place
+        # prepare holds the output's lock (`prepare.run.lock_path`): another process or node waits, then finds it done
         result = prepare(self.fasta, self.root, opts, self.store.storage_options)
         if result.status not in ("unchanged", "table-added"):
             print(f"prepared {self.root}: {result.shards_written} shard(s) in {result.seconds:.1f} s")

@@ -55,6 +55,13 @@ class OpenOptions:
     cache_limit: int | None = None
     max_requests: int | None = None
 
+    def store(self, path: str) -> Store:
+        """The store of a dataset at `path`: these retries, and the node's bound on requests in
+        flight (`RequestSlots`, shared through the cache directory)."""
+        retry = RetryPolicy(self.retries, self.retry_backoff)
+        slots = RequestSlots(self.cache_dir, self.max_requests)
+        return Store(path, dict(self.storage_options or {}), retry, what="shards", slots=slots)
+
 
 @dataclass
 class Source:
@@ -73,9 +80,7 @@ class Source:
     @classmethod
     def open(cls, entry: BlendEntry, options: OpenOptions, report: bool) -> Source:
         """Open the dataset of `entry`; `report`: warn about what the manifest does not list (one rank does)."""
-        retry = RetryPolicy(options.retries, options.retry_backoff)
-        slots = RequestSlots(options.cache_dir, options.max_requests)  # the node's, through the cache
-        store = Store(entry.path, dict(options.storage_options or {}), retry, what="shards", slots=slots)
+        store = options.store(entry.path)
         opened = open_dataset(
             store, options.seq_length, options.handler, report, options.cache_dir, options.cache_limit
         )
