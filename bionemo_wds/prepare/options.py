@@ -336,15 +336,15 @@ class PrepareOptions:
     )
     workers: int | None = option(
         None,
-        "shard writer processes (with --executor dask and no --scheduler: the LocalCluster's worker processes); "
-        "output does not depend on it",
+        "processes that index, check and write (with --executor dask and no --scheduler: the LocalCluster's "
+        "worker processes); output does not depend on it",
         default_help="all cores",
         minimum=1,
     )
     executor: str = option(
         "local",
-        "where shard writers run: local (a process pool of --workers) or dask (one task per shard on a "
-        "dask.distributed cluster, --scheduler or a LocalCluster; needs bionemo-wds[dask]); same bytes either way",
+        "where the index, the base check and the shard writers run: local (a pool of --workers processes) or dask "
+        "(tasks on a dask.distributed cluster, --scheduler or a LocalCluster; needs bionemo-wds[dask]); same bytes",
         choices=EXECUTORS,
     )
     scheduler: str | None = option(
@@ -354,7 +354,7 @@ class PrepareOptions:
         default_help="a LocalCluster of --workers processes on this machine",
         metavar="ADDRESS",
     )
-    retries: int = option(2, "--executor dask: times a shard task that raised is run again", minimum=0)
+    retries: int = option(2, "--executor dask: times a task that raised is run again", minimum=0)
     overwrite: bool = option(False, "replace an earlier run with different options in --out", switch=True)
     progress: bool = option(True, "no progress bars", flags=("--quiet", "-q"), switch=False)
 
