@@ -5,6 +5,7 @@ worker's units of batches come one at a time with the same batches as the listed
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,7 @@ from hypothesis import strategies as st
 
 from bionemo_wds import GenomicWebDataModule
 from bionemo_wds.format import read_manifest
-from bionemo_wds.load.plan import Consumed, EpochOrder, RecordTable, unit_ranges, worker_batches_from, worker_units
-from bionemo_wds.load.plan import cut
+from bionemo_wds.load.plan import Consumed, EpochOrder, RecordTable, cut, unit_ranges, worker_batches_from, worker_units
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.store import Store
 
@@ -148,3 +148,46 @@ def test_urls_are_url_of_each(tmp_path: Path) -> None:
     for root in (str(tmp_path), str(tmp_path) + "/", "https://host/a/"):
         store = Store(root)
         assert store.urls(rels) == [store.url(rel) for rel in rels]
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.zeros(5, dtype=[("offset", "<u8"), ("size", "<u4"), ("windows", "<u4"), ("crc32", "<u4")]),
+        np.arange(12, dtype=">i4").reshape(3, 4),
+        np.zeros(0, np.int64),
+        np.array(3.5),
+        np.zeros(3, dtype=[("a", "<u8"), ("b", "S3")]),
+    ],
+    ids=["index rows", "big-endian 2-d", "empty", "0-d", "bytes field"],
+)
+def test_npy_headers_read_as_numpy_reads_them(tmp_path: Path, array: np.ndarray) -> None:
+    from bionemo_wds.storage.mapped import load_npy
+
+    for version in ((1, 0), (2, 0)):
+        path = tmp_path / f"a{version[0]}.npy"
+        with open(path, "wb") as fh:
+            header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False, "shape": array.shape}
+            np.lib.format.write_array_header_1_0(fh, header) if version == (1, 0) else (
+                np.lib.format.write_array_header_2_0(fh, header)
+            )
+            fh.write(array.tobytes())
+        got, want = load_npy(str(path)), np.load(path, mmap_mode="r")
+        assert got.dtype == want.dtype and got.shape == want.shape and got.offset == want.offset
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_a_damaged_npy_header_is_numpy_s_error(tmp_path: Path) -> None:
+    from bionemo_wds.storage.mapped import load_npy
+
+    path = tmp_path / "bad.npy"
+    np.save(path, np.zeros(4, np.int64))
+    raw = path.read_bytes()
+    for bad in (raw.replace(b"'<i8'", b"'<x8'"), raw.replace(b"'<i8'", b"[(1, "), raw.replace(b"False", b"Maybe")):
+        path.write_bytes(bad)
+        with pytest.raises(Exception) as want:
+            np.load(path, mmap_mode="r")
+        with pytest.raises(Exception) as got:
+            load_npy(str(path))
+        assert type(got.value) is type(want.value)
+        assert re.sub(" at 0x[0-9a-f]+", "", str(got.value)) == re.sub(" at 0x[0-9a-f]+", "", str(want.value))

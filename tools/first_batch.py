@@ -153,7 +153,7 @@ def measure(root: Path, seq_length: int, micro: int, workers: int, rank: int, wo
     batches = iter(dm.train_dataloader())
     batch = next(batches)
     c2, t2 = time.process_time(), time.perf_counter()
-    out = {
+    out: dict[str, Any] = {
         "setup_fit_s": t1 - t0,
         "first_batch_s": t2 - t1,
         "to_first_batch_s": t2 - t0,

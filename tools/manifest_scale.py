@@ -23,6 +23,18 @@ resident memory after it, the process's own and that of mapped files, the index 
              skipped above `--max-plan-windows`)
     setup    ``GenomicWebDataModule(root, seq_length=..., micro_batch_size=..., num_workers=0).setup("fit")``
              (manifest read, checks against the shard files, train and val records; needs the sparse files)
+    first-batch  (``--readable`` only) ``setup("fit")`` and then the first batch of ``train_dataloader()``
+             on rank 0 of each of `--world-sizes` with each of `--workers` loader workers: the seconds of
+             each, their CPU seconds, the rank's plan, the peak RSS (``VmHWM``) of the process and of its
+             loader workers (`first_batch.measure`)
+
+With ``--readable`` the shards can be read: one real shard (``prepare`` of ``--template-fasta`` into
+``<out>/.template``, all train, `--records-per-shard` records of `--windows-per-record` windows of
+`--seq-length`) hard-linked as every shard, the manifest and record index written by the real writer
+(`first_batch.write_linked`), so the loader's checks (sizes, each record's crc32) pass on what it reads:
+
+    python tools/manifest_scale.py --shards 100000 --readable --out /tmp/linked100k --keep \
+        --skip load records setup --workers 0 2 --world-sizes 1 8
 
 Example (100,000 shards of 16 records: a 23 MB manifest and a 32 MB index file; about a minute):
 
@@ -80,6 +92,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder: `first_batch`, when loaded by a test
 
 import first_batch
+
 from benchmarks.memory import peak_rss_mb
 
 #: Measurements, in the order they run (`--measure`).
