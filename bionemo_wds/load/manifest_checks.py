@@ -69,9 +69,10 @@ def _read_checked(
                 f"{info.n_samples} but its shards hold {held} (run `bionemo-wds verify`, or prepare again)"
             )
         found = store.sizes(name)  # None: the protocol cannot list; each shard is asked for its size
-        listed = {shard.path for shard in info.shards}
-        strays = unlisted_shards(name, found or {}, params.prefix, listed)
-        if strays and warn_strays:  # the manifest is the list: a stray copy is never read
+        strays = []
+        if warn_strays:  # one rank looks for files the manifest does not list (a set of every shard's path)
+            strays = unlisted_shards(name, found or {}, params.prefix, {shard.path for shard in info.shards})
+        if strays:  # the manifest is the list: a stray copy is never read
             warnings.warn(
                 f"{store.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
                 f"{', '.join(strays[:3])}{', ...' if len(strays) > 3 else ''}",

@@ -224,10 +224,13 @@ class SourceRecords:
         self.parts, self.policies, self.seeds = list(parts), list(policies), list(seeds)
         tables = [p.table for p in parts]
         shard_offsets = np.cumsum([0] + [len(p.paths) for p in parts])[:-1]
-        self.table = RecordTable(
-            np.concatenate([t.shard + off for t, off in zip(tables, shard_offsets)] or [np.empty(0, np.int64)]),
-            np.concatenate([t.windows for t in tables] or [np.empty(0, np.int64)]),
-        )
+        if len(tables) == 1:  # one dataset: its own table (a copy would be 16 more bytes per record)
+            self.table = tables[0]
+        else:
+            self.table = RecordTable(
+                np.concatenate([t.shard + off for t, off in zip(tables, shard_offsets)] or [np.empty(0, np.int64)]),
+                np.concatenate([t.windows for t in tables] or [np.empty(0, np.int64)]),
+            )
         self.record_offsets = np.cumsum([0] + [len(t) for t in tables]).astype(np.int64)
         self.window_offsets = np.cumsum([0] + [t.n_windows for t in tables]).astype(np.int64)
         self.total = max(int(self.window_offsets[-1]), 1)
