@@ -23,6 +23,18 @@ resident memory after it, the process's own and that of mapped files, the index 
              skipped above `--max-plan-windows`)
     setup    ``GenomicWebDataModule(root, seq_length=..., micro_batch_size=..., num_workers=0).setup("fit")``
              (manifest read, checks against the shard files, train and val records; needs the sparse files)
+    first-batch  (``--readable`` only) ``setup("fit")`` and then the first batch of ``train_dataloader()``
+             on rank 0 of each of `--world-sizes` with each of `--workers` loader workers: the seconds of
+             each, their CPU seconds, the rank's plan, the peak RSS (``VmHWM``) of the process and of its
+             loader workers (`first_batch.measure`)
+
+With ``--readable`` the shards can be read: one real shard (``prepare`` of ``--template-fasta`` into
+``<out>/.template``, all train, `--records-per-shard` records of `--windows-per-record` windows of
+`--seq-length`) hard-linked as every shard, the manifest and record index written by the real writer
+(`first_batch.write_linked`), so the loader's checks (sizes, each record's crc32) pass on what it reads:
+
+    python tools/manifest_scale.py --shards 100000 --readable --out /tmp/linked100k --keep \
+        --skip load records setup --workers 0 2 --world-sizes 1 8
 
 Example (100,000 shards of 16 records: a 23 MB manifest and a 32 MB index file; about a minute):
 
@@ -77,11 +89,14 @@ from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, RECOR
 from bionemo_wds.storage.atomic import HashingWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks` is not installed
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder: `first_batch`, when loaded by a test
+
+import first_batch
 
 from benchmarks.memory import peak_rss_mb
 
 #: Measurements, in the order they run (`--measure`).
-PHASES = ("load", "records", "setup")
+PHASES = ("load", "records", "setup", "first-batch")
 #: Tar layout: a 512-byte header before each member, data padded to 512, the archive to 10240.
 BLOCK, TAR_RECORD = 512, 10240
 #: Bytes a record holds beyond its windows' bases (msgpack framing, keys, starts), per window and once.
@@ -126,6 +141,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=150_000_000,
         help="skip the train epoch plan above this many windows (its memory grows with the windows)",
+    )
+    p.add_argument(
+        "--readable",
+        action="store_true",
+        help="every shard a hard link of one real shard prepared from --template-fasta (tools/first_batch.py), "
+        "so the first-batch measurement can read them; without it, first-batch is skipped",
+    )
+    p.add_argument("--template-fasta", type=Path, default=first_batch.KLEBSIELLA, help="what --readable prepares")
+    p.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="first-batch: loader workers, each measured")
+    p.add_argument(
+        "--world-sizes", type=int, nargs="+", default=[1, 8], help="first-batch: data-parallel sizes (rank 0 of each)"
     )
     p.add_argument("--skip", nargs="*", choices=PHASES, default=[], help="measurements to leave out")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic sizes and checksums")
@@ -310,6 +336,20 @@ def write_synthetic(root: Path, args: argparse.Namespace) -> dict[str, int]:
     return counts
 
 
+def write_dataset(root: Path, args: argparse.Namespace) -> None:
+    """The dataset measured: synthetic (`write_synthetic`), or with `--readable` the hard links of
+    one real shard prepared in ``<root>/.template`` (`first_batch.write_linked`)."""
+    if not args.readable:
+        write_synthetic(root, args)
+        return
+    if args.val_shards or args.format_version != FORMAT_VERSION:
+        raise SystemExit("--readable writes a train split of the current format version only")
+    template = first_batch.make_template(
+        root / ".template", args.seq_length, args.records_per_shard, args.windows_per_record, args.template_fasta
+    )
+    first_batch.write_linked(root, template, args.shards, SYNTHETIC)
+
+
 def is_synthetic(root: Path, missing_ok: bool) -> bool:
     """Is ``<root>/manifest.json`` one this tool wrote (or absent, when `missing_ok`)? Nothing else is
     overwritten: the sparse files would replace a real dataset's shards."""
@@ -397,6 +437,9 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
             out["train_batches"] = len(plan)
         out["peak_rss_mb"] = peak_rss_mb()
         return out
+    if phase == "first-batch":
+        micro, workers, world = args.micro_batch_size, args.workers[0], args.world_sizes[0]
+        return first_batch.measure(root, args.seq_length, micro, workers, 0, world)
     from bionemo_wds import GenomicWebDataModule
 
     dm = GenomicWebDataModule(str(root), seq_length=args.seq_length, micro_batch_size=args.micro_batch_size)
@@ -406,20 +449,20 @@ def measure(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"setup_fit_s": seconds, "base_rss_mb": base, **after, "peak_rss_mb": peak_rss_mb()}
 
 
-def best_of(phase: str, args: argparse.Namespace) -> dict[str, Any]:
+def best_of(phase: str, args: argparse.Namespace, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """`child(phase)` run `--repeat` times: the least of each time, the most of each memory figure."""
-    runs = [child(phase, args) for _ in range(max(args.repeat, 1))]
+    runs = [child(phase, args, extra) for _ in range(max(args.repeat, 1))]
     if any("error" in run for run in runs):
         return next(run for run in runs if "error" in run)
     pick = {True: min, False: max}
     return {key: pick[key.endswith("_s")](run[key] for run in runs) for key in runs[0]}
 
 
-def child(phase: str, args: argparse.Namespace) -> dict[str, Any]:
-    """`measure(phase)` in a fresh interpreter; its result."""
+def child(phase: str, args: argparse.Namespace, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`measure(phase)` in a fresh interpreter (with the options `extra`); its result."""
     cmd = [sys.executable, __file__, "--measure", phase, "--out", str(args.out)]
     cmd += ["--seq-length", str(args.seq_length), "--micro-batch-size", str(args.micro_batch_size)]
-    cmd += ["--max-plan-windows", str(args.max_plan_windows)]
+    cmd += ["--max-plan-windows", str(args.max_plan_windows), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
@@ -449,7 +492,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{root} holds a manifest this tool did not write: refusing to overwrite it or its shards")
         return 2
     if not args.reuse:
-        results["write_s"], _ = timed(lambda: write_synthetic(root, args))
+        results["write_s"], _ = timed(lambda: write_dataset(root, args))
     size = (root / MANIFEST_NAME).stat().st_size
     n_records = (args.shards + args.val_shards) * args.records_per_shard
     results |= {"manifest_bytes": size, "bytes_per_record": size / max(n_records, 1)}
@@ -463,7 +506,18 @@ def run(args: argparse.Namespace) -> int:
     for phase in PHASES:
         if phase in args.skip:
             continue
-        if phase == "setup":
+        if phase == "first-batch":
+            if not args.readable:
+                print("first-batch: skipped (needs shards that can be read: --readable)")
+                continue
+            results[phase] = {}
+            for world in args.world_sizes:
+                for workers in args.workers:
+                    extra = ("--world-sizes", str(world), "--workers", str(workers))
+                    got = results[phase][f"world {world}, workers {workers}"] = best_of(phase, args, extra)
+                    print(f"{phase} (rank 0 of {world}, {workers} workers): " + ", ".join(map(_item, got.items())))
+            continue
+        if phase == "setup" and not args.readable:
             if args.no_sparse:
                 print("setup: skipped (--no-sparse: setup(fit) compares every shard file's size with the manifest)")
                 continue
@@ -477,13 +531,17 @@ def run(args: argparse.Namespace) -> int:
             )
         got = best_of(phase, args)
         results[phase] = got
-        print(f"{phase}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in got.items()))
+        print(f"{phase}: " + ", ".join(map(_item, got.items())))
     if "read_manifest_s" in results.get("load", {}):
         seconds = results["load"]["read_manifest_s"]
         print(f"read_manifest: {seconds / max(n_records, 1) * 1e9:.0f} ns per record, {size / seconds / 1e6:.0f} MB/s")
     if args.json:
         print(json.dumps(results))
     return 0
+
+
+def _item(item: tuple[str, Any]) -> str:
+    return f"{item[0]} {_fmt(item[1])}"
 
 
 def _fmt(v: Any) -> str:

@@ -69,29 +69,37 @@ def _read_checked(
                 f"{info.n_samples} but its shards hold {held} (run `bionemo-wds verify`, or prepare again)"
             )
         found = store.sizes(name)  # None: the protocol cannot list; each shard is asked for its size
-        listed = {shard.path for shard in info.shards}
-        strays = unlisted_shards(name, found or {}, params.prefix, listed)
-        if strays and warn_strays:  # the manifest is the list: a stray copy is never read
+        strays = []
+        if warn_strays:  # one rank looks for files the manifest does not list (a set of every shard's path)
+            strays = unlisted_shards(name, found or {}, params.prefix, {shard.path for shard in info.shards})
+        if strays:  # the manifest is the list: a stray copy is never read
             warnings.warn(
                 f"{store.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
                 f"{', '.join(strays[:3])}{', ...' if len(strays) > 3 else ''}",
                 stacklevel=3,
             )
-        for shard in info.shards:
-            url = store.url(shard.path)
-            file = shard.path.rsplit("/", 1)[-1]
-            if found is not None:
-                size = found.get(file)
-            else:
-                try:
-                    size = store.size(shard.path)
-                except FileNotFoundError:
-                    size = None
-            if size != shard.bytes and resolve_handler(handler) is raise_on_error:
+        urls = store.urls([shard.path for shard in info.shards])  # each made once, for both maps
+        if found is not None:
+            split_sizes = [found.get(shard.path.rsplit("/", 1)[-1]) for shard in info.shards]
+        else:  # asked one by one, each checked before the next is asked for
+            split_sizes = [None] * len(info.shards)
+        raises = resolve_handler(handler) is raise_on_error
+        for number, (url, shard) in enumerate(zip(urls, info.shards)):
+            size = split_sizes[number] if found is not None else _size(store, shard.path)
+            split_sizes[number] = size
+            if size != shard.bytes and raises:
                 raise ShardSizeError(size_problem(url, size, shard.bytes, where))
-            sizes[url] = size
-            expected[url] = shard.n_samples
+        sizes.update(zip(urls, split_sizes))
+        expected.update(zip(urls, (shard.n_samples for shard in info.shards)))
     return manifest, sizes, expected
+
+
+def _size(store: Store, rel: str) -> int | None:
+    """The size of one shard (a request each where the protocol cannot list); None when missing."""
+    try:
+        return store.size(rel)
+    except FileNotFoundError:
+        return None
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 `records.SourceRecords` knows where every record of a split of one or more datasets lies and reads
 a record with one positioned read, checked against its index row. `PlannedBatches` is the loader's
-dataset: each loader worker produces the batches `plan.worker_units` deals it, as
+dataset: each loader worker produces the batches `plan.unit_ranges` deals it, as
 `batch.PlannedRows` (each window's decoded record and row, kept in a `RecordCache`), which the batch
 builder (`batch.assemble`) turns into compact batches; each batch carries its index so the main
 process can put them back in order (`in_order`). A record that fails its checks raises (naming
@@ -21,7 +21,7 @@ from torch.utils.data import IterableDataset
 from webdataset.filters import pipelinefilter
 
 from bionemo_wds.load.batch.assemble import PlannedRows
-from bionemo_wds.load.plan import FILLER, UNIT_BATCHES, RankPlan, worker_units
+from bionemo_wds.load.plan import FILLER, UNIT_BATCHES, RankPlan, unit_ranges
 from bionemo_wds.load.records import SourceRecords
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
@@ -90,16 +90,17 @@ class PlannedBatches(IterableDataset):
     def __iter__(self) -> Iterator[tuple[int, PlannedRows]]:
         plan, worker = self.current(), Worker.detect()
         cache = RecordCache(self.cache_windows)
-        units: OrderedDict[int, list[int]] = OrderedDict()
-        for b in worker_units(len(plan), worker.id, worker.count, self.unit):
-            units.setdefault(b // self.unit, []).append(b)
-        ordered = list(units.values())
-        for u, unit in enumerate(ordered):
-            # what the plan says comes next: this unit's records (first unit) and the next unit's
-            for ahead in ordered[u : u + 2] if u == 0 else ordered[u + 1 : u + 2]:
-                self.prefetch(plan, ahead, cache)
+        units = unit_ranges(len(plan), worker.id, worker.count, self.unit)  # one at a time: no list of the pass
+        unit = next(units, None)
+        if unit is not None:
+            self.prefetch(plan, list(unit), cache)
+        while unit is not None:
+            following = next(units, None)  # what the plan says comes next: the next unit's records
+            if following is not None:
+                self.prefetch(plan, list(following), cache)
             for b in unit:
                 yield plan.first_batch + b, self.windows(plan, b, cache, worker)
+            unit = following
 
     def prefetch(self, plan: RankPlan, batches: list[int], cache: RecordCache) -> None:
         """Ask for the records of `batches` not decoded already, in the order they are read."""

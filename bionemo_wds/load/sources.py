@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -351,4 +352,5 @@ def max_tag_bytes(manifests: Sequence[Manifest]) -> int:
 
 def unique_names(names: list[str]) -> list[str]:
     """Names for logs and counts, made unique by the entry's number where two collide."""
-    return [f"{n}#{i}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    counts = Counter(names)  # (`list.count` per name: a blend of 1,000 datasets is a million steps)
+    return [f"{n}#{i}" if counts[n] > 1 else n for i, n in enumerate(names)]

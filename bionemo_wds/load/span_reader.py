@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from bionemo_wds.load.batch.assemble import Document, PlannedDocuments, document_key
-from bionemo_wds.load.plan import FILLER, RankPlan, worker_units
+from bionemo_wds.load.plan import FILLER, RankPlan, worker_batches_from
 from bionemo_wds.load.plan.samples import Documents
 from bionemo_wds.load.reader import MISSING, PlannedBatches, RecordCache
 from bionemo_wds.load.rows import BlockRows
@@ -67,9 +67,7 @@ class SpanBatches(PlannedBatches):
 
     def ahead(self, plan: RankPlan, b: int, worker: Worker) -> list[int]:
         """Batch `b` and the next batches this worker produces (`AHEAD` of them)."""
-        mine = worker_units(len(plan), worker.id, worker.count, self.unit)
-        at = mine.index(b) if b in mine else 0
-        return mine[at : at + AHEAD] if b in mine else [b]
+        return worker_batches_from(len(plan), worker.id, worker.count, self.unit, b, AHEAD)
 
     def windows(  # type: ignore[override]  # documents of samples cut at load, not rows of stored windows
         self, plan: RankPlan, b: int, cache: RecordCache, worker: Worker

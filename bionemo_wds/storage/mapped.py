@@ -16,9 +16,13 @@ receiving a copy of the rows.
 
 from __future__ import annotations
 
+import ast
 import ctypes
+import functools
 import mmap
 import os
+import re
+import struct
 import sys
 import weakref
 from typing import Any
@@ -94,13 +98,51 @@ def load_npy(path: str) -> np.memmap:
     C-ordered ``.npy`` array is a `ValueError`; an `OSError` is the file's own."""
     with open(path, "rb") as fh:
         version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        at = fh.tell()
+        header = _written_header(fh, version)
+        if header is not None:
+            shape, fortran, dtype = header
+        elif version in ((1, 0), (2, 0)):
+            fh.seek(at)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(fh)
         else:  # a later header version: numpy's own reader (and its map)
             return np.load(path, mmap_mode="r", allow_pickle=False)
         offset = fh.tell()
     if fortran or dtype.hasobject:
         raise ValueError("not a C-ordered array of plain values")
     return map_array(path, dtype, offset, tuple(shape))
+
+
+#: A header as `numpy.save` writes it: the dtype's description, the order and the shape, padded.
+_HEADER = re.compile(r"\{'descr': (.+), 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), \} *\n")
+
+
+def _written_header(fh: Any, version: tuple[int, int]) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """(shape, fortran order, dtype) of a version 1.0 or 2.0 header in the layout `numpy.save` writes,
+    read from `fh` (left at the array's first byte); None for another one (numpy's reader then reads
+    it). Each distinct dtype description is evaluated once per process: numpy's reader evaluates
+    the whole header as Python (`ast.literal_eval`, ~0.3 ms), which a blend of 1,000 datasets pays
+    1,000 times for the same dtype."""
+    size_format = {(1, 0): "<H", (2, 0): "<I"}.get(version)
+    if size_format is None:
+        return None
+    raw = fh.read(struct.calcsize(size_format))
+    if len(raw) != struct.calcsize(size_format):
+        return None
+    text = fh.read(struct.unpack(size_format, raw)[0])
+    match = _HEADER.fullmatch(text.decode("latin1"))
+    if match is None:
+        return None
+    shape = tuple(int(n) for n in match.group(3).replace(" ", "").split(",") if n)
+    try:
+        dtype = _dtype(match.group(1))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None  # numpy's reader says what is wrong with it
+    return shape, match.group(2) == "True", dtype
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(descr: str) -> np.dtype:
+    """The dtype of a header's ``descr`` text."""
+    return np.lib.format.descr_to_dtype(ast.literal_eval(descr))

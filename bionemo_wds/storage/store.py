@@ -16,7 +16,7 @@ import copy
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -69,6 +69,11 @@ class Store:
     def url(self, rel: str = "") -> str:
         """The full path or URL of `rel`."""
         return join(self.root, rel) if rel else self.root
+
+    def urls(self, rels: Sequence[str]) -> list[str]:
+        """`url` of each of `rels` (every shard of a split: a string join each, no call per shard)."""
+        prefix = self.root.rstrip("/") + "/"
+        return [prefix + rel.strip("/") if rel else self.root for rel in rels]
 
     def uncounted(self) -> Store:
         """This store without its storage counters, for reads of the dataset's own metadata (the

@@ -30,6 +30,8 @@ from bionemo_wds.load.plan.cut import (
     remaining_sequence,
     train_batches,
     train_plan,
+    unit_ranges,
+    worker_batches_from,
     worker_units,
 )
 from bionemo_wds.load.plan.modes import (
@@ -71,5 +73,7 @@ __all__ = [
     "train_batches",
     "train_plan",
     "training_modes",
+    "unit_ranges",
+    "worker_batches_from",
     "worker_units",
 ]

@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from bionemo_wds.errors import OptionError
 from bionemo_wds.load.plan.order import EpochOrder
 from bionemo_wds.load.plan.types import DEFAULT_MIX, FILLER, UNIT_BATCHES, Consumed, RankPlan, RecordTable
 
+#: Positions of a rank's run ordered at once (`plan_of_order`): 8 MB of temporaries.
+_FILL = 1 << 20
 #: Positions of an epoch's order as runs: (first position, length) arrays, in order.
 Runs = tuple[np.ndarray, np.ndarray]
 
@@ -130,9 +132,14 @@ def plan_of_order(
     is read (packed samples: every base once per epoch)."""
     check_rank(dp_rank, dp_size, micro)
     ranks, tail, per_rank = rank_runs(remaining_runs(n, consumed, whole), dp_size, micro, whole)
-    ids = np.full(per_rank, FILLER, dtype=np.int64)
-    found = np.asarray(order(run_positions(ranks[dp_rank])), dtype=np.int64)
-    ids[: len(found)] = found
+    ids = np.empty(per_rank, dtype=np.int64)
+    filled = 0
+    for start, length in zip(*(part.tolist() for part in ranks[dp_rank])):  # a few runs
+        for lo in range(0, length, _FILL):  # the plan's ids alone in memory, not its positions too
+            hi = min(lo + _FILL, length)
+            ids[filled + lo : filled + hi] = order(np.arange(start + lo, start + hi, dtype=np.int64))
+        filled += length
+    ids[filled:] = FILLER
     done = sum(seg.batches for seg in consumed)
     return RankPlan(
         ids.reshape(-1, micro),
@@ -156,12 +163,31 @@ def eval_plan(n_windows: int, dp_rank: int, dp_size: int, micro: int) -> RankPla
 
 def worker_units(n_batches: int, worker: int, workers: int, unit: int = UNIT_BATCHES) -> list[int]:
     """Indices of the batches (of a rank's pass) loader worker `worker` of `workers` produces, in order."""
+    return [b for batches in unit_ranges(n_batches, worker, workers, unit) for b in batches]
+
+
+def unit_ranges(n_batches: int, worker: int, workers: int, unit: int = UNIT_BATCHES) -> Iterator[range]:
+    """The units of consecutive batches loader worker `worker` of `workers` produces, in order, one
+    at a time (`worker_units` as ranges): a pass of millions of batches starts without a Python step
+    per batch."""
     workers = max(workers, 1)
-    return [
-        b
-        for u in range(worker, -(-n_batches // unit), workers)
-        for b in range(u * unit, min((u + 1) * unit, n_batches))
-    ]
+    for u in range(worker, -(-n_batches // unit), workers):
+        yield range(u * unit, min((u + 1) * unit, n_batches))
+
+
+def worker_batches_from(n_batches: int, worker: int, workers: int, unit: int, b: int, count: int) -> list[int]:
+    """Batch `b` and the batches worker `worker` produces after it, `count` in all (fewer at the end
+    of the pass): ``worker_units(...)`` from `b` on, without listing the pass; ``[b]`` when batch `b`
+    is not the worker's."""
+    workers = max(workers, 1)
+    u = b // unit
+    if not 0 <= b < n_batches or u < worker or (u - worker) % workers:
+        return [b]
+    out: list[int] = []
+    while len(out) < count and u * unit < n_batches:
+        out.extend(range(max(b, u * unit), min((u + 1) * unit, n_batches))[: count - len(out)])
+        u += workers
+    return out
 
 
 def check_rank(dp_rank: int, dp_size: int, micro: int) -> None:
