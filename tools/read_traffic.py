@@ -47,6 +47,8 @@ class RecordingStore(Store):
 class RecordingShards(RemoteShards):
     """`RemoteShards` as it is, with each read-ahead call's list of ranges recorded."""
 
+    store: RecordingStore
+
     def __init__(self, store: RecordingStore, urls: list[str]):
         super().__init__(store, urls)
         self.calls: list[list[tuple[int, int, int]]] = []
@@ -95,13 +97,21 @@ def merged_requests(calls: list[list[tuple[int, int, int]]]) -> int:
 
 
 def reader_traffic(
-    ids: np.ndarray, table: RecordTable, index: SplitIndex, n_shards: int, micro: int, mix: int
+    ids: np.ndarray,
+    table: RecordTable,
+    index: SplitIndex,
+    n_shards: int,
+    micro: int,
+    mix: int,
+    shards: RecordingShards | None = None,
 ) -> dict[str, float]:
     """The remote reader's requests for these samples (batches of `micro`, mixing block `mix`):
     per 1000 samples, the share sent ahead, the requests if each read-ahead call merged adjacent
-    ranges of a shard, and the mean bytes per request."""
-    store = RecordingStore("/")
-    shards = RecordingShards(store, [f"shard-{n:06d}" for n in range(n_shards)])
+    ranges of a shard (plus those sent on demand), and the mean bytes per request. `shards`: where
+    the requests are recorded (default: a new `RecordingShards`)."""
+    if shards is None:
+        shards = RecordingShards(RecordingStore("/"), [f"shard-{n:06d}" for n in range(n_shards)])
+    store = shards.store
     records = SourceRecords([UnreadRecords(shards, index, table=table)], [ShardErrorPolicy("raise")], [0])
     whole = len(ids) // micro * micro
     plan = RankPlan(ids[:whole].reshape(-1, micro), total_batches=whole // micro)
