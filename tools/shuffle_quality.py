@@ -37,7 +37,14 @@ Two modes:
         threads, and what they would be if each read-ahead call merged the ranges of one shard that
         lie next to each other (gaps of at most a tar header and padding; `read_traffic`). A
         streaming reader (webdataset's) sends one GET per shard instead: shards opened per 1000
-        samples.
+        samples. The recording store answers at once; over a network, what a read-ahead that
+        overflows MAX_AHEAD costs shows as records read one at a time rather than fetched twice
+        (`tools/read_ahead_cost.py` measures an epoch over HTTP with a latency).
+
+        Columns: mean step/n, median (distance / windows), shards/1000, records/batch, GETs/1000
+        (range requests our reader sends), ahead (share sent by the read-ahead), merged (GETs/1000
+        if adjacent ranges were merged), KB/GET, streamed/1000 (whole-shard GETs of a streaming
+        reader; not for ours, which reads records).
 
 Every option is listed by ``--help`` with its default.
 """
