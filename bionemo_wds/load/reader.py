@@ -26,9 +26,12 @@ from bionemo_wds.load.records import SourceRecords
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.world import Worker
+from bionemo_wds.storage.shards import MAX_AHEAD
 
 #: The fewest windows a loader worker keeps decoded (records of 16 windows: 128 records).
 CACHE_WINDOWS = 2048
+#: Records a loader worker asks its shards to fetch ahead at once, at most: half the shards' limit.
+READ_AHEAD_RECORDS = MAX_AHEAD // 2
 
 
 #: Not in the cache (a cached record may be None: damaged and skipped).
@@ -86,21 +89,25 @@ class PlannedBatches(IterableDataset):
         # records' sizes and however many there are
         largest = int(records.table.windows.max()) if len(records.table) else 1
         self.cache_windows = max(CACHE_WINDOWS, 2 * (int(mix * records.rows_per_sample) + 2 * largest))
+        self.slice_batches = ahead_batches(records, self.unit, micro)
 
     def __iter__(self) -> Iterator[tuple[int, PlannedRows]]:
         plan, worker = self.current(), Worker.detect()
         cache = RecordCache(self.cache_windows)
         units = unit_ranges(len(plan), worker.id, worker.count, self.unit)  # one at a time: no list of the pass
-        unit = next(units, None)
-        if unit is not None:
-            self.prefetch(plan, list(unit), cache)
-        while unit is not None:
-            following = next(units, None)  # what the plan says comes next: the next unit's records
+        # slices of this worker's batches in order (its units, or fewer batches: `ahead_batches`)
+        step = self.slice_batches
+        slices = (unit[i : i + step] for unit in units for i in range(0, len(unit), step))
+        current = next(slices, None)
+        if current is not None:
+            self.prefetch(plan, list(current), cache)
+        while current is not None:
+            following = next(slices, None)  # what the plan says comes next: the next slice's records
             if following is not None:
                 self.prefetch(plan, list(following), cache)
-            for b in unit:
+            for b in current:
                 yield plan.first_batch + b, self.windows(plan, b, cache, worker)
-            unit = following
+            current = following
 
     def prefetch(self, plan: RankPlan, batches: list[int], cache: RecordCache) -> None:
         """Ask for the records of `batches` not decoded already, in the order they are read."""
@@ -141,6 +148,20 @@ class PlannedBatches(IterableDataset):
         ids[ids != FILLER] = self.records.windows(ids[ids != FILLER])
         hits = np.flatnonzero(((ids >= first[record]) & (ids < first[record + 1])).any(axis=1))
         return int(hits[0]) // self.unit % max(workers, 1) if len(hits) else 0
+
+
+def ahead_batches(records: Any, unit: int, micro: int) -> int:
+    """Batches whose records a worker asks for at once: two such slices (the one being read and the
+    next) must fit the shards' read-ahead (`MAX_AHEAD` ranges), else the shards forget fetched
+    records before they are read, or fetch them one at a time when a batch needs them. A unit's
+    batches when their records (about its samples over the windows of a record) fit half of it;
+    else as many batches as have at most that many samples' records."""
+    table = records.table
+    per_sample = max(1.0, float(records.rows_per_sample))  # records a sample reads, at most about
+    rows_per_record = table.n_windows / max(len(table), 1)
+    if unit * micro * per_sample / max(rows_per_record, 1.0) + 2 <= READ_AHEAD_RECORDS:
+        return unit
+    return max(1, min(unit, int(READ_AHEAD_RECORDS // (micro * per_sample))))
 
 
 def _in_order(src: Iterable[dict[str, Any]], first: Callable[[], int]) -> Iterator[dict[str, Any]]:
