@@ -125,6 +125,21 @@ def write_shard_or_refusal(setup: WriterSetup, split: str, shard: int) -> ShardR
         return exc
 
 
+def result_of(future: Any, task: str, scheduler: str | None, lost: str) -> Any:
+    """``future.result()``, where a task that kept taking workers down, or a lost cluster (`lost`
+    says what was under way and what to do), is one line."""
+    distributed = distributed_module()
+    try:
+        return future.result()
+    except distributed.KilledWorker as exc:
+        raise RuntimeError(
+            f"{task} took down Dask workers too often (distributed.scheduler.allowed-failures): {exc}"
+        ) from exc
+    except (CancelledError, distributed.comm.CommClosedError) as exc:
+        where = scheduler or "the LocalCluster"
+        raise RuntimeError(f"lost the Dask cluster ({where}) {lost} ({type(exc).__name__}: {exc})") from exc
+
+
 def run_on_dask(
     setup: WriterSetup,
     tasks: list[tuple[str, int]],
@@ -156,20 +171,14 @@ def run_on_dask(
         try:
             for future in distributed.as_completed(futures):
                 split, shard = futures[future]
-                try:
-                    result = future.result()
-                except distributed.KilledWorker as exc:
-                    raise RuntimeError(
-                        f"shard {split}/{shard_name(shard, setup.prefix)} took down Dask workers too often "
-                        f"(distributed.scheduler.allowed-failures): {exc}"
-                    ) from exc
-                except (CancelledError, distributed.comm.CommClosedError) as exc:
-                    where = scheduler or "the LocalCluster"
-                    raise RuntimeError(
-                        f"lost the Dask cluster ({where}) while writing {split}/{shard_name(shard, setup.prefix)}: "
-                        f"{done} of {len(tasks)} shards are complete; run prepare again to write only the rest "
-                        f"({type(exc).__name__}: {exc})"
-                    ) from exc
+                where = f"{split}/{shard_name(shard, setup.prefix)}"
+                result = result_of(
+                    future,
+                    f"shard {where}",
+                    scheduler,
+                    f"while writing {where}: {done} of {len(tasks)} shards are complete; "
+                    "run prepare again to write only the rest",
+                )
                 if isinstance(result, OutputWriteError):
                     raise result
                 yield result

@@ -20,7 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -132,27 +132,15 @@ def _results(call: Call, context: Any, tasks: Sequence[Any], place: TaskPlace, w
 
 
 def _on_dask(call: Call, context: Any, tasks: Sequence[Any], place: TaskPlace, what: str) -> Iterator[Any]:
-    from bionemo_wds.prepare.executors.dask import dask_client, distributed_module
+    from bionemo_wds.prepare.executors.dask import dask_client, result_of
 
-    distributed = distributed_module()
     with dask_client(place.scheduler, place.workers) as client:
         shared = client.scatter(context, broadcast=True, hash=False)
         futures = client.map(call, [shared] * len(tasks), tasks, key=_keys(what, len(tasks)), retries=place.retries)
         try:
             for number, future in enumerate(futures):
-                try:
-                    yield future.result()
-                except distributed.KilledWorker as exc:
-                    raise RuntimeError(
-                        f"{what}: task {number} of {len(tasks)} took down Dask workers too often "
-                        f"(distributed.scheduler.allowed-failures): {exc}"
-                    ) from exc
-                except (CancelledError, distributed.comm.CommClosedError) as exc:
-                    where = place.scheduler or "the LocalCluster"
-                    raise RuntimeError(
-                        f"lost the Dask cluster ({where}) during {what} (task {number} of {len(tasks)}): run "
-                        f"prepare again ({type(exc).__name__}: {exc})"
-                    ) from exc
+                task = f"{what}: task {number} of {len(tasks)}"
+                yield result_of(future, task, place.scheduler, f"during {task}: run prepare again")
         finally:
             for future in futures:
                 future.cancel()
