@@ -169,10 +169,13 @@ def test_the_bound_comes_from_the_option_then_the_environment(monkeypatch):
         RequestSlots(None, 0)
 
 
-def _hammer(slots: RequestSlots, threads: int, rounds: int, counter, peak, hold: float) -> None:
-    """Threads that each take a slot `rounds` times and count the holders meanwhile."""
+def _hammer(slots: RequestSlots, threads: int, rounds: int, counter, peak, hold: float, start=None) -> None:
+    """Threads that each take a slot `rounds` times and count the holders meanwhile (all starting
+    together at `start`, a barrier of every thread of every process, when given)."""
 
     def work() -> None:
+        if start is not None:
+            start.wait(120)
         for _ in range(rounds):
             with slots.slot():
                 with counter.get_lock():
@@ -192,8 +195,10 @@ def _hammer(slots: RequestSlots, threads: int, rounds: int, counter, peak, hold:
 
 def _run_hammers(directories: list[Path | None], limit: int) -> int:
     counter, peak = FORK.Value("i", 0), FORK.Value("i", 0)
+    start = FORK.Barrier(3 * len(directories))  # every thread starts at once, however slow the forks
     procs = [
-        FORK.Process(target=_hammer, args=(RequestSlots(d, limit), 3, 6, counter, peak, 0.01)) for d in directories
+        FORK.Process(target=_hammer, args=(RequestSlots(d, limit), 3, 6, counter, peak, 0.03, start))
+        for d in directories
     ]
     for p in procs:
         p.start()
