@@ -84,8 +84,8 @@ def write_inputs(work: Path, mbp: int, files: int, seed: int = 1) -> list[Path]:
             while written < per_file:
                 copy += 1
                 for name, seq in source.items():
-                    at = rng.randrange(len(seq))
-                    seq = seq[:at] + b"ACGT"[rng.randrange(4) : rng.randrange(4) + 1] + seq[at + 1 :]
+                    at, base = rng.randrange(len(seq)), rng.randrange(4)
+                    seq = seq[:at] + b"ACGT"[base : base + 1] + seq[at + 1 :]  # one point change
                     out.write(f">{name}_f{f}_c{copy}\n".encode())
                     out.write(b"\n".join(seq[i : i + 80] for i in range(0, len(seq), 80)) + b"\n")
                     written += len(seq)
