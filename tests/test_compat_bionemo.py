@@ -239,9 +239,19 @@ def test_compat_invoke_wds_calls_dataset_methods(tars):
 def test_compat_more_workers_than_shards(tars):
     n_shards = len(glob.glob(f"{tars[Split.train]}/wdshards-*.tar"))
     dm = compat_module(tars, kwargs_wld={split: {"num_workers": n_shards + 1} for split in Split})
-    # at setup, naming the split, its shards and the workers (upstream: webdataset's error inside a worker)
-    with pytest.raises(ValueError, match=rf"the train split has {n_shards} shard\(s\) .* num_workers={n_shards + 1}"):
-        dm.setup("fit")
+    dm.setup("fit")  # as upstream: setup builds the datasets, the loader refuses when it is iterated
+    dm.setup("test")
+    for loader in (dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader()):
+        # in this process, naming the split, its shards and the workers (upstream: webdataset's error in a worker)
+        with pytest.raises(
+            ValueError,
+            match=rf"split has {n_shards} shard\(s\) .* num_workers={n_shards + 1}, so its "
+            "loader workers would have fewer shards than workers",
+        ):
+            for _ in loader:
+                pass
+    dm._kwargs_wld[Split.train]["num_workers"] = n_shards  # read when the loader is iterated, as upstream changes it
+    assert values(dm.train_dataloader()) == SPLIT_VALUES[Split.train]
 
 
 def test_compat_positional_signature(tars):
@@ -318,8 +328,9 @@ def test_compat_pickleddatawds_more_workers_than_shards(tmp_path, pickles):
         kwargs_wld={split: {"num_workers": 2} for split in Split},
     )
     dm.prepare_data()
-    with pytest.raises(ValueError, match=r"the train split has 1 shard\(s\) .* num_workers=2: .* n_tars_wds=2"):
-        dm.setup("fit")
+    dm.setup("fit")
+    with pytest.raises(ValueError, match=r"the train split has 1 shard\(s\) .* num_workers=2, .* n_tars_wds=2"):
+        iter(dm.train_dataloader())
 
 
 # --- the main API's PickledDataWDS in a real Trainer, as upstream tests it -----------------------

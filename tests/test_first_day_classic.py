@@ -3,7 +3,9 @@
 Pipelines as users write them: a ``partial`` of a curried webdataset filter works (it runs as the
 filter called with its arguments), anything else that is not a stage is a one-line error at
 construction naming the argument, the split and the entry; a split with fewer shards than loader
-workers is refused at setup with the ``--samples-per-shard`` that fixes it (and that value does);
+workers is refused when its loader is iterated (as the upstream suite expects: a `ValueError` with
+"have fewer shards than workers", raised before any worker starts) with the ``--samples-per-shard``
+that fixes it (and that value does);
 and the worked example in ``examples/classic_webdatamodule.py`` runs. A blend says its mix once at
 WARNING level, and warns once about a dataset it repeats more than 10 times per epoch.
 """
@@ -144,8 +146,10 @@ def test_a_stage_that_returns_no_samples_is_named_when_read(several_shards):
 
 def test_fewer_shards_than_workers_says_the_samples_per_shard_that_fixes_it(one_shard, tmp_path):
     dm = module(one_shard, [untuple, decode_sample()], workers=2)
-    with pytest.raises(ValueError) as info:
-        dm.setup("fit")
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    with pytest.raises(ValueError, match="have fewer shards than workers") as info:
+        iter(loader)  # in this process, before a worker starts
     message = str(info.value)
     assert f"the train split has 1 shard(s) ({one_shard}/train/wdshards-*.tar) but num_workers=2" in message
     assert "use num_workers=1 or fewer" in message and "\n" not in message

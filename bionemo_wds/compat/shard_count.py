@@ -1,12 +1,14 @@
-"""Refusing, at `setup`, a `WebDataModule` split with fewer shards than loader workers.
+"""Refusing a `WebDataModule` loader with fewer shards than workers, when it is iterated.
 
 webdataset hands each loader worker whole shards (``split_by_worker``), and a worker left without
-one raises "No samples found in dataset; perhaps you have fewer shards than workers" once the
-loader is iterated, inside the worker. A bacterial genome prepared with large shards has a single
+one raises "No samples found in dataset; perhaps you have fewer shards than workers" inside the
+worker, behind a worker traceback. A bacterial genome prepared with large shards has a single
 shard per split, so ``num_workers=2`` hits this on the first try: `check_shards_for_workers`
-says it at `setup`, naming the split, its shard count and the workers, and what to change (fewer
-workers, or more shards: for a dataset written by ``bionemo-wds prepare``, the
-``--samples-per-shard`` value that gives enough shards, worked out from its manifest).
+says it in the main process when the loader is iterated (where bionemo-webdatamodule's own tests
+expect the `ValueError`, with the words "have fewer shards than workers"), before any worker
+starts, naming the split, its shard count and the workers, and what to change (fewer workers, or
+more shards: for a dataset written by ``bionemo-wds prepare``, the ``--samples-per-shard`` value
+that gives enough shards, worked out from its manifest).
 """
 
 from __future__ import annotations
@@ -67,11 +69,11 @@ def prepared_remedy(directory: str, prefix: str, workers: dict[str, int]) -> str
 def check_shards_for_workers(
     split: str, urls: list[str], directory: str, prefix: str, workers: int, remedy: str
 ) -> None:
-    """A clear `ValueError` when `split` has fewer shards (`urls`) than loader `workers`."""
+    """A clear `ValueError` (an `OptionError`) when `split` has fewer shards (`urls`) than loader `workers`."""
     if workers <= len(urls):
         return
     raise OptionError(
-        f"the {split} split has {len(urls)} shard(s) ({join(directory, f'{prefix}-*.tar')}) but num_workers={workers}: "
-        f"webdataset gives each loader worker whole shards, so a worker would have none; use num_workers={len(urls)} "
-        f"or fewer, {remedy}"
+        f"the {split} split has {len(urls)} shard(s) ({join(directory, f'{prefix}-*.tar')}) but num_workers={workers}, "
+        f"so its loader workers would have fewer shards than workers: webdataset gives each worker whole shards, so a "
+        f"worker would have none; use num_workers={len(urls)} or fewer, {remedy}"
     )

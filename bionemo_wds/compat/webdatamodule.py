@@ -128,6 +128,7 @@ class WebDataModule(L.LightningDataModule):
         self._invoke_wds = by_split(invoke_wds, "invoke_wds")
         self._invoke_wld = by_split(invoke_wld, "invoke_wld")
         self._dataset: dict[Split, Any] = {}
+        self._urls: dict[Split, list[str]] = {}
 
     def shard_urls(self, split: Split) -> list[str]:
         """The split's shards, sorted; a clear error when the split or its shards are missing."""
@@ -156,21 +157,29 @@ class WebDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         """Build the datasets `stage` needs: fit -> train+val, validate -> val, test/predict -> test.
 
-        A split with fewer shards than its loader's ``num_workers`` is refused here (webdataset would
-        fail inside a worker once the loader is iterated)."""
+        A split with fewer shards than its loader's ``num_workers`` is refused when its loader is
+        iterated (`check_workers`), where webdataset itself would fail inside a worker."""
         for split in check_stage(stage):
             kwargs = dict(self._kwargs_wds.get(split) or {})
             kwargs.setdefault("shardshuffle", False)  # webdataset warns when left unset
             urls = self.shard_urls(split)
-            workers = self.loader_workers(split)
-            if needs_worker_shards(kwargs) and workers > len(urls):
-                directory = self._dirs_tars_wds[split]
-                remedy = self.shard_remedy(split, workers)
-                check_shards_for_workers(split.name, urls, directory, self._prefix_tars_wds, workers, remedy)
+            self._urls[split] = urls
             dataset = wds.WebDataset(urls, **kwargs).decode()
             dataset = dataset.compose(partial(extract_suffixes, suffixes=self._suffix_keys_wds))
             dataset = compose(dataset, self._pipeline_wds.get(split))
             self._dataset[split] = invoke(dataset, self._invoke_wds.get(split))
+
+    def check_workers(self, split: Split) -> None:
+        """A `ValueError` ("... have fewer shards than workers ...") when the split's loader has more
+        ``num_workers`` than the split has shards, with the remedy; run when the loader is iterated,
+        so ``num_workers`` is read as it is then."""
+        workers = self.loader_workers(split)
+        urls = self._urls[split]
+        if needs_worker_shards(self._kwargs_wds.get(split) or {}) and workers > len(urls):
+            remedy = self.shard_remedy(split, workers)
+            check_shards_for_workers(
+                split.name, urls, self._dirs_tars_wds[split], self._prefix_tars_wds, workers, remedy
+            )
 
     def _dataloader(self, split: Split) -> wds.WebLoader:
         if split not in self._dataset:
@@ -182,6 +191,7 @@ class WebDataModule(L.LightningDataModule):
             self._pipeline_prebatch_wld.get(split),
             n_batches,
             self._invoke_wld.get(split),
+            check=partial(self.check_workers, split),
         )
 
     def train_dataloader(self) -> wds.WebLoader:

@@ -6,7 +6,7 @@ these public functions; neither reaches into the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import webdataset as wds
@@ -67,6 +67,19 @@ def invoke(obj: Any, calls: Invocations | None) -> Any:
     return obj
 
 
+class CheckedLoader(wds.WebLoader):
+    """A WebLoader that calls `check` when a pass starts (``iter``), in this process, before its
+    workers start: a fault that would otherwise surface inside a worker is raised here, as it is."""
+
+    def __init__(self, *args: Any, check: Callable[[], None], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.check = check
+
+    def __iter__(self) -> Iterator[Any]:
+        self.check()
+        return super().__iter__()
+
+
 def make_loader(
     dataset: Any,
     loader_kwargs: dict[str, Any],
@@ -79,19 +92,25 @@ def make_loader(
     length: int | None = None,
     after_pass: Callable[[], None] | None = None,
     state: tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> wds.WebLoader:
     """A WebLoader over `dataset`: `prebatch` stages composed on it, ``with_epoch(n_batches)`` when
     given, then `calls` invoked. With an `epoch` state, every pass sets it first (`EpochLoader`;
     `before_pass` and `after_pass` run when a pass starts and when it runs to its end), and with a
     `state` (get, set) the loader has ``state_dict``/``load_state_dict`` (`ResumableLoader`).
     A `length` is what ``len(loader)`` reports (so Lightning knows the epoch): give it only when it
-    is the number of batches a pass yields."""
+    is the number of batches a pass yields. A `check` (without an `epoch`) runs each time a pass
+    starts, in this process, before its workers start (`CheckedLoader`)."""
+    if epoch is not None and check is not None:
+        raise ValueError("make_loader: a check runs on a loader without an epoch state (use before_pass)")
     if epoch is not None:
         passes: dict[str, Any] = {"epoch_state": epoch, "epoch_source": epoch_source, "before_pass": before_pass}
         if state is not None:
             loader: Any = ResumableLoader(dataset, state=state, after_pass=after_pass, **passes, **loader_kwargs)
         else:
             loader = EpochLoader(dataset, after_pass=after_pass, **passes, **loader_kwargs)
+    elif check is not None:
+        loader = CheckedLoader(dataset, check=check, **loader_kwargs)
     else:
         loader = wds.WebLoader(dataset, **loader_kwargs)
     loader = compose(loader, prebatch)
