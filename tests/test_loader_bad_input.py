@@ -442,10 +442,11 @@ def test_other_seq_length_than_the_shards_were_cut_for(root):
 # --- 6: more workers than shards -----------------------------------------------------------------
 
 
-def test_plain_module_refuses_more_workers_than_shards_at_setup(pristine):
+def test_plain_module_refuses_more_workers_than_shards_when_iterated(pristine):
     """bionemo-webdatamodule leaves this to webdataset (a worker without shards raises ``... fewer
-    shards than workers`` inside the worker); ours says it at setup, with the --samples-per-shard
-    that gives enough shards (worked out from the manifest: ceil(n / it) shards)."""
+    shards than workers`` inside the worker); ours says it in this process when the loader is
+    iterated, with the --samples-per-shard that gives enough shards (worked out from the manifest:
+    ceil(n / it) shards)."""
     n_shards = len(list((pristine / "val").glob("wdshards-*.tar")))
     workers = n_shards + 1
     dm = WebDataModule(
@@ -455,8 +456,9 @@ def test_plain_module_refuses_more_workers_than_shards_at_setup(pristine):
         2,
         kwargs_wld={Split.val: {"num_workers": workers}},
     )
+    dm.setup("validate")
     with pytest.raises(ValueError, match=rf"the val split has {n_shards} shard\(s\) .* num_workers={workers}") as info:
-        dm.setup("validate")
+        iter(dm.val_dataloader())
     per_shard = int(re.search(r"--samples-per-shard (\d+) or fewer", str(info.value)).group(1))
     n = load_manifest(pristine)["splits"]["val"]["n_samples"]
     assert math.ceil(n / per_shard) >= workers > math.ceil(n / (per_shard + 1))  # enough, and the most that is
