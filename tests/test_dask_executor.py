@@ -24,6 +24,8 @@ from bionemo_wds.prepare.executors import dask as dask_executor
 from bionemo_wds.prepare.executors.dask import local_cluster
 from bionemo_wds.prepare.report import verify
 
+pytestmark = pytest.mark.slow  # real Dask LocalClusters, end to end
+
 distributed = pytest.importorskip("distributed")
 s3_server = servers.s3_server
 

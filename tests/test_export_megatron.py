@@ -77,6 +77,7 @@ def test_sequences_read_back_equal_the_fasta(sequences, fasta, tmp_path, split):
     assert tokens == report.tokens and report.unit == "sequence"
 
 
+@pytest.mark.slow
 def test_windows_layout_exports_its_windows(kleb_1024, fasta, tmp_path):
     prefix = tmp_path / "windows"
     result = cli(kleb_1024, prefix, "--split", "val", "--no-eod", "--quiet")
@@ -89,6 +90,7 @@ def test_windows_layout_exports_its_windows(kleb_1024, fasta, tmp_path):
         assert bytes(np.asarray(ds[i])).decode() == fasta[seq_id][start : start + length]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_writes_nothing(sequences, tmp_path):
     prefix = tmp_path / "out"
     result = cli(sequences, prefix, "--split", "dev")
@@ -101,6 +103,7 @@ def test_bad_input_is_one_line_and_writes_nothing(sequences, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_damaged_shard_is_named_and_nothing_is_left(sequences, tmp_path):
     damaged = tmp_path / "data"
     damaged.mkdir()

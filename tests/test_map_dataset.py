@@ -113,6 +113,7 @@ def test_indices_past_an_epoch_continue_into_the_next(kleb_1024):
         three[3 * n]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_distributed_sampler_covers_the_epoch_once(kleb_1024, workers):
     map_ds = GenomicMapDataset(str(kleb_1024), "train", seed=SEED)
@@ -150,6 +151,7 @@ def megatron_batches(total: int, consumed: int, micro: int, rank: int, world: in
     return out
 
 
+@pytest.mark.slow
 def test_a_megatron_consumed_samples_resume_continues_exactly(kleb_1024):
     """Two ranks read 3 global batches, stop, and resume from the consumed-samples count with a fresh
     dataset and loader workers: together the same samples as an uninterrupted run."""

@@ -105,6 +105,7 @@ def test_embedded_tags_and_reverse_complement_copies_are_taken_out(tmp_path):
             assert bases.decode() == part[start : start + len(bases)]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path):
     lam = next(iter(read_fasta(LAMBDA).values()))
     prefix = write_indexed(tmp_path / "pair", [lam.encode()])

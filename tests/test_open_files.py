@@ -116,6 +116,7 @@ BLEND_RUN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_blend_of_1000_datasets_reads_under_ulimit_256(lam, tmp_path):
     """Set-up and 40 batches of a 1,000-dataset blend in a process that may open 256 files: more
     shard files are read than the limit allows open at once, and the descriptors stay bounded."""

@@ -92,6 +92,7 @@ def traffic_records(table: RecordTable, index: SplitIndex) -> Any:
     return traffic.UnreadRecords(shards, index, table=table)
 
 
+@pytest.mark.slow
 def test_small_records_over_http_equal_local_disk_each_fetched_once(tmp_path, http_server):
     root = tmp_path / "small"
     opts = PrepareOptions(seq_length=1024, stride=1000, samples_per_shard=64, windows_per_record=2, progress=False)

@@ -42,6 +42,8 @@ from bionemo_wds.storage.request_slots import RequestSlots
 from bionemo_wds.storage.retry import RemoteReadError
 from bionemo_wds.storage.store import Store
 
+pytestmark = pytest.mark.slow  # real S3 and HTTP servers, end to end
+
 pytest.importorskip("s3fs")
 pytest.importorskip("aiohttp")
 

@@ -141,6 +141,7 @@ def cluster():
 SMALL = dict(seq_length=1024, stride=1000, samples_per_shard=256, windows_per_record=16, progress=False)
 
 
+@pytest.mark.slow
 def test_dask_indexes_and_checks_on_the_cluster_with_the_local_bytes(tmp_path, inputs, cluster, monkeypatch):
     monkeypatch.setattr(tasks_module, "TASK_BASES", 400_000)  # 15 scan tasks
     monkeypatch.setattr(fasta_index, "RANGE_BYTES", 50_000)  # the plain file indexed in byte ranges
@@ -213,6 +214,7 @@ def test_a_worker_killed_during_the_scan_changes_nothing(tmp_path, monkeypatch):
     assert summary(outcome["catalog"]) == alone
 
 
+@pytest.mark.slow
 def test_the_scale_tool_times_every_place_and_finds_one_catalog(tmp_path):
     """`tools/scan_scale.py` at a tiny size, in a process of its own: the local executor and a Dask
     LocalCluster, 1 and 2 workers, index in byte ranges (one file) and check in several tasks."""
