@@ -3,7 +3,8 @@
 ``python -m benchmarks.child prepare|load --peer NAME ...`` prints one JSON line.
 With ``--url`` (peer ``ours`` only) the data is prepared into / read from that URL (endpoint and
 credentials from the environment), through a range cache in ``--cache-dir`` when given, and a load
-also reports the storage counters of its pass (``storage``).
+also reports the storage counters of its pass (``storage``). With ``--ready-file`` it creates that
+file once its imports are done (`memory.PeakPss` samples the start-up before it less often).
 
 A load reports the pass alone (``seconds``: first request for a batch to the last batch, worker
 start-up included) and with the peer's loader set-up before it (``setup_s``: making its dataset and
@@ -31,17 +32,21 @@ from benchmarks.peers import PEERS, make_peer
 from bionemo_wds.core.tokenizer import PAD_ID
 
 
-def _import_everything(peer: str) -> None:
+def _import_everything(peer: str, action: str) -> None:
     """Import what the peers use before any timing; an optional library only for its own peer (its
-    modules would count in every other peer's memory)."""
+    modules would count in every other peer's memory). A prepare (whose memory is not measured)
+    imports only what preparing needs: lightning, which only the loaders and `pickled_int64`'s
+    `PickledDataWDS` use, takes most of a child's start-up."""
+    import numpy.random  # noqa: F401  (`prepare` draws from it; numpy imports it lazily)
     import pyfaidx  # noqa: F401
     import webdataset  # noqa: F401
 
-    import bionemo_wds.compat.webdatamodule
-    import bionemo_wds.lightning.datamodule
-    import bionemo_wds.prepare  # noqa: F401
+    import bionemo_wds.prepare
     from benchmarks.streaming_peers import LIBRARIES, import_library
 
+    if action == "load" or peer == "pickled_int64":
+        import bionemo_wds.compat.webdatamodule
+        import bionemo_wds.lightning.datamodule  # noqa: F401
     if peer in LIBRARIES:
         import_library(peer)
 
@@ -68,13 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--compress", default=None)
     p.add_argument("--url", default=None, help="ours only: prepare into / read from this URL")
     p.add_argument("--cache-dir", default=None, help="with --url: the loader's range cache")
+    p.add_argument("--ready-file", default=None, help="created once the imports are done (for `memory.PeakPss`)")
     args = p.parse_args(argv)
     if (args.url or args.cache_dir) and args.peer != "ours":
         p.error("--url and --cache-dir are for --peer ours")
     if args.cache_dir and not args.url:
         p.error("--cache-dir needs --url")
     remote = {"url": args.url, "cache_dir": args.cache_dir} if args.url else {}
-    _import_everything(args.peer)  # module imports are start-up cost, outside every peer's timing
+    _import_everything(args.peer, args.action)  # module imports are start-up cost, outside every peer's timing
+    if args.ready_file:
+        Path(args.ready_file).touch()
     peer = make_peer(
         args.peer,
         Path(args.fasta),

@@ -12,6 +12,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,12 @@ def _measure(
     def once(meter: PeakPss | None) -> dict[str, Any]:
         extra = per_run() if per_run else []
         full = cmd + extra
-        done = meter.run(full, env=env) if meter else subprocess.run(full, env=env, capture_output=True, text=True)
+        if meter:
+            with tempfile.TemporaryDirectory() as tmp:  # the child marks the end of its imports there
+                ready = Path(tmp) / "imported"
+                done = meter.run([*full, "--ready-file", str(ready)], ready=ready, env=env)
+        else:
+            done = subprocess.run(full, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             what = " ".join([f"workers={workers}", *extra])
             raise RuntimeError(f"{peer} {action} ({what}) failed:\n{done.stderr[-3000:]}")

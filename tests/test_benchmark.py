@@ -158,10 +158,15 @@ def test_table_has_the_setup_ttfb_cpu_and_padding_columns_and_notes_skipped_peer
 
 
 @pytest.mark.slow
-def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
+def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path, monkeypatch):
     out = tmp_path / "r.json"
+    runs = []  # the load runs of each peer, as `_best_of` got them (the real one still decides)
+    best_of = bench._best_of
+    monkeypatch.setattr(bench, "_best_of", lambda loads: runs.append(loads) or best_of(loads))
     code = bench.main(
         [
+            "--repeat",
+            "2",
             "--size-mbp",
             "0.2",
             "--seq-length",
@@ -195,6 +200,14 @@ def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path):
     assert every - 8 < ours <= every  # an exact epoch: fewer than one batch (8) left out
     names = [t["target"] for t in results["targets"]]
     assert any("3x eden_fly" in n for n in names) and any("0.8x raw_limit" in n for n in names)
+    # each peer's load is the fastest of its --repeat runs, each other time at its own best
+    assert [len(loads) for loads in runs] == [2, 2, 2]
+    for name, loads in zip([p for p in PEERS if p in results["peers"]], runs):
+        load = results["peers"][name]["load"]["0"]
+        assert load["seconds"] == min(r["seconds"] for r in loads)
+        assert load["samples"] == loads[0]["samples"] == loads[1]["samples"]
+        for key in ("total_s", "setup_s", "ttfb_s", "cpu_s"):
+            assert load[key] == min(r[key] for r in loads), (name, key)
 
 
 @pytest.mark.slow
