@@ -77,6 +77,7 @@ def expected_windows(fasta: Path) -> tuple[Counter, Counter]:
     return expected, canonical
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_peer_yields_the_same_windows(tmp_path, genome, workers):
     expected, canonical_expected = expected_windows(genome)
@@ -511,6 +512,7 @@ def test_metagenome_lengths_are_log_normal_with_a_3kb_median_and_no_contig_under
     assert small.sum() == 300_000 and small.min() >= MIN_LENGTH and 40 < len(small) < 120
 
 
+@pytest.mark.slow
 def test_metagenome_bases_are_cut_from_the_bundled_genomes_with_a_few_substitutions(tmp_path):
     from conftest import KLEBSIELLA, LAMBDA, read_fasta
 

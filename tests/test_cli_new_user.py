@@ -84,6 +84,7 @@ def demo(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_demo_config_names_the_bundled_genome_and_still_prepares_it(demo):
     config = yaml.safe_load((ROOT / "configs" / "prepare_demo.yaml").read_text())
     assert config["inputs"] == "bionemo_wds/data/klebsiella_fragmented_assembly.fa.gz"

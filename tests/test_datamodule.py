@@ -137,6 +137,7 @@ class Recorder(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.0)
 
 
+@pytest.mark.slow
 def test_trainer_sees_the_same_batches_as_direct_iteration(dataset):
     model = Recorder()
     trainer = quiet_trainer(max_epochs=2, devices=1, num_sanity_val_steps=0)
@@ -199,6 +200,7 @@ def test_seq_length_mismatch_is_refused(dataset):
         make(dataset, seq_length=2048).setup("fit")
 
 
+@pytest.mark.slow
 def test_lightning_cli_fit_from_yaml(dataset, tmp_path):
     code = main(
         [

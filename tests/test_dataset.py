@@ -163,6 +163,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_importing_and_iterating_imports_no_lightning(kleb):
     """A fresh interpreter imports bionemo_wds and GenomicDataset, builds one and takes a batch with
     and without loader workers: an IterableDataset, model inputs of the micro batch, and no Lightning module."""
@@ -180,6 +181,7 @@ def test_importing_and_iterating_imports_no_lightning(kleb):
 # --- 2. a Lightning model through a plain DataLoader ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_lightning_model_trains_through_a_plain_dataloader(kleb, tmp_path):
     """Trainer.fit(model, train_dataloaders=DataLoader(GenomicDataset(...))) with 2 workers and no data
     module: 8 steps, a finite loss, and the model saw the dataset's first 8 batches in order."""
@@ -219,6 +221,7 @@ def test_a_lightning_model_trains_through_a_plain_dataloader(kleb, tmp_path):
 # --- 3. exact resume with another worker count ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blended", [False, True], ids=["one_dataset", "blend_of_two"])
 def test_resume_from_state_dict_with_another_worker_count(kleb, lam, blended):
     """k batches read by 2 workers, state_dict(batches=k) through JSON; a fresh dataset loading it yields
@@ -260,6 +263,7 @@ def options_for(name: str) -> dict[str, Any]:
     return TAGGED_OPTIONS if name == "tagged" else OPTIONS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["kleb", "tagged"])
 def test_a_single_dataset_is_a_blend_of_one(request, name):
     """GenomicDataset(root) and GenomicDataset(datasets=[{path: root, weight: 1}]) yield identical train
@@ -328,6 +332,7 @@ def test_val_split_is_the_data_modules_and_shared_by_data_parallel_ranks(kleb):
 # --- 6. len() ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["train", "train_two_ranks", "resampled", "val", "blend_of_two", "after_restore"])
 def test_len_is_the_number_of_batches_yielded(kleb, lam, case):
     """len(ds) is the pass's batch count, as documented for each mode (exact: windows // (micro x dp);

@@ -131,6 +131,7 @@ def small(dataset: Path, logs: Path, *extra: str) -> list[str]:
 # --- 1. the user's model gets its own defaults ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_flag_form_prints_the_users_defaults_through_the_real_cli(user_dir, tmp_path):
     """main: lr 0.002, dropout 0.0, vocab_size 256, n_layers 4 (TinyDNALM's), for the flag after the demo config."""
     run = cli("fit", "--config", str(DEMO), "--model", "mymodels.MyLM", "--print_config", cwd=tmp_path)
@@ -382,6 +383,7 @@ def test_a_peek_after_a_restore_still_continues_from_it(kleb_512, lambda_512):
 # --- 3. the demo: a small model that prints its validation loss, and what to do after ---------------------
 
 
+@pytest.mark.slow
 def test_demo_config_prints_the_validation_loss(kleb_1024, tmp_path, capsys):
     """main printed the training loss only (the progress bar, which shows val_loss, is off)."""
     args = small(kleb_1024, tmp_path / "logs", "--trainer.val_check_interval", "2", "--trainer.max_steps", "4")

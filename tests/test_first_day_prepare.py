@@ -72,6 +72,7 @@ def fasta_with_late_bad_base(tmp_path: Path, lambda_bases: str, description: str
 # --- 4. the default stride follows --seq-length; options are checked before the scan -------------------
 
 
+@pytest.mark.slow
 def test_seq_length_1024_works_without_stride(tmp_path):
     out = tmp_path / "out"
     result = cli("prepare", LAMBDA, "--out", out, "--seq-length", "1024", *ONE_SPLIT, "--quiet", "--workers", "1")
@@ -82,6 +83,7 @@ def test_seq_length_1024_works_without_stride(tmp_path):
     assert manifest(out)["request"]["stride"] == 999
 
 
+@pytest.mark.slow
 def test_seq_length_8192_keeps_edens_stride(tmp_path):
     out = tmp_path / "out"
     result = cli("prepare", LAMBDA, "--out", out, *ONE_SPLIT, "--quiet", "--workers", "1")
@@ -89,6 +91,7 @@ def test_seq_length_8192_keeps_edens_stride(tmp_path):
     assert manifest(out)["params"]["stride"] == manifest(out)["request"]["stride"] == 7992
 
 
+@pytest.mark.slow
 def test_default_stride_never_exceeds_a_window_shortened_by_long_tags(tmp_path, lambda_bases):
     """A 100-byte tag leaves a 256-token sample a window of 153 bases: the default (255) is capped there."""
     tag = "T" * 100
@@ -161,6 +164,7 @@ def test_a_group_rule_placing_nothing_fails_before_the_scan(tmp_path, lambda_bas
 # --- 6a. a small split gets shards for several workers ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_default_shards_feed_several_workers(tmp_path):
     """The bundled bacterial assembly at the default 8192 tokens: every split has at least
     min(8, its records) shards, so `num_workers=2` (or 8) has a shard per worker; each shard but the
@@ -179,6 +183,7 @@ def test_default_shards_feed_several_workers(tmp_path):
     assert m["request"]["samples_per_shard"] is None and m["request"]["min_shards_per_split"] == 8
 
 
+@pytest.mark.slow
 def test_an_explicit_samples_per_shard_is_kept(tmp_path):
     out = tmp_path / "out"
     argv = ["prepare", KLEBSIELLA, "--out", out, "-q", "--workers", "2", "--samples-per-shard", "1000"]
@@ -191,6 +196,7 @@ def test_an_explicit_samples_per_shard_is_kept(tmp_path):
 # --- 7. smaller items ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_replace_n_reports_how_many_bases_it_replaced(tmp_path, lambda_bases):
     seqs = {
         "lam_a": lambda_bases[:3000] + "XX" + lambda_bases[3000:6000] + "@",
@@ -209,6 +215,7 @@ def test_replace_n_reports_how_many_bases_it_replaced(tmp_path, lambda_bases):
     assert replaced == {"bases": 5, "sequences": 2, "by_file": {str(fasta): 5}}
 
 
+@pytest.mark.slow
 def test_a_bad_character_is_printed_plainly_with_its_position(tmp_path, lambda_bases):
     fasta = write_fasta(tmp_path / "bad.fa", {"lam": lambda_bases[:500] + "X" + lambda_bases[500:1000]})
     out = tmp_path / "out"
@@ -230,6 +237,7 @@ def test_compress_help_describes_what_it_does():
     assert "zstd compresses each record" in entry and "(default: none)" in entry
 
 
+@pytest.mark.slow
 def test_printed_rate_is_over_the_work_not_the_torch_import(tmp_path):
     """Lambda (48 kbp) took ~0.1 s of work and ~2-5 s of importing webdataset/torch: the rate is over
     the work (never a '0.0 Mbp/s'), and the import is said apart."""
@@ -295,6 +303,7 @@ def kleb_dataset(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_show_prints_the_stored_bases_of_each_window(kleb_dataset, klebsiella_seqs):
     result = cli("show", kleb_dataset, "--split", "val", "-n", "7")
     assert result.returncode == 0, result.stderr
@@ -310,6 +319,7 @@ def test_show_prints_the_stored_bases_of_each_window(kleb_dataset, klebsiella_se
     assert {fields["seq"] for fields, _ in windows} <= set(manifest(kleb_dataset)["splits"]["val"]["seq_ids"])
 
 
+@pytest.mark.slow
 def test_show_reads_a_dataset_from_a_url(kleb_dataset, http_server):
     local = cli("show", kleb_dataset, "-n", "3")
     server = http_server(kleb_dataset)

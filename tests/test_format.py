@@ -315,6 +315,7 @@ pickles_to_tars(sys.argv[1], [f"s.{i:03d}" for i in range(25)], ["a.pyd", "b.pyd
 """
 
 
+@pytest.mark.slow
 def test_pickles_to_tars_after_a_killed_run(tmp_path):
     src = tmp_path / "pickles"
     src.mkdir()
@@ -395,6 +396,7 @@ def genomes(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [4, 3])
 @pytest.mark.parametrize("name", ["lambda", "klebsiella", "klebsiella-1", "klebsiella-zstd"])
 def test_record_index_agrees_with_the_shards(genomes, name, version, tmp_path):

@@ -46,6 +46,7 @@ def keys(batches) -> list[list[str]]:
     return [list(b["keys"]) for b in batches]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_same_batches_as_the_data_module(dataset, split, workers):
@@ -93,6 +94,7 @@ def take(loader, n: int) -> list[dict]:
     return [next(it) for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_resume_after_n_batches_with_other_workers(dataset):
     """state_dict() after n batches (counted in-process: num_workers=0) resumes a fresh dataset
     iterated by 2 workers at exactly the remaining batches."""

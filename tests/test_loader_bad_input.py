@@ -372,6 +372,7 @@ def test_corrupt_record_in_a_worker_is_counted_in_the_main_process(root):
     assert len(keys) == n_samples - windows
 
 
+@pytest.mark.slow
 def test_corrupt_record_in_a_worker_raises_naming_shard_and_key(root):
     key, _ = corrupt_first_record(root, VAL_SHARD)
     dm = genomic(root, num_workers=1)

@@ -59,6 +59,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     return {1: v1, 2: v2, 3: v3, 4: v4}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_a_manifest_of_each_version_round_trips(pristine: dict[int, Path], version: int) -> None:
     root = pristine[version]

@@ -72,6 +72,7 @@ def assert_equal_samples(map_ds: GenomicMapDataset, expected: list[dict]) -> Non
     assert epoch == 2
 
 
+@pytest.mark.slow
 def test_windows_layout_equals_the_iterable_path(kleb_1024):
     map_ds = two_epochs(str(kleb_1024), "train", seed=SEED)
     expected = iterable_samples(2, 4, root=str(kleb_1024), split="train")
@@ -80,6 +81,7 @@ def test_windows_layout_equals_the_iterable_path(kleb_1024):
     assert any(bool(s["rc"]) for s in expected if s) and not all(bool(s["rc"]) for s in expected if s)
 
 
+@pytest.mark.slow
 def test_windows_cut_at_load_equal_the_iterable_path(sequences):
     kw = {"seq_length": 2048, "stride": 1500, "window_offset": "random"}
     map_ds = two_epochs(str(sequences), "train", seed=SEED, **kw)
@@ -100,6 +102,7 @@ def test_validation_is_read_in_order(kleb_1024):
     assert got == [s["keys"] for s in expected[:-1]]
 
 
+@pytest.mark.slow
 def test_indices_past_an_epoch_continue_into_the_next(kleb_1024):
     one = GenomicMapDataset(str(kleb_1024), "train", seed=SEED)
     three = GenomicMapDataset(str(kleb_1024), "train", seed=SEED, num_samples=3 * len(one))

@@ -349,6 +349,7 @@ def test_a_query_without_a_kmer_is_warned_about(capsys, inputs, apart, tmp_path)
     assert {f for (q, _), f in found.items() if q == "copy"} == {"yes", "no"}
 
 
+@pytest.mark.slow
 def test_the_cli_prints_that_warning_as_one_line(inputs, apart, tmp_path):
     """Through the real command (a subprocess, so Python's own warning display is what prints)."""
     query = write_fasta(tmp_path / "q.fa", {"short": "ACGTACGTAC"})

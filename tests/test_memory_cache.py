@@ -160,6 +160,7 @@ class ValReads(L.Callback):
         self.per_run.append((trainer.sanity_checking, trainer.current_epoch, self.val_count() - self.start))
 
 
+@pytest.mark.slow
 def test_trainer_reads_val_shards_only_in_the_first_epoch(dataset, reads):
     """fit for 2 epochs with a 2-batch sanity check and 4 val batches per run: the sanity check reads
     batches 0-1, the first validation only batches 2-3 (each record once), the second epoch nothing."""

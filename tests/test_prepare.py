@@ -107,6 +107,7 @@ def test_same_bytes_for_one_and_two_workers(tmp_path, kleb_small):
     assert tree_bytes(one) == tree_bytes(kleb_small)
 
 
+@pytest.mark.slow
 def test_gzip_plain_and_multimember_inputs_give_the_same_shards(tmp_path, kleb_small):
     plain = tmp_path / "kleb.fa"
     plain.write_bytes(gzip.decompress(KLEBSIELLA.read_bytes()))
@@ -268,6 +269,7 @@ def test_help_explains_every_option(capsys):
         assert option in text
 
 
+@pytest.mark.slow
 def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, kleb_small, klebsiella_seqs):
     out = tmp_path / "z"
     # fewer, larger records and shards than SMALL: per-shard tar padding would dominate 0.3 bytes/base

@@ -119,6 +119,7 @@ def test_the_first_bad_byte_is_named_whatever_the_tasks(tmp_path, inputs, monkey
             assert str(tasks.value) == str(one_task.value)
 
 
+@pytest.mark.slow
 def test_a_pool_of_two_gives_the_catalog_of_one_process(tmp_path, inputs, monkeypatch):
     monkeypatch.setattr(tasks_module, "TASK_BASES", 500_000)  # 13 tasks
     for on_invalid, split_at_n in RULES:

@@ -185,6 +185,7 @@ def test_strict_tags_through_the_cli_exits_2_and_writes_nothing(tmp_path, header
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_cli_prints_the_untagged_warning_as_one_line(tmp_path, headers_fa):
     """Through the real command (a subprocess, so Python's own warning display is what prints): one
     line naming the command, the rule and the count, not a Python warning with its source line."""
