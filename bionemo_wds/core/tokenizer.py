@@ -57,6 +57,24 @@ def shown_byte(byte: int) -> str:
     return f"'{char}'" if 32 < byte < 127 else f"byte 0x{byte:02x}"
 
 
+def shown_character(data: bytes, at: int) -> str:
+    """The byte at `at` of `data` as a message shows it: `shown_byte`, or for a non-ASCII byte that
+    starts a UTF-8 character, the character, its code point and its bytes (``'é' (U+00E9, bytes 0xc3
+    0xa9)``): what a stray character in a text editor puts into a FASTA line."""
+    byte = data[at]
+    if byte < 0x80:
+        return shown_byte(byte)
+    for size in (2, 3, 4):
+        try:
+            char = data[at : at + size].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        hexes = " ".join(f"0x{b:02x}" for b in data[at : at + size])
+        code = f"U+{ord(char):04X}"
+        return f"'{char}' ({code}, bytes {hexes})" if char.isprintable() else f"{code} (bytes {hexes})"
+    return f"byte 0x{byte:02x} (not ASCII)"
+
+
 def first_invalid(bases: bytes) -> int:
     """Index of the first byte of `bases` that is not an IUPAC code, or -1 when all are valid."""
     arr = np.frombuffer(bases, dtype=np.uint8)

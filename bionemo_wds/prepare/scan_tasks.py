@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid, shown_byte
+from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invalid, shown_character
 from bionemo_wds.errors import SourceError
 from bionemo_wds.prepare.catalog import BaseReader, Catalog, Source
 
@@ -170,7 +170,7 @@ def check_span(context: ScanContext, reader: BaseReader, seq: int, lo: int, hi: 
             finding.n_bad += len(invalid)
             if finding.bad < 0:
                 finding.bad = at + first_invalid(raw)
-                finding.char = shown_byte(raw[finding.bad - at])
+                finding.char = shown_character(raw, finding.bad - at)
             if context.on_invalid != "replace-N":
                 break  # nothing more to learn from this sequence
         if context.split_at_n is not None:  # a replaced byte is no N of the source: it never joins a run

@@ -11,7 +11,10 @@ first whitespace), the number of bases, the byte offset of the first base, bases
 bytes per line (newline included, ``\\r\\n`` counted). Every line of a record but the last must
 hold the same number of bases and bytes; the last may be shorter; blank lines may only end a
 record. A line before the first header, a header without a name, a name used twice and binary
-content are refused, each naming the line. The tests check the result against pyfaidx's index.
+content are refused, each naming the line. A line whose length is off because it holds a
+non-ASCII character (a stray ``é`` is two bytes) is reported as that character
+(`FastaCharacterError`), not as a line of the wrong length. The tests check the result against
+pyfaidx's index.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bionemo_wds.core.tokenizer import shown_character
+
 #: Bytes read per block (lines are never split: a block ends at its last newline).
 BLOCK_BYTES = 64 << 20
 _NL, _CR, _GT = ord("\n"), ord("\r"), ord(">")
@@ -33,6 +38,15 @@ NAME = re.compile(r"^[ \t\f\v\r]*([^\s]*)", re.MULTILINE)
 
 class FastaFormatError(ValueError):
     """The file breaks a FASTA rule; the message names the line (1-based) and the record."""
+
+
+class FastaCharacterError(FastaFormatError):
+    """A sequence line holds a non-ASCII character: `detail` says which, where (line, column,
+    position in the sequence); `name` is the sequence's."""
+
+    def __init__(self, name: str, detail: str):
+        super().__init__(f"sequence {name!r} {detail}")
+        self.name, self.detail = name, detail
 
 
 @dataclass
@@ -64,6 +78,7 @@ class _Open:
     last_bases: int = 0  # the last non-blank line so far: bases and bytes
     last_bytes: int = 0
     last_line: int = 0
+    last_start: int = 0  # byte offset of that line
     blank_after: int = 0  # line number of a blank line after it (0: none)
 
 
@@ -80,7 +95,8 @@ class _Lines:
 
 
 class _Builder:
-    def __init__(self, keep_headers: bool) -> None:
+    def __init__(self, keep_headers: bool, path: str | os.PathLike) -> None:
+        self.path = path  # read again only to say what is wrong with a line
         self.table = FaiTable(headers=[] if keep_headers else None)
         self.seen: dict[str, int] = {}
         self.open: _Open | None = None
@@ -153,7 +169,7 @@ class _Builder:
         if rec.offset < 0:  # the record's first base line sets the layout
             rec.offset, rec.lenc, rec.lenb = int(starts[0]), int(bases[0]), int(nbytes[0])
         elif rec.last_bases != rec.lenc or rec.last_bytes != rec.lenb:  # it was not the last line after all
-            self.inconsistent(rec, rec.last_line, rec.last_bases)
+            self.inconsistent(rec, rec.last_line, rec.last_bases, rec.last_start)
         last = len(bases) - 1 - int(np.argmax(nonblank[::-1]))
         inner = slice(0, last)  # every non-blank line but the last: full lines
         bad = np.flatnonzero((bases[inner] != rec.lenc) | (nbytes[inner] != rec.lenb))
@@ -161,11 +177,12 @@ class _Builder:
             i = int(bad[0])
             if bases[i] == 0:
                 raise FastaFormatError(f"blank line {first_line + i} inside sequence {rec.name!r}")
-            self.inconsistent(rec, first_line + i, int(bases[i]))
+            self.inconsistent(rec, first_line + i, int(bases[i]), int(starts[i]))
         if bases[last] > rec.lenc:
-            self.inconsistent(rec, first_line + last, int(bases[last]))
+            self.inconsistent(rec, first_line + last, int(bases[last]), int(starts[last]))
         rec.rlen += int(bases[: last + 1].sum())
         rec.last_bases, rec.last_bytes, rec.last_line = int(bases[last]), int(nbytes[last]), first_line + last
+        rec.last_start = int(starts[last])
         rec.blank_after = first_line + last + 1 if last < len(bases) - 1 else 0
 
     def records(self, lines: _Lines, heads: np.ndarray, nexts: np.ndarray, names: list[str]) -> None:
@@ -192,11 +209,13 @@ class _Builder:
         bad = np.flatnonzero(blank_inside | inner | too_long)
         if len(bad):
             i = int(bad[0])
-            rec = _Open(names[int(rid[i])], 0, 0, lenc=int(lenc[rid[i]]))
+            r = int(rid[i])
+            first = int(lines.starts[min(int(heads[r]) + 1, len(lines.starts) - 1)])
+            rec = _Open(names[r], 0, 0, offset=first, lenc=int(lenc[r]), lenb=int(lenb[r]))
             line = lines.first_line + int(idx[i])
             if blank_inside[i]:
                 raise FastaFormatError(f"blank line {line} inside sequence {rec.name!r}")
-            self.inconsistent(rec, line, int(bases[i]))
+            self.inconsistent(rec, line, int(bases[i]), int(lines.starts[idx[i]]))
         header_end = lines.ends[heads]
         offsets = np.where(empty, header_end, lines.starts[np.minimum(heads + 1, len(lines.starts) - 1)])
         t = self.table
@@ -206,8 +225,20 @@ class _Builder:
         t.line_bases.extend(lenc.tolist())
         t.line_bytes.extend(lenb.tolist())
 
-    @staticmethod
-    def inconsistent(rec: _Open, line: int, bases: int) -> None:
+    def inconsistent(self, rec: _Open, line: int, bases: int, start: int) -> None:
+        """Raise for `line` (its first byte at offset `start`) of `rec`, whose length breaks the rule:
+        as the non-ASCII character it holds, when it holds one (`FastaCharacterError`)."""
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            text = fh.readline()
+        column = next((i for i, byte in enumerate(text) if byte >= 0x80), -1)
+        if column >= 0:
+            position = (start - rec.offset) // max(rec.lenb, 1) * rec.lenc + column
+            raise FastaCharacterError(
+                rec.name,
+                f"has {shown_character(text, column)} on line {line}, column {column + 1} (position {position}, "
+                "0-based), not an IUPAC code: a base is one ASCII letter",
+            )
         raise FastaFormatError(
             f"line {line} of sequence {rec.name!r} holds {bases} bases (with its line end, a different length "
             f"from the sequence's first line, {rec.lenc} bases): every line but the last must be equally long"
@@ -225,7 +256,7 @@ def build_fai(
     or of its bytes ``[start, end)`` when both are header starts (`header_at_or_after`): the records
     whose headers lie there, with offsets in the file. The rules are checked within the window; line
     numbers in messages count from its start (a caller wanting the file's numbers builds the whole file)."""
-    builder = _Builder(keep_headers)
+    builder = _Builder(keep_headers, path)
     position, line_no, carry = start, 1, b""
     left = None if end is None else end - start
     with open(path, "rb") as fh:

@@ -25,6 +25,7 @@ from bionemo_wds.errors import BadInputError, SourceError
 from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
 from bionemo_wds.prepare.sources.fai import (
     FaiTable,
+    FastaCharacterError,
     FastaFormatError,
     build_fai,
     header_at_or_after,
@@ -125,6 +126,11 @@ def indexed(origin: Path, local: Path, keep_headers: bool, start: int = 0, end: 
     except FastaFormatError as exc:
         if start or end is not None:
             return indexed(origin, local, keep_headers)  # raises: the whole file breaks the same rule
+        if isinstance(exc, FastaCharacterError):
+            raise SourceError(
+                f"sequence {exc.name!r} in {origin} {exc.detail}; replace it in the file (its extra bytes "
+                "also break the file's line layout, so --on-invalid cannot skip it)"
+            ) from exc
         if "binary" in str(exc):
             raise SourceError(f"input {origin} is not FASTA text ({exc})") from exc
         raise SourceError(f"input {origin} is not valid FASTA: {exc}") from exc
