@@ -20,6 +20,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,22 @@ def test_resume_from_state_dict_with_another_worker_count(kleb, lam, blended):
     following.set_epoch(epoch + 1)
     assert len(resumed) == len(following) == len(whole)
     assert_same(take(resumed, 0, 3), take(following, 0, 3))
+
+
+def test_state_dict_without_batches_warns_when_workers_read_the_pass(kleb):
+    """Loader workers iterate copies of the dataset: the one in this process counted nothing, so a
+    state without ``batches=`` would restart the epoch. It says so; with 0 workers it counts."""
+    read_by_workers = GenomicDataset(kleb, micro_batch_size=MICRO, **OPTIONS)
+    take(read_by_workers, 2, 3)
+    with pytest.warns(UserWarning, match="batches="):
+        state = read_by_workers.state_dict()
+    assert state["consumed"] == [] and state["blend"][0]["position"] == 0  # what it can know: nothing
+    assert read_by_workers.state_dict(batches=3)["consumed"] == [[1, MICRO, 3]]  # the count given
+    read_here = GenomicDataset(kleb, micro_batch_size=MICRO, **OPTIONS)
+    take(read_here, 0, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_here.state_dict() == read_by_workers.state_dict(batches=3)
 
 
 # --- 4. one dataset is a blend of one; the layers above add nothing ----------------------------------

@@ -141,3 +141,98 @@ def test_stale_segments_are_removed_before_a_new_one_is_made(tmp_path, monkeypat
     transfer = BatchTransfer(workers=1, slots=1, slot_bytes=64)
     transfer.close()
     assert not stale.exists()
+
+
+#: A loader whose workers run ahead with large messages (many batches of many keys each), then a
+#: main process that stops reading: the workers' next messages fill the pipe and block their writer.
+FILLING = """
+import sys, time
+from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+
+dm = GenomicWebDataModule({root!r}, micro_batch_size=32, num_workers=2, transfer_timeout=60, transfer_bytes=2 << 20)
+dm.setup("fit")
+names = [loaders[0].transfer.segment.name.lstrip("/") for loaders in dm.split_loaders.values()]
+batches = iter(dm.train_dataloader())
+for _ in range(12):
+    first = next(batches)
+print(" ".join(names), 4, flush=True)
+time.sleep(600)
+"""
+
+
+def children(pid: int) -> list[int]:
+    """The pids of `pid`'s child processes (Linux: /proc/<pid>/task/*/children)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for a reaper that never comes in a container counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child pids from /proc (Linux)")
+def test_loader_workers_leave_within_seconds_of_a_kill_9_of_their_main_process(tmp_path, kleb_1024):
+    """The main process stops taking batches after its first (the workers fill their rings and
+    block on a slot or a pipe), then gets SIGKILL alone, as a crashed or killed `fit` does."""
+    script = tmp_path / "loader.py"
+    script.write_text(FILLING.format(root=str(kleb_1024)))
+    proc, segments = start_loader(script, "stay")
+    workers: list[int] = []
+    try:
+        # its children: the two loader workers and Python's resource tracker
+        workers = [p for p in children(proc.pid) if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text()]
+        assert len(workers) == 2, [Path(f"/proc/{p}/cmdline").read_text() for p in children(proc.pid)]
+        time.sleep(2)  # the workers run ahead until every slot is full, then wait
+        assert all(alive(pid) for pid in workers)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if alive(pid)], "loader workers outlived their main process by 10 s"
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+        for pid in workers:  # what a failure left
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    remove_stale_segments()
+    assert not any((SHM_DIR / n).exists() for n in segments)
+
+
+HOLDER = """
+import mmap, os, sys, time
+with open(sys.argv[1], "r+b") as fh:
+    view = mmap.mmap(fh.fileno(), 0)
+print("mapped", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads mappings from /proc (Linux)")
+def test_a_segment_of_a_gone_owner_stays_while_a_live_process_maps_it(tmp_path):
+    """The owner (named in the segment) is gone, but a worker it started still writes into the segment."""
+    segment = tmp_path / f"bwds_{pid_namespace()}_{dead_pid()}_0123abcd"
+    segment.write_bytes(bytes(4096))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(segment)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "mapped"
+        assert shm_segments.in_use([str(segment), str(tmp_path / "other")]) == {str(segment)}
+        assert remove_stale_segments(tmp_path) == [] and segment.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    assert remove_stale_segments(tmp_path) == [segment.name] and not segment.exists()

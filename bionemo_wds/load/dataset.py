@@ -61,6 +61,13 @@ from bionemo_wds.storage.request_slots import RequestSlots
 
 log = logging.getLogger("bionemo_wds.load.dataset")
 
+#: `GenomicDataset.state_dict` without ``batches=`` in a process that has not iterated the dataset.
+COUNT_UNKNOWN = (
+    "state_dict() without batches= records the batches this process yielded, and it has yielded none: loader "
+    "workers read the dataset in their own processes, so the state says the epoch has not started and a resume "
+    "would read it again. Pass batches= (the batches taken from the DataLoader this pass; 0 before the first)."
+)
+
 
 class GenomicDataset(IterableDataset):
     """Batches of one split of one or more prepared datasets, for a plain `DataLoader` (``batch_size=None``).
@@ -217,7 +224,8 @@ class GenomicDataset(IterableDataset):
         self.quota_list: list[int] = [int(q) for q in quotas]
         self.progress = progress if progress is not None else TrainProgress()
         self.epoch = 0
-        self.counted = 0  # batches of the current pass this process yielded (no loader workers)
+        # batches of the current pass this process yielded; None: it has not iterated (workers may have)
+        self.counted: int | None = None
         self.source_counts: dict[int, dict[str, int]] = {}  # per epoch: windows of each dataset yielded here
         self.tables = self.records.tables
         self.stream_seeds = tuple(seeds)
@@ -285,14 +293,15 @@ class GenomicDataset(IterableDataset):
         # unit=1: batch b to worker b % workers, the order a DataLoader takes them in
         planned, build = self.batch_stages(lambda: plan, EpochState(self.epoch), unit=1)
         counting = not in_loader_worker()
-        self.counted = 0
         batches = build(iter(planned))
         if counting and self.split is Split.train:
             batches = self.count_sources(batches, lambda: self.epoch, lambda: len(plan))
-        for batch in batches:
+        if counting:
+            self.counted = 0
+        for count, batch in enumerate(batches, 1):
             out = self.output(batch)
             if counting:
-                self.counted += 1
+                self.counted = count
             yield out
 
     def output(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -347,10 +356,12 @@ class GenomicDataset(IterableDataset):
     def state_dict(self, batches: int | None = None) -> dict[str, Any]:
         """The checkpoint state after `batches` batches of this epoch's pass (default: the batches this
         process yielded, right without loader workers). Loads into a `GenomicDataset` or a data module."""
+        if batches is None and self.counted is None:
+            warnings.warn(COUNT_UNKNOWN, stacklevel=2)
         before = self.consumed()
         progress = TrainProgress()
         progress.epoch, progress.before = self.epoch, before
-        progress.batches = sum(seg.batches for seg in before) + (self.counted if batches is None else batches)
+        progress.batches = sum(seg.batches for seg in before) + ((self.counted or 0) if batches is None else batches)
         return self.checkpoint(progress)
 
     def checkpoint(self, progress: TrainProgress) -> dict[str, Any]:

@@ -13,10 +13,11 @@ So every segment of ours is named ``bwds_<pid namespace>_<pid>_<random>`` (`new_
 package, the pid namespace and pid of the process that created it (and owns it: it unlinks it).
 `remove_stale_segments`, run each time a loader creates its rings, removes the segments named so
 whose owner no longer exists in this pid namespace, as MosaicML streaming's
-``clean_stale_shared_memory`` does for its own. It never touches a segment whose owner is alive
-(or may be: a pid that is in use again, another user's process, another pid namespace) nor one not
-named ours. Only where shared memory is a listable directory (``/dev/shm`` on Linux); elsewhere
-nothing is removed.
+``clean_stale_shared_memory`` does for its own, and that no live process maps or holds open (a
+loader worker of a killed main process may still be writing into it: `in_use`). It never touches
+a segment whose owner is alive (or may be: a pid that is in use again, another user's process,
+another pid namespace) nor one not named ours. Only where shared memory is a listable directory
+(``/dev/shm`` on Linux) and ``/proc`` shows who maps what; elsewhere nothing is removed.
 """
 
 from __future__ import annotations
@@ -81,10 +82,16 @@ def remove_stale_segments(directory: Path | None = None) -> list[str]:
         names = os.listdir(directory)
     except OSError:  # no such directory here (macOS, Windows), or not listable
         return []
-    namespace, removed = pid_namespace(), []
+    namespace = pid_namespace()
+    candidates = []
     for name in names:
         who = owner(name)
-        if who is None or who[0] != namespace or process_exists(who[1]):
+        if who is not None and who[0] == namespace and not process_exists(who[1]):
+            candidates.append(name)
+    busy = in_use([str(directory / name) for name in candidates]) if candidates else set()
+    removed = []
+    for name in candidates:
+        if str(directory / name) in busy:
             continue
         try:
             os.unlink(directory / name)
@@ -96,6 +103,33 @@ def remove_stale_segments(directory: Path | None = None) -> list[str]:
             "removed %d shared-memory segment(s) of loaders that were killed (%s)", len(removed), ", ".join(removed)
         )
     return removed
+
+
+def in_use(paths: list[str], proc: Path = Path("/proc")) -> set[str]:
+    """Those of `paths` that a live process maps or holds open (``/proc/<pid>/maps`` and ``fd``,
+    the processes this user may read; Linux). Where there is no ``/proc``, every path counts as in
+    use: nothing is removed that cannot be checked."""
+    wanted = set(paths)
+    try:
+        pids = [entry for entry in os.listdir(proc) if entry.isdigit()]
+    except OSError:
+        return wanted
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            with open(proc / pid / "maps") as maps:
+                found.update(line.rstrip("\n").split(maxsplit=5)[-1] for line in maps if "/" in line)
+            fds = proc / pid / "fd"
+            for fd in os.listdir(fds):
+                try:
+                    found.add(os.readlink(fds / fd))
+                except OSError:  # closed meanwhile
+                    continue
+        except OSError:  # gone meanwhile, or another user's process (it cannot open our 0600 segments)
+            continue
+        if wanted <= found:
+            break
+    return wanted & found
 
 
 def new_segment(size: int) -> shared_memory.SharedMemory:

@@ -2,10 +2,19 @@
 
 Everything that depends on the rank or the worker asks this module, so tests can inject a `World`
 and a loader worker reports the same identity to every stage.
+
+A loader worker that detects itself (`Worker.detect`) also ties its life to its loader's process
+(`leave_with_parent`): DataLoader's own watchdog looks for a dead parent only between two requests,
+so a worker blocked writing a batch into a full pipe, or waiting for a ring or request slot, outlived
+a ``kill -9`` of its main process for as long as the block lasted (minutes, holding memory and shards).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,10 +68,64 @@ class Worker:
 
     @classmethod
     def detect(cls) -> Worker:
+        """This process's worker identity; in a loader worker, also starts `leave_with_parent` (once)."""
         info = torch.utils.data.get_worker_info()
-        return cls(info.id, info.num_workers) if info is not None else cls()
+        if info is None:
+            return cls()
+        leave_with_parent()
+        return cls(info.id, info.num_workers)
 
 
 def in_loader_worker() -> bool:
     """Whether this code runs in a DataLoader worker process."""
     return torch.utils.data.get_worker_info() is not None
+
+
+#: Seconds between two looks at whether a worker's loader process is still there.
+PARENT_CHECK_INTERVAL = 0.5
+#: The exit status of a worker that left because its loader process died.
+ORPHAN_EXIT_STATUS = 75
+# the process whose watch runs (a forked worker inherits the module's state but not the thread)
+_watched_pid: int | None = None
+_watch_lock = threading.Lock()
+
+
+def leave_with_parent(interval: float = PARENT_CHECK_INTERVAL) -> None:
+    """Make this process end (``os._exit``) within about `interval` s of the death of the process that
+    started it, whatever its threads are blocked on; idempotent, and a no-op in a process no one
+    started through `multiprocessing`. A daemon thread watches: the parent pid changes when the
+    parent dies (its children are handed to init or a subreaper), and a parent that is gone while
+    the pid stays (a forkserver in between) no longer answers a signal 0."""
+    global _watched_pid
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.pid is None:
+        return
+    with _watch_lock:
+        if _watched_pid == os.getpid():
+            return
+        _watched_pid = os.getpid()
+    started_by, ppid = parent.pid, os.getppid()
+    watch = threading.Thread(
+        target=_watch_parent, args=(started_by, ppid, interval), name="bionemo-wds-parent-watch", daemon=True
+    )
+    watch.start()
+
+
+def parent_gone(started_by: int, ppid: int) -> bool:
+    """Whether the process that started this one (`started_by`, seen as parent pid `ppid` when the
+    watch began) has died."""
+    if os.getppid() != ppid:
+        return True
+    try:
+        os.kill(started_by, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _watch_parent(started_by: int, ppid: int, interval: float) -> None:
+    while not parent_gone(started_by, ppid):
+        time.sleep(interval)
+    os._exit(ORPHAN_EXIT_STATUS)  # not sys.exit: the main thread may be blocked in a write or a wait
