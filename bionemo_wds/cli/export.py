@@ -11,7 +11,9 @@ HELP = "write a split as a Megatron indexed dataset (PREFIX.bin / PREFIX.idx) fo
 DESCRIPTION = (
     "Write one split of a prepared dataset as OUT_PREFIX.bin and OUT_PREFIX.idx with megatron-core's "
     "IndexedDatasetBuilder (uint8 byte-level token ids, as bionemo's preprocess_evo2 writes them), and "
-    "OUT_PREFIX.documents.tsv naming each document. A sequence-layout dataset (prepare --layout sequences) "
+    "OUT_PREFIX.documents.tsv naming each document (prepare --source megatron names documents by it; export "
+    "each split to a prefix named by it, e.g. mout/ecoli_train, and prepare --split-from-names gives the splits "
+    "back). A sequence-layout dataset (prepare --layout sequences) "
     "gives one document per sequence, equal to the FASTA sequence; a windows-layout dataset one document per "
     "stored window (its windows overlap, so they are what it holds). Bases are written as stored; control tags "
     "and reverse complements are not written into documents. Needs megatron-core: pip install "
@@ -22,7 +24,10 @@ DESCRIPTION = (
 def add_export_parser(subparsers: Any, **kwargs: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("export-megatron", help=HELP, description=DESCRIPTION, **kwargs)
     parser.add_argument("dataset", help="directory or URL (s3://bucket/run1, https://...) holding manifest.json")
-    parser.add_argument("out_prefix", help="local path prefix: writes OUT_PREFIX.bin, .idx and .documents.tsv")
+    parser.add_argument(
+        "out_prefix",
+        help="local path prefix: writes OUT_PREFIX.bin, .idx and .documents.tsv (its directory is made when missing)",
+    )
     parser.add_argument("--split", default="train", help="the split to write (default: train)")
     parser.add_argument(
         "--no-eod",

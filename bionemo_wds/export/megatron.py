@@ -14,11 +14,20 @@ writes is what Megatron reads:
   control tags and reverse complements are not written into documents (our loaders add them at
   load time, seeded, where ``preprocess_evo2`` bakes them in).
 - ``PREFIX.documents.tsv`` beside them names each document: index, sequence, first base, length.
-- The three files are written under hidden temporary names and renamed when complete.
+- The three files are written under hidden temporary names and renamed when complete; the
+  directory of the prefix is made when it does not exist (as ``prepare --out`` makes its directory).
+
+``prepare --source megatron PREFIX`` reads the pair back, named by ``PREFIX.documents.tsv``
+(`prepare/sources/megatron.py`), so an export per split followed by ``prepare --split-from-names``
+gives back the splits, the sequence names and the bases.
+
+Error messages name what is wrong, not the command: the command line puts
+``bionemo-wds export-megatron: error:`` before them (`cli.exit_codes.report_error`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,20 +67,22 @@ def export_megatron(
     """Write `split` of `dataset` as ``out_prefix.bin`` / ``.idx`` (uint8 byte-level tokens, one
     document per sequence or window: module docstring) and ``out_prefix.documents.tsv``."""
     if "://" in str(out_prefix):
-        raise OptionError(f"export-megatron writes local files (Megatron's builder opens them): {out_prefix}")
-    indexed_dataset = indexed_dataset_module("export-megatron")
+        raise OptionError(
+            f"OUT_PREFIX {out_prefix} is a URL: the export writes local files (Megatron's builder opens them)"
+        )
+    indexed_dataset = indexed_dataset_module("the export")
     store = Store(dataset, storage_options)
     manifest = read_manifest(store)
     if split not in manifest.splits:
         raise BadInputError(f"{store.root} has no {split!r} split; it has {', '.join(manifest.splits) or 'none'}")
     prefix = Path(out_prefix)
-    if not prefix.parent.is_dir():
-        raise BadInputError(f"export-megatron: the directory of {prefix} does not exist")
+    made = make_directory(prefix.parent)
     final = [Path(indexed_dataset.get_bin_path(str(prefix))), Path(indexed_dataset.get_idx_path(str(prefix)))]
     final.append(prefix.with_name(prefix.name + ".documents.tsv"))
     temporary = [temporary_name(path) for path in final]
     sequences = is_sequence_layout(manifest.params)
     count = tokens = 0
+    done = False
     try:
         builder = indexed_dataset.IndexedDatasetBuilder(str(temporary[0]), dtype=np.uint8)
         eod = np.array([EOD_ID] if append_eod else [], dtype=np.uint8)
@@ -85,7 +96,25 @@ def export_megatron(
         builder.finalize(str(temporary[1]))
         for tmp, path in zip(temporary, final):
             os.replace(tmp, path)
+        done = True
     finally:
         for tmp in temporary:
             tmp.unlink(missing_ok=True)
+        for directory in made if not done else ():  # a failed export leaves no directory it made
+            with contextlib.suppress(OSError):
+                directory.rmdir()
     return ExportReport(final[0], final[1], final[2], count, tokens, "sequence" if sequences else "window")
+
+
+def make_directory(directory: Path) -> list[Path]:
+    """Make the directory the export writes into, and its parents; returns those it made, deepest
+    first (removed again when the export fails). One that cannot be made (a file on the way, no
+    permission) is a `BadInputError` naming it."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise BadInputError(f"cannot make the directory {directory}: a file is in the way ({exc.filename})") from exc
+    except OSError as exc:
+        raise BadInputError(f"cannot make the directory {directory}: {exc.strerror or exc}") from exc
+    return missing
