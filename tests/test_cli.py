@@ -39,6 +39,7 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
         {"split_list": {"train": "a.txt", "val": "b.txt"}},
         {"train": "a.txt", "val": "b.txt"},
     ),
+    "split_from_names": (["--split-from-names"], {"split_from_names": True}, True),
     "split_parquet": (
         ["--split-parquet", "train=t.parquet", "--split-parquet", "test=u.parquet"],
         {"split-parquet": {"train": "t.parquet", "test": "u.parquet"}},

@@ -28,7 +28,7 @@ from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
 from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.sources import SOURCES
-from bionemo_wds.prepare.splits import SPLIT_NAMES, ratio_problem
+from bionemo_wds.prepare.splits import DEFAULT_RATIOS, SPLIT_NAMES, ratio_problem
 from bionemo_wds.prepare.tags import parse_tag_pair, tag_map_problem, tag_rule_problem
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
@@ -205,7 +205,7 @@ class PrepareOptions:
         choices=LAYOUTS,
     )
     split: Sequence[float] = option(
-        (0.8, 0.1, 0.1),
+        DEFAULT_RATIOS,
         f"{','.join(SPLIT_NAMES)} ratios for the length-stratified split "
         "(buckets <10kb, <100kb, longer); 0 leaves a split out",
         parse=parse_ratios,
@@ -220,6 +220,12 @@ class PrepareOptions:
         parse=parse_split_list,
         collect=dict,
         metavar="SPLIT=FILE",
+    )
+    split_from_names: bool = option(
+        False,
+        "take each input file's split from its name: one word train, val/valid/validation or test between "
+        "_, -, . or the name's ends (ecoli_train, x.test.fa; export-megatron's per-split prefixes); replaces --split",
+        switch=True,
     )
     split_parquet: dict[str, str] | None = option(  # noqa: RUF009
         None,

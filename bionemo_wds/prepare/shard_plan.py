@@ -42,9 +42,11 @@ from bionemo_wds.prepare.splits import (
     DEFAULT_BUCKET_EDGES,
     SPLIT_NAMES,
     bucket_labels,
+    check_split_from_names,
     grouped_split,
     length_buckets,
     split_from_lists,
+    split_from_names,
     stratified_split,
 )
 from bionemo_wds.prepare.tags import tag_file, tag_map_conflict
@@ -149,13 +151,18 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
     parquet = _named_files(opts.split_parquet)
     window_dbs = _named_files(opts.window_db)
     sequences = opts.layout == "sequences"
+    files = input_files(inputs, opts)
+    if opts.split_from_names:
+        given = (("--split-list", lists), ("--split-parquet", parquet), ("--window-db", window_dbs))
+        others = [flag for flag, value in (*given, ("--group-by", opts.group_by)) if value]
+        check_split_from_names([str(f) for f in files], opts.split, others)
     request = {
         "source": opts.source,
-        "inputs": file_fingerprint(input_files(inputs, opts)),
+        "inputs": file_fingerprint(files),
         "seq_length": opts.seq_length,
         "stride": None if sequences else opts.requested_stride,  # cut at load
         "tail": opts.tail,
-        "split": [float(r) for r in opts.split] if not (lists or parquet) else None,
+        "split": [float(r) for r in opts.split] if not (lists or parquet or opts.split_from_names) else None,
         "split_lists": lists,
         "split_parquet": parquet,
         "window_db": window_dbs,
@@ -183,6 +190,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         request["layout"] = opts.layout
     if opts.tag_map:  # only then, likewise: the --tags substring table, in its order (the first match wins)
         request["tag_map"] = dict(opts.tag_map)
+    if opts.split_from_names:  # only then, likewise
+        request["split_from_names"] = True
     return request
 
 
@@ -217,7 +226,12 @@ def _rule_file(option: str, rule: str, path: str) -> dict[str, Any]:
 
 
 def check_split_rules(catalog: Catalog, opts: PrepareOptions) -> None:
-    """Refuse two rules that both decide the split (--group-by with split lists)."""
+    """Refuse two rules that both decide the split (--group-by with split lists). With
+    --split-from-names (`request_of` refused its conflicts), fix every row's split from its input file's
+    name as a source fixes splits (`Catalog.split`), so the checks before the scan and the plan see it."""
+    if opts.split_from_names and catalog.split is None:
+        files = [catalog.source.file_of(seq) for seq in catalog.seq.tolist()]
+        catalog.split = split_from_names(files)
     if opts.group_by and (catalog.split is not None or opts.split_lists):
         given = "--split-list" if opts.split_lists else "the source's split lists (--split-parquet, --window-db)"
         raise BadInputError(
@@ -232,7 +246,7 @@ def read_split_lists(opts: PrepareOptions) -> dict[str, list[str]]:
 
 
 def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
-    """Split code per catalog row: fixed by the source, from split lists, by groups, or stratified."""
+    """Split code per catalog row: fixed by the source or the file names, from split lists, by groups, or stratified."""
     check_split_rules(catalog, opts)
     if catalog.split is not None:
         return catalog.split

@@ -6,11 +6,18 @@ divided by the ratios, so every split gets the same length mix. Within a bucket 
 first (ties in a seeded random order) and give each sequence to the split furthest below its share
 of the bucket's bases; this keeps base shares within one sequence of the target, where a plain
 count split can miss badly when a few long contigs dominate.
+
+`--split-from-names` takes each input file's split from its name instead (`split_in_name`): a word
+``train``, ``val`` / ``valid`` / ``validation`` or ``test`` between ``_``, ``-``, ``.`` or the ends
+of the file name, so the files ``export-megatron`` writes per split (``mout/ecoli_train``), or
+``data_metagenomics_valid_chunk1.jsonl.gz`` and ``x.test.fa``, go back to their splits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import re
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -19,6 +26,12 @@ from bionemo_wds.core.seeds import split_rng
 from bionemo_wds.errors import BadInputError
 
 SPLIT_NAMES = ("train", "val", "test")
+#: --split's default ratios (`PrepareOptions.split`).
+DEFAULT_RATIOS = (0.8, 0.1, 0.1)
+#: --split-from-names: the words of a file name that name a split (any case) -> its split number.
+SPLIT_WORDS = {"train": 0, "val": 1, "valid": 1, "validation": 1, "test": 2}
+#: What delimits the words of a file name.
+_WORD_DELIMITERS = re.compile(r"[_.\-]")
 #: Upper bounds (exclusive) of the length buckets; the last bucket is open-ended.
 DEFAULT_BUCKET_EDGES = (10_000, 100_000)
 
@@ -174,3 +187,46 @@ def split_from_lists(names: Sequence[str], lists: Mapping[str, Sequence[str]]) -
                 raise BadInputError(f"sequence {name!r} is listed for both {SPLIT_NAMES[assignment[idx]]} and {split}")
             assignment[idx] = code
     return assignment
+
+
+def split_in_name(path: str | os.PathLike[str]) -> int:
+    """The split number the file name of `path` holds (`SPLIT_WORDS`, delimited by ``_``, ``-``, ``.``
+    or the ends of the name; directories above it do not count); a name with no such word, or more
+    than one, is a `BadInputError` naming the file."""
+    name = os.path.basename(os.fspath(path))
+    words = [w for w in _WORD_DELIMITERS.split(name) if w.lower() in SPLIT_WORDS]
+    if len(words) == 1:
+        return SPLIT_WORDS[words[0].lower()]
+    found = f"holds {' and '.join(words)}" if words else "holds no split word"
+    raise BadInputError(
+        f"--split-from-names: the name of {os.fspath(path)} {found}; it needs exactly one of train, val, valid, "
+        "validation, test between '_', '-', '.' or the ends of the file name (e.g. ecoli_train, x.test.fa)"
+    )
+
+
+def split_from_names(files: Sequence[str]) -> np.ndarray:
+    """Split number of every row from the name of its input file (`split_in_name`): ``files[i]`` is row i's."""
+    codes = {file: split_in_name(file) for file in dict.fromkeys(files)}
+    return np.fromiter((codes[file] for file in files), dtype=np.int8, count=len(files))
+
+
+def check_split_from_names(files: Sequence[str], ratios: Sequence[float], others: Collection[str]) -> None:
+    """Refuse --split-from-names with a rule that also decides the split (`others`: the options given,
+    such as ``--split-list``), an input file whose name names no split or two, and --split ratios
+    that disagree with the names: ratios other than the default must be 0 exactly for the splits
+    that no input names."""
+    if others:
+        raise BadInputError(
+            f"--split-from-names and {' and '.join(others)} both decide the split; give one "
+            "(--split-from-names takes each input's split from its file name)"
+        )
+    named = {split_in_name(file) for file in files}
+    if tuple(float(r) for r in ratios) == DEFAULT_RATIOS:
+        return
+    given = {i for i, r in enumerate(ratios) if r > 0}
+    if given != named:
+        in_names = ", ".join(SPLIT_NAMES[i] for i in sorted(named))
+        raise BadInputError(
+            f"--split {','.join(str(r) for r in ratios)} disagrees with --split-from-names, whose input names give "
+            f"{in_names}: leave --split out (the names decide the split), or give a ratio above 0 to exactly those"
+        )

@@ -7,9 +7,16 @@ tag ``|d__...;s__...|`` at the start of a document and again every ``prompt_spac
 and a reverse-complement copy of each record as the next document. Read as bases, those would be
 trained as sequence; here they are found and reported instead:
 
-- **documents** become catalog sequences named ``<prefix name>/<document>``; the trailing
-  end-of-document id (0) is dropped; any other id that is not a base is left to `prepare.scan`,
-  which refuses it (or skips the document, ``--on-invalid``) like a bad FASTA base;
+- **documents** become catalog sequences; the trailing end-of-document id (0) is dropped; any
+  other id that is not a base is left to `prepare.scan`, which refuses it (or skips the document,
+  ``--on-invalid``) like a bad FASTA base;
+- **names**: with ``PREFIX.documents.tsv`` beside the pair (``export-megatron`` writes it: document,
+  seq_id, start, length), each document is named by it: by its ``seq_id`` when every document of the
+  file is a whole sequence (each seq_id once, at start 0: a sequence-layout export), else by
+  ``seq_id:start`` (a windows-layout export, whose documents are overlapping windows, several of one
+  sequence); the file must agree with the ``.idx`` (as many rows as documents, each row's length that
+  document's ids, end-of-document id not counted), else it is refused naming it. Without it a document
+  is named ``<prefix name>/<document>``. A name given twice (two inputs) is refused;
 - **embedded lineage tags**: every occurrence of the document's first ``|d__...|`` tag is taken
   out of its bases and the tag becomes the sequence's control tag (the loader puts it between BOS
   and SEP of every window, and drops its ranks with ``tag_dropout``);
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +53,9 @@ from bionemo_wds.prepare.catalog import Catalog
 if TYPE_CHECKING:
     from bionemo_wds.prepare.options import PrepareOptions
 
+#: The file beside a pair that names its documents (`export.megatron` writes it), and its header.
+NAMES_SUFFIX = ".documents.tsv"
+NAMES_HEADER = ("document", "seq_id", "start", "length")
 #: Token dtypes a document may be stored in.
 DTYPES = (np.uint8, np.uint16)
 # a lineage tag at the very start of a document
@@ -76,7 +87,78 @@ def megatron_input_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Pa
             if not path.is_file():
                 raise BadInputError(f"{other} has no {path.name} beside it: a Megatron indexed dataset is a pair")
         files += [idx_path, bin_path]
+        if names_path(str(prefix)).is_file():  # it names the documents: a changed one is a new request
+            files.append(names_path(str(prefix)))
     return files
+
+
+def names_path(prefix: str) -> Path:
+    """``PREFIX.documents.tsv``: where `export-megatron` names the documents of ``PREFIX.bin``."""
+    return Path(f"{prefix}{NAMES_SUFFIX}")
+
+
+@dataclass(frozen=True)
+class DocumentNames:
+    """What ``PREFIX.documents.tsv`` says of each document: its name here and its length in bases."""
+
+    path: Path
+    names: list[str]
+    lengths: list[int]
+
+
+def read_document_names(prefix: str) -> DocumentNames | None:
+    """The documents' names from ``PREFIX.documents.tsv`` (module docstring: ``seq_id``, or
+    ``seq_id:start`` for windows), or None when there is no such file; a malformed file is refused
+    naming it and the line."""
+    path = names_path(prefix)
+    if not path.is_file():
+        return None
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{path} cannot be read: {exc}") from exc
+    if not lines or tuple(lines[0].split("\t")) != NAMES_HEADER:
+        raise SourceError(
+            f"{path}: the first line must be the header {'<TAB>'.join(NAMES_HEADER)} (as export-megatron writes it)"
+        )
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split("\t")
+        try:
+            document, start, length = int(fields[0]), int(fields[2]), int(fields[3])
+            ok = len(fields) == 4 and fields[1] != "" and document == number - 2 and start >= 0 and length >= 0
+        except (ValueError, IndexError):
+            ok = False
+        if not ok:
+            raise SourceError(
+                f"{path} line {number}: expected {number - 2}<TAB>SEQ_ID<TAB>START<TAB>LENGTH (document "
+                f"{number - 2}), got {line!r}"
+            )
+        rows.append((fields[1], start, length))
+    whole = all(start == 0 for _, start, _ in rows) and len({seq for seq, _, _ in rows}) == len(rows)
+    names = [seq if whole else f"{seq}:{start}" for seq, start, _ in rows]
+    if not whole and len(set(names)) < len(names):
+        twice = next(name for name, n in Counter(names).items() if n > 1)
+        raise SourceError(f"{path} names two documents {twice} (the same sequence and first base)")
+    return DocumentNames(path, names, [length for _, _, length in rows])
+
+
+def check_names(names: DocumentNames | None, documents: int, prefix: str) -> None:
+    """Refuse a ``documents.tsv`` whose rows are not the ``.idx``'s documents, one each."""
+    if names is not None and len(names.names) != documents:
+        raise SourceError(
+            f"{names.path} names {len(names.names)} documents but {prefix}.idx holds {documents}: the files are "
+            "not one export's (remove the .documents.tsv to name documents <prefix name>/<document>)"
+        )
+
+
+def check_length(names: DocumentNames | None, document: int, ids: np.ndarray, prefix: str) -> None:
+    """Refuse a ``documents.tsv`` row whose length is not its document's (end-of-document id not counted)."""
+    if names is not None and names.lengths[document] != len(ids):
+        raise SourceError(
+            f"{names.path}: document {document} is {names.lengths[document]} bases long by it but {len(ids)} in "
+            f"{prefix}.bin: the files are not one export's"
+        )
 
 
 @dataclass
@@ -159,6 +241,7 @@ def catalog_megatron(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
     prefixes = [str(prefix_of(given)) for given in inputs]
     names, tags, lengths, files, documents, embedded, skipped = [], [], [], [], [], [], []
     counts = {"documents": 0, "tagged": 0, "reverse_complement_copies": 0, "empty": 0}
+    seen: dict[str, str] = {}  # name -> the input that gave it
     for f, prefix in enumerate(prefixes):
         dataset = indexed(prefix)
         dtype = np.dtype(dataset.index.dtype)
@@ -168,10 +251,17 @@ def catalog_megatron(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
             )
         check_pair(dataset, prefix, dtype)
         n_docs = len(dataset.document_indices) - 1
+        named = read_document_names(prefix)
+        check_names(named, n_docs, prefix)
         previous: bytes | None = None
         for d in tqdm(range(n_docs), desc=f"catalog {Path(prefix).name}", unit="doc", disable=not opts.progress):
-            name = f"{Path(prefix).name}/{d}"
+            name = f"{Path(prefix).name}/{d}" if named is None else named.names[d]
+            if seen.setdefault(name, prefix) != prefix:
+                raise SourceError(
+                    f"document name {name!r} is given by both {seen[name]} and {prefix}; names must be unique"
+                )
             ids = document_ids(dataset, d)
+            check_length(named, d, ids, prefix)
             if dtype != np.uint8:  # ids of 256 and more are not bytes
                 check_ids(ids, d, prefix)
             raw = as_bases(ids, "")
