@@ -63,7 +63,7 @@ class SampleOptions:
         boundaries: `packed.packed_model_inputs`)."""
         if "doc_tokens" in compact:
             out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight)
-            for passthrough in ("keys", "seq_id", "start", "rc", "doc_rc", "dataset"):
+            for passthrough in ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
                 if passthrough in compact:
                     value = compact[passthrough]
                     out[passthrough] = SampleNames(value) if isinstance(value, list) else torch.as_tensor(value)

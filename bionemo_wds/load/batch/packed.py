@@ -16,6 +16,11 @@ before its first base; `packed_model_inputs` expands it on whatever device it is
   packed-sequence parameters pad them). `flat_cu_seqlens` gives the one-dimensional form over the
   whole batch that flash-attention's varlen functions and Transformer Engine's THD layout take;
   `document_mask` the dense causal block-diagonal mask for attention that takes a mask.
+
+Beside them both forms carry what the rows hold (`PACKED_FIELDS`): ``keys`` (every document's,
+joined by ``;``), ``doc_rc`` (each document's strand), ``lengths`` (the row's bases, all its
+documents together, as a window row's ``lengths`` counts its bases), ``dataset``, and ``seq_id``,
+``start`` and ``rc`` of the row's first document.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ PACKED_FIELDS: tuple[Field, ...] = (
     Field("doc_tokens", np.dtype(np.int32), ("rows", "documents"), "tokens of each document, 0 after the last"),
     Field("doc_prefix", np.dtype(np.int32), ("rows", "documents"), "tokens before each document's first base"),
     Field("doc_rc", np.dtype(bool), ("rows", "documents"), "whether each document was reverse-complemented"),
+    Field("lengths", np.dtype(np.int32), ("rows",), "bases of each row, all its documents together"),
     Field("rc", np.dtype(bool), ("rows",), "whether the row's first document was reverse-complemented"),
     Field("start", np.dtype(np.int64), ("rows",), "the first document's first base in its sequence"),
     Field("seq_id", None, ("rows",), "the sequence of each row's first document"),
@@ -93,6 +99,7 @@ def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, co
     doc_tokens = np.zeros((n, width), dtype=np.int32)
     doc_prefix = np.zeros((n, width), dtype=np.int32)
     doc_rc = np.zeros((n, width), dtype=bool)
+    lengths = np.zeros(n, dtype=np.int32)
     for i, row in enumerate(rows):
         pos = 0
         for j, doc in enumerate(row):
@@ -113,6 +120,7 @@ def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, co
                 )
             tokens[i, p + m] = EOS_ID
             doc_tokens[i, j], doc_prefix[i, j], doc_rc[i, j] = p + m + 1 - pos, p - pos, doc.rc
+            lengths[i] += m
             pos = p + m + 1
     first = [row[0] if row else None for row in rows]
     return {
@@ -120,6 +128,7 @@ def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, co
         "doc_tokens": doc_tokens,
         "doc_prefix": doc_prefix,
         "doc_rc": doc_rc,
+        "lengths": lengths,
         "rc": np.array([bool(d.rc) if d is not None else False for d in first], dtype=bool),
         "start": np.array([d.start if d is not None else 0 for d in first], dtype=np.int64),
         "seq_id": [d.seq_id if d is not None else "" for d in first],
