@@ -8,6 +8,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bionemo_wds.core.windowing import default_stride
 from bionemo_wds.errors import ManifestError, refusal_named
 from bionemo_wds.format import (
     INDEXED_FORMAT_VERSION,
@@ -128,9 +129,7 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
     out = [
         f"dataset {root}  (format v{manifest.format_version}, bionemo-wds {manifest.package_version or '?'})",
         f"inputs ({len(inputs)} file(s), {input_size}): {input_paths}",
-        f"seq_length {params.seq_length}  window {params.window_length}  stride {params.stride}  "
-        f"tail {params.tail}  tags {params.tags}  case {stored_case(manifest)}  seed {params.seed}  "
-        f"windows/record {params.windows_per_record}  codec {params.codec or 'none'}  layout {params.layout}",
+        _params_line(params, stored_case(manifest)),
         *_layout_line(params),
         *_source_line(params),
         "",
@@ -157,13 +156,30 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
     return "\n".join(out)
 
 
+def _params_line(params: Params, case: str) -> str:
+    """The parameters the shards were written with. A sequence-layout dataset stores pieces, not
+    training windows: its line names them so (`_layout_line` says what the loader cuts)."""
+    if params.layout == "sequences":
+        cut = f"pieces of up to {params.window_length} bases"
+        per_record = f"pieces/record {params.windows_per_record}"
+    else:
+        cut = f"seq_length {params.seq_length}  window {params.window_length}  stride {params.stride}"
+        per_record = f"windows/record {params.windows_per_record}"
+    return (
+        f"{cut}  tail {params.tail}  tags {params.tags}  case {case}  seed {params.seed}  "
+        f"{per_record}  codec {params.codec or 'none'}  layout {params.layout}"
+    )
+
+
 def _layout_line(params: Params) -> list[str]:
-    """One line on what the sequence layout stores, when the dataset has it."""
+    """What the sequence layout stores and what the loader cuts of it, when the dataset has it."""
     if params.layout != "sequences":
         return []
+    stride = min(default_stride(params.seq_length), params.window_length)
     return [
-        f"sequence layout: every base stored once, as pieces of up to {params.window_length} bases of whole "
-        "sequences in a seeded order; windows of any length are cut at load"
+        "sequence layout: every base stored once, as pieces of whole sequences in a seeded order (the samples "
+        f"below count pieces); the loader cuts the windows: by default seq_length {params.seq_length} (what "
+        f"prepare was given) and stride {stride}, or any seq_length, stride or pack=True it is asked for"
     ]
 
 
