@@ -7,7 +7,7 @@ import sys
 
 from torch.utils.data import DataLoader
 
-from bionemo_wds import GenomicIterableDataset, GenomicWebDataModule
+from bionemo_wds import GenomicDataset, GenomicWebDataModule
 
 dataset = sys.argv[1] if len(sys.argv) > 1 else "data/"
 
@@ -24,9 +24,9 @@ print("first key:", batch["keys"][0], "start:", int(batch["start"][0]), "reverse
 
 # Plain PyTorch: the same epoch plan and batches under a bare DataLoader (batch_size=None: the
 # dataset makes the batches), for any num_workers.
-ds = GenomicIterableDataset(dataset, "train", micro_batch_size=4, seed=42)
+ds = GenomicDataset(dataset, "train", micro_batch_size=4, seed=42)
 loader = DataLoader(ds, batch_size=None, num_workers=0)
 ds.set_epoch(0)
 first = next(iter(loader))
 assert first["keys"] == batch["keys"], "the dataset and the data module yield the same batches"
-print("GenomicIterableDataset batches per epoch:", len(loader))
+print("GenomicDataset batches per epoch:", len(loader))

@@ -8,7 +8,13 @@
   today's parsers, and every ``--option`` in it is one the command's ``--help`` lists (so a renamed
   or removed option, or an abbreviation, fails here);
 - ``>>>`` examples in the pages are doctests;
-- no commit hashes or issue numbers in user-facing text; the README under 300 lines.
+- no commit hashes or issue numbers in user-facing text; the README under 300 lines;
+- what the pages promise: every page is in the nav and linked from the home page and the README;
+  every extra a page names is in pyproject.toml, and the extras tables list them all; extras are
+  installed from the clone as the install pages say; every key a page's key table lists is in a
+  real batch of the kind it describes (windows and packed, compact and model inputs), the full
+  tables all of them; the `GenomicMapDataset` snippet runs as written; `where`'s output shown is
+  what the README's dataset gives; `inspect` says what a sequence-layout dataset stores.
 """
 
 from __future__ import annotations
@@ -412,3 +418,217 @@ def test_honest_split_example(tmp_path: Path) -> None:
     assert "train: plasmid_b (1.000), NODE_6_" in by_similarity
     assert "leak " not in by_similarity
     assert "all leaks at >= 0.95: 0 sequence(s)" in by_similarity
+
+
+# --- what the pages promise: links, extras, batch keys ----------------------------------------------
+
+
+def linked_pages(path: Path) -> set[Path]:
+    """The Markdown pages `path` links to (relative links, anchors dropped)."""
+    targets = re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)\s]*)?\)", path.read_text())
+    return {(path.parent / target).resolve() for target in targets}
+
+
+SITE_PAGES = {p.resolve() for p in PAGES if "hooks" not in p.relative_to(DOCS).parts}
+
+
+def test_every_page_is_in_the_nav_and_linked_from_the_index_and_the_readme() -> None:
+    """The site's nav (mkdocs.yml), its home page's "Where to go" and the README's list of the docs
+    each reach every page: a new guide added to one of them and forgotten in another fails here."""
+    nav = {(DOCS / m).resolve() for m in re.findall(r":\s*([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)}
+    index = (DOCS / "index.md").resolve()
+    for name, reached in [
+        ("mkdocs.yml's nav", nav),
+        ("docs/index.md", linked_pages(DOCS / "index.md") | {index}),
+        ("README.md", linked_pages(README) | {index}),
+    ]:
+        missing = sorted(str(p.relative_to(DOCS)) for p in SITE_PAGES - reached)
+        assert not missing, f"{name} does not link to {missing}"
+
+
+def pyproject_extras() -> set[str]:
+    """The names of pyproject.toml's optional dependencies (no tomllib: Python 3.10 is supported)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    return set(re.findall(r"^([A-Za-z][\w-]*)\s*=", section, re.M))
+
+
+#: An extra named as pip takes it: ``bionemo-wds[x,y]`` or, from the clone, ``'.[x,y]'``.
+EXTRA = re.compile(r"(?:\bbionemo-wds|(?<=['\"\s])\.)\[([\w,\s-]+)\]")
+#: Pages whose owner is changing them at the moment; each still shows ``pip install 'bionemo-wds[x]'``.
+PENDING_INSTALL_FORM = {DOCS / "guide" / "megatron.md"}
+
+
+def test_every_extra_a_page_names_is_in_pyproject() -> None:
+    extras = pyproject_extras()
+    assert {"remote", "zstd", "megatron", "homology", "docs", "test"} <= extras
+    for path in USER_TEXT:
+        for found in EXTRA.findall(path.read_text()):
+            unknown = [e.strip() for e in found.split(",") if e.strip() not in extras]
+            where = path.relative_to(ROOT)
+            assert not unknown, f"{where} names the extra(s) {unknown}; pyproject.toml has {sorted(extras)}"
+
+
+def extras_table(path: Path) -> list[str]:
+    """The first column of the table whose header starts with ``| extra |``."""
+    text = path.read_text()
+    table = text[text.index("| extra |") :].split("\n\n", 1)[0].splitlines()[2:]
+    return [re.findall(r"`([\w-]+)`", row.split("|")[1])[0] for row in table]
+
+
+@pytest.mark.parametrize("path", [README, DOCS / "getting-started.md"], ids=lambda p: str(p.relative_to(ROOT)))
+def test_extras_tables_list_every_extra(path: Path) -> None:
+    assert sorted(extras_table(path)) == sorted(pyproject_extras())
+
+
+def test_pages_install_extras_as_the_install_pages_do() -> None:
+    """The install pages install from a clone (`pip install -e .`); a guide saying
+    `pip install 'bionemo-wds[x]'` asks the package index for a package it may not hold."""
+    for path in USER_TEXT:
+        if path in PENDING_INSTALL_FORM:
+            continue
+        for line in path.read_text().splitlines():
+            assert not re.search(r"pip install[^`\n]*\bbionemo-wds\b", line), (
+                f"{path.relative_to(ROOT)}: {line.strip()!r}: install from the clone, pip install -e '.[extra]'"
+            )
+
+
+def key_tables(path: Path) -> list[tuple[str, int, set[str]]]:
+    """(section heading, its n-th key table, the keys its first column names) of each Markdown table
+    of `path` whose first header cell is ``key`` (fenced blocks skipped)."""
+    out: list[tuple[str, int, set[str]]] = []
+    section, seen, fenced_block = "", {}, False
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            fenced_block = not fenced_block
+        elif not fenced_block and line.startswith("#"):
+            section = line.lstrip("#").strip()
+        elif not fenced_block and re.match(r"\|\s*key\s*\|", line):
+            keys: set[str] = set()
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                keys |= set(re.findall(r"`(\w+)`", lines[i].split("|")[1]))
+                i += 1
+            n = seen.get(section, 0)
+            seen[section] = n + 1
+            out.append((section, n, keys))
+            continue
+        i += 1
+    return out
+
+
+#: (page, section, n-th key table there) -> (the batch it lists, whether it lists all its keys);
+#: None for a table of other keys.
+KEY_TABLES: dict[tuple[str, str, int], tuple[str | None, bool]] = {
+    ("README.md", "Train your own model", 0): ("windows", False),
+    ("docs/guide/load.md", "Model inputs", 0): ("windows", True),
+    ("docs/guide/load.md", "Model inputs", 1): ("windows compact", True),
+    ("docs/guide/packing.md", "Packing", 0): ("packed", True),
+    ("docs/guide/packing.md", "Packing", 1): ("packed compact", True),
+    ("docs/reference/format.md", "manifest.json", 0): (None, False),  # the manifest's keys
+}
+
+
+def listed_key_tables() -> dict[tuple[str, str, int], set[str]]:
+    return {
+        (str(path.relative_to(ROOT)), section, n): keys for path in USER_TEXT for section, n, keys in key_tables(path)
+    }
+
+
+def test_every_key_table_says_which_batch_it_lists() -> None:
+    """A new key table (or one moved to another section) is added to `KEY_TABLES`, so the test below
+    checks it against a real batch."""
+    assert set(listed_key_tables()) == set(KEY_TABLES)
+
+
+@pytest.fixture(scope="module")
+def lambda_datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The bundled lambda genome prepared small, in both layouts (all of it in train)."""
+    base = tmp_path_factory.mktemp("lambda")
+    out = {"windows": base / "windows", "sequences": base / "sequences"}
+    common = ["--seq-length", "256", "--split", "1,0,0", "--workers", "1", "--quiet"]
+    for layout, root in out.items():
+        code, text = in_process(["prepare", str(LAMBDA), "--out", str(root), "--layout", layout, *common])
+        assert code in (0, None), text
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_batches(lambda_datasets: dict[str, Path]) -> dict[str, set[str]]:
+    """The keys of a real batch of each kind: a data module's loader's (compact) and its model inputs,
+    windows and packed; and what `GenomicDataset(model_inputs=False)` yields."""
+    from bionemo_wds import GenomicDataset, GenomicWebDataModule
+
+    out = {}
+    for kind, root, options in [
+        ("windows", lambda_datasets["windows"], {}),
+        ("packed", lambda_datasets["sequences"], {"pack": True, "seq_length": 256}),
+    ]:
+        dm = GenomicWebDataModule(str(root), micro_batch_size=4, **options)
+        dm.setup("fit")
+        compact = next(iter(dm.train_dataloader()))
+        out[f"{kind} compact"] = set(compact)
+        out[kind] = set(dm.model_inputs(compact))
+        ds = GenomicDataset(str(root), "train", micro_batch_size=4, model_inputs=False, **options)
+        out[f"{kind} dataset compact"] = set(next(iter(ds)))
+    return out
+
+
+def test_every_batch_key_a_page_lists_is_in_a_real_batch(real_batches: dict[str, set[str]]) -> None:
+    assert {"lengths", "doc_rc", "seq_lens"} <= real_batches["packed"]  # packed rows count their bases too
+    for (page, section, n), keys in listed_key_tables().items():
+        kind, complete = KEY_TABLES[(page, section, n)]
+        if kind is None:
+            continue
+        real = real_batches[kind]
+        assert keys <= real, f"{page} ({section}) lists {sorted(keys - real)}, which a {kind} batch does not hold"
+        if complete:
+            assert keys == real, f"{page} ({section}) leaves out {sorted(real - keys)} of a {kind} batch"
+    for kind in ("windows", "packed"):  # the dataset's compact batches: the loader's, less `filler`
+        assert real_batches[f"{kind} dataset compact"] == real_batches[f"{kind} compact"] - {"filler"}
+
+
+def test_inspect_says_what_a_sequence_layout_holds(lambda_datasets: dict[str, Path]) -> None:
+    """A sequence-layout dataset stores pieces, not windows: `inspect` does not print a training
+    window of the prepare's seq_length as if the shards held those, and says what the loader cuts."""
+    code, text = in_process(["inspect", str(lambda_datasets["sequences"])])
+    assert code in (0, None), text
+    assert "pieces of up to 253 bases" in text and "window 253" not in text and "stride 249" not in text.split("\n")[2]
+    assert "by default seq_length 256 (what prepare was given) and stride 249" in text
+    code, text = in_process(["inspect", str(lambda_datasets["windows"])])
+    assert "seq_length 256  window 253  stride 249" in text
+
+
+def page_block(page: Path, needle: str) -> str:
+    """The fenced python block of `page` that holds `needle`."""
+    blocks = [b for b in fenced(page.read_text(), "python") if needle in b]
+    assert len(blocks) == 1, f"{page.relative_to(ROOT)} has {len(blocks)} python blocks with {needle!r}"
+    return blocks[0]
+
+
+def test_map_dataset_snippet_runs_in_one_process(lambda_datasets: dict[str, Path], tmp_path: Path) -> None:
+    """load.md's `GenomicMapDataset` snippet, as written, in a plain `python` (no torchrun, no
+    process group), from a directory whose `data/` is a prepared dataset."""
+    code = page_block(DOCS / "guide" / "load.md", "GenomicMapDataset(")
+    (tmp_path / "data").symlink_to(lambda_datasets["windows"])
+    check = "\nprint(sorted(batch), tuple(batch['tokens'].shape))\n"
+    result = run([sys.executable, "-c", code + check], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "'tokens'" in result.stdout and "(8, 256)" in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_where_output_is_the_readme_datasets(getting_started: tuple[Path, str]) -> None:
+    """provenance.md's `where` output is what `where` prints for the README's dataset (the getting-started
+    one: the same prepare command)."""
+    data, _ = getting_started
+    text = (DOCS / "guide" / "provenance.md").read_text()
+    key = re.search(r"^bionemo-wds where data/ '([^']+)'$", text, re.M)
+    assert key, "provenance.md shows no `bionemo-wds where data/ KEY`"
+    shown = text[text.index("```text\nkey ") + 8 :].split("```", 1)[0]
+    code, printed = in_process(["where", str(data), key.group(1)])
+    assert code in (0, None), printed
+    assert [line.split() for line in shown.splitlines()] == [line.split() for line in printed.splitlines()]
