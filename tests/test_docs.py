@@ -455,8 +455,6 @@ def pyproject_extras() -> set[str]:
 
 #: An extra named as pip takes it: ``bionemo-wds[x,y]`` or, from the clone, ``'.[x,y]'``.
 EXTRA = re.compile(r"(?:\bbionemo-wds|(?<=['\"\s])\.)\[([\w,\s-]+)\]")
-#: Pages whose owner is changing them at the moment; each still shows ``pip install 'bionemo-wds[x]'``.
-PENDING_INSTALL_FORM = {DOCS / "guide" / "megatron.md"}
 
 
 def test_every_extra_a_page_names_is_in_pyproject() -> None:
@@ -485,8 +483,6 @@ def test_pages_install_extras_as_the_install_pages_do() -> None:
     """The install pages install from a clone (`pip install -e .`); a guide saying
     `pip install 'bionemo-wds[x]'` asks the package index for a package it may not hold."""
     for path in USER_TEXT:
-        if path in PENDING_INSTALL_FORM:
-            continue
         for line in path.read_text().splitlines():
             assert not re.search(r"pip install[^`\n]*\bbionemo-wds\b", line), (
                 f"{path.relative_to(ROOT)}: {line.strip()!r}: install from the clone, pip install -e '.[extra]'"

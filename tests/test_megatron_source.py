@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from conftest import KLEBSIELLA, LAMBDA, LINEAGES, read_fasta, shard_windows
 
+from bionemo_wds.cli.main import main
 from bionemo_wds.core.tokenizer import COMPLEMENT
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
@@ -56,6 +57,15 @@ def cli(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "bionemo_wds.cli", "prepare", *map(str, args)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+def cli_here(capsys, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess:
+    """`cli` in this process (`bionemo_wds.cli.main`, what the console script calls): the exit code
+    and stderr without a second interpreter importing torch and megatron-core again."""
+    capsys.readouterr()
+    code = main(["prepare", *map(str, args)])
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["bionemo-wds", "prepare", *map(str, args)], code, captured.out, captured.err)
 
 
 def opts(**kw) -> PrepareOptions:
@@ -105,28 +115,36 @@ def test_embedded_tags_and_reverse_complement_copies_are_taken_out(tmp_path):
             assert bases.decode() == part[start : start + len(bases)]
 
 
-@pytest.mark.slow
-def test_bad_input_is_one_line(tmp_path):
+def refused(result: subprocess.CompletedProcess, *says: str) -> None:
+    """Exit 2 and one line on stderr holding each of `says`."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and all(s in lines[0] for s in says), result.stderr
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    """The first case through the console script in a process of its own, the others in this one
+    (`cli_here`: the same `main`, without importing torch and megatron-core again for each)."""
     lam = next(iter(read_fasta(LAMBDA).values()))
     prefix = write_indexed(tmp_path / "pair", [lam.encode()])
     Path(f"{prefix}.idx").unlink()
-    result = cli("--source", "megatron", prefix, "--out", tmp_path / "o1")
-    assert result.returncode == 2 and "pair.bin has no pair.idx beside it" in result.stderr, result.stderr
+    refused(cli("--source", "megatron", prefix, "--out", tmp_path / "o1", "-q"), "pair.bin has no pair.idx beside it")
     wide = write_indexed(tmp_path / "wide", [lam.encode()], dtype=np.int32)
-    result = cli("--source", "megatron", wide, "--out", tmp_path / "o2")
-    assert result.returncode == 2 and "wide.idx stores tokens as int32" in result.stderr, result.stderr
+    refused(
+        cli_here(capsys, "--source", "megatron", wide, "--out", tmp_path / "o2", "-q"),
+        "wide.idx stores tokens as int32",
+    )
     ids = np.frombuffer(lam[:500].encode(), dtype=np.uint8).astype(np.uint16)
     ids[77] = 300
     builder = IndexedDatasetBuilder(str(tmp_path / "big.bin"), dtype=np.uint16)
     builder.add_document(ids, [len(ids)])
     builder.finalize(str(tmp_path / "big.idx"))
-    result = cli("--source", "megatron", tmp_path / "big", "--out", tmp_path / "o3")
-    assert result.returncode == 2 and "document 0 of" in result.stderr and "id 300 at position 77" in result.stderr
+    result = cli_here(capsys, "--source", "megatron", tmp_path / "big", "--out", tmp_path / "o3", "-q")
+    refused(result, "document 0 of", "id 300 at position 77")
     long, short = write_indexed(tmp_path / "long", [lam.encode()]), write_indexed(tmp_path / "short", [b"ACGT"])
     Path(tmp_path / "mixed.bin").write_bytes(Path(f"{short}.bin").read_bytes())
     Path(tmp_path / "mixed.idx").write_bytes(Path(f"{long}.idx").read_bytes())
-    result = cli("--source", "megatron", tmp_path / "mixed", "--out", tmp_path / "o4")
-    assert result.returncode == 2 and "mixed.bin holds 5 bytes but" in result.stderr and "not one" in result.stderr
+    result = cli_here(capsys, "--source", "megatron", tmp_path / "mixed", "--out", tmp_path / "o4", "-q")
+    refused(result, "mixed.bin holds 5 bytes but", "not one")
     for out in ("o1", "o2", "o3", "o4"):
         assert not (tmp_path / out / "manifest.json").exists()
 
