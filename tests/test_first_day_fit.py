@@ -115,8 +115,7 @@ def printed_model(capsys, *args: str) -> dict:
 
 def small(dataset: Path, logs: Path, *extra: str) -> list[str]:
     """`fit` on the demo config cut down: the kleb_1024 shards, 2 samples a batch, 3 steps, 2 validation
-    batches. (Not ``--trainer.limit_val_batches 1``: the parser reads it as 1.0, which Lightning takes
-    for 100% of the validation batches, the whole split; 2.0 is 2 batches.)"""
+    batches (``--trainer.limit_val_batches 1`` is one batch since issue 37; it was read as 1.0, every batch)."""
     return [
         "fit",
         "--config",

@@ -231,10 +231,12 @@ def check_options(argv: Sequence[str]) -> None:
 
 #: Top-level options of the subcommands (for "did you mean" when the real parser finds an unknown one).
 TOP_LEVEL = ("--config", "--print_config", "--seed_everything", "--trainer", "--model", "--data", "--optimizer")
-TOP_LEVEL_MORE = ("--lr_scheduler", "--ckpt_path", "--verbose", "--return_predictions", "--help")
+TOP_LEVEL_MORE = ("--lr_scheduler", "--ckpt_path", "--weights_only", "--verbose", "--return_predictions", "--help")
 KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 CLASS_PATH = re.compile(r"^- Problem with given class_path '([^']+)':$")
 NOT_ACCEPTED = re.compile(r"^Option '([^']+)' is not accepted$")
+#: A key no option takes, from a config the quick check did not read (``--config '{data: ...}'``).
+NOT_ACCEPTED_BY = re.compile(r"^Subcommand '[^']+' does not accept option '([^']+)'$")
 
 
 def known_options() -> list[str]:
@@ -268,6 +270,11 @@ def one_line(message: str) -> str:
     if first.lower().startswith("unrecognized arguments:"):
         option = (first.split(":", 1)[1].split() or ["?"])[0]
         return f"unrecognized option {option}{suggestion(option.split('=')[0], known_options())}"
+    for pattern in (NOT_ACCEPTED_BY, NOT_ACCEPTED):
+        unknown = pattern.match(first)
+        if unknown:
+            key = unknown.group(1)
+            return f"unrecognized key {key}{suggestion(key, [option[2:] for option in known_options()])}"
     match = KEY.match(first)
     if not match:
         return tidy(" ".join(lines))

@@ -13,8 +13,14 @@ unknown or abbreviated option, a model that cannot be imported, bad input, a mis
 manifest, an unreadable remote, a damaged shard, an option the data module or the model refuses)
 prints one line naming it and exits 2, as in the other subcommands (`exit_codes.EXIT_CODES`: by the
 error's type, found in the chain Lightning and jsonargparse wrap around it); the command line's own
-mistakes are found before Lightning is imported (`fit_args.check_options`). Anything else (a bug)
-keeps its traceback.
+mistakes, a config file's included (invalid YAML, a misspelt key), are found before Lightning is
+imported (`fit_args.check_options`, `fit_config.check_config_files`), and the data options right
+after parsing, before the Trainer is built (`fit_checks.check_data`). A trainer option Lightning
+refuses (an integer ``val_check_interval`` longer than the epoch) is one line too
+(`fit_checks.trainer_refusal`). Anything else (a bug) keeps its traceback.
+
+``--trainer.limit_val_batches 1`` (or ``limit_val_batches: 1`` in YAML) is one batch and ``1.0`` every
+batch, as for Lightning's ``Trainer`` (`fit_config.count_batches_as_ints`).
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ from typing import Any
 
 from bionemo_wds.cli.exit_codes import report_error
 from bionemo_wds.cli.fit_args import DEFAULT_MODEL, FitArgError, check_options, one_line, separate_model_switches
+from bionemo_wds.cli.fit_config import check_config_files, count_batches_as_ints
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 DESCRIPTION = (
     "Train or evaluate a LightningModule on bionemo-wds shards. The model is TinyDNALM unless --model "
     "names another (--model my_pkg.MyLM); `--model.help TinyDNALM` (or `--model.help my_pkg.MyLM`) lists "
-    "its options. data.seq_length (the shards' when not given) sets the model's max_len when it has one. "
+    "its options. data.seq_length (the dataset's when not given) sets the model's max_len when it has one. "
     "Exit codes: 0 ok, 2 bad input."
 )
 
@@ -41,6 +48,7 @@ def run(argv: Sequence[str]) -> int:
     argv = list(argv)
     try:
         check_options(argv[1:])
+        check_config_files(argv[1:])
     except FitArgError as exc:
         print(f"bionemo-wds {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
@@ -49,15 +57,30 @@ def run(argv: Sequence[str]) -> int:
     import lightning as L
     from jsonargparse import ArgumentError
     from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+    from bionemo_wds.cli.fit_checks import check_data, trainer_error, trainer_refusal
     from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
     class GenomicCLI(LightningCLI):
         def add_arguments_to_parser(self, parser: Any) -> None:
             parser.set_defaults({"model": {"class_path": DEFAULT_MODEL}})
+            count_batches_as_ints(parser)  # --trainer.limit_val_batches 1: one batch, not 1.0 (all)
+
+        def parse_arguments(self, parser: Any, args: Any) -> None:
+            super().parse_arguments(parser, args)
+            subcommand = self.config.get("subcommand")
+            if subcommand:  # before the seed, the model and the Trainer: a data mistake is the only line
+                check_data(self.config[subcommand]["data"].as_dict(), subcommand)
 
         def before_instantiate_classes(self) -> None:
             follow_seq_length(self.config[self.subcommand] if self.subcommand else self.config)
+
+        def instantiate_trainer(self, **kwargs: Any) -> Any:
+            try:
+                return super().instantiate_trainer(**kwargs)
+            except MisconfigurationException as exc:  # an option of its own the Trainer refused
+                raise trainer_error(exc) from exc
 
     # every parser: errors raised (one line below), not a usage dump; no abbreviated options
     strict = {"exit_on_error": False, "allow_abbrev": False}
@@ -85,9 +108,13 @@ def run(argv: Sequence[str]) -> int:
         return 2
     except Exception as exc:
         code = report_error(argv[0], exc)  # by type, through the chain Lightning and jsonargparse wrap
-        if code is None:
+        if code is not None:
+            return code
+        refusal = trainer_refusal(exc)  # a trainer option that cannot work with these batches
+        if refusal is None:
             raise
-        return code
+        print(f"bionemo-wds {argv[0]}: error: {refusal}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -45,10 +45,23 @@ def option_strings(parser: argparse.ArgumentParser) -> list[str]:
 
 def suggestion(word: str, choices: Iterable[str]) -> str:
     """``"; did you mean --seq-length?"`` (or ``--x or --y``) for the choices closest to `word` by
-    difflib's ratio (as Python's own argparse does from 3.14 on), at most two; ``""`` when none is close.
+    difflib's ratio (as Python's own argparse does from 3.14 on, `close_matches`); ``""`` when none is close.
     Shared by every subcommand's parser and `fit`'s option check (`cli.fit_args`)."""
-    close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=2, cutoff=0.6)
+    close = close_matches(word, choices)
     return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+#: A second suggestion is offered only when it is about as close as the first (by difflib's ratio).
+SECOND_WITHIN = 0.05
+
+
+def close_matches(word: str, choices: Iterable[str]) -> list[str]:
+    """The choices closest to `word` by difflib's ratio, as `suggestion` offers them: at most two, the
+    second only when about as close as the first (``--data.micro_batch``: ``--data.micro_batch_size``,
+    not also ``--data.rc_prob``)."""
+    close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=2, cutoff=0.6)
+    ratios = [difflib.SequenceMatcher(None, word, choice).ratio() for choice in close]
+    return [choice for choice, ratio in zip(close, ratios) if ratio >= ratios[0] - SECOND_WITHIN]
 
 
 def unknown_message(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:

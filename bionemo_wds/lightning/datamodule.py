@@ -51,7 +51,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         global_batch_size: samples per optimizer step over all ranks (default micro x data-parallel
             size); with ``epoch="resampled"`` it sets the pseudo-epoch of
             ``ceil(n_samples / global_batch_size)`` batches.
-        seq_length: tokens per model sample; must be what the shards were cut for (default: theirs).
+        seq_length: tokens per model sample (default: the dataset's). A windows-layout dataset (the
+            default ``prepare``) serves only the seq_length its shards were cut for; a sequence-layout
+            one (``prepare --layout sequences``) is cut into samples of any seq_length at load.
         rc_prob: probability of reverse-complementing a training window (seeded per sample and epoch).
         control_tags: put each window's control tag between BOS and SEP.
         seed: seeds the epoch plan (record order, window mixing) and RC flips (with the epoch).
@@ -66,10 +68,12 @@ class GenomicWebDataModule(L.LightningDataModule):
             this many token bytes (one message per group; see `transfer`).
         transfer_timeout: seconds a loader worker waits for the main process to take a batch before
             it stops with an error.
-        dp_rank, dp_size: this process's data-parallel rank and the data-parallel size, for model
-            parallelism (ranks of one tensor- or context-parallel group pass the same `dp_rank` and
-            read identical batches). Default: the Trainer strategy's data-parallel rank and size
-            (``trainer.distributed_sampler_kwargs``), else global rank and world size.
+        dp_rank: this process's data-parallel rank, for model parallelism (ranks of one tensor- or
+            context-parallel group pass the same `dp_rank` and read identical batches). Default: the
+            Trainer strategy's data-parallel rank (``trainer.distributed_sampler_kwargs``), else the
+            global rank.
+        dp_size: the data-parallel size (the number of different batch streams), given with
+            `dp_rank`. Default: the Trainer strategy's, else the world size.
         epoch: "exact" (default): every training window at most once per epoch, the same number of
             batches on every rank (``n_windows // (micro x dp_size)``), fewer than one global batch
             left out; "resampled": an endless seeded stream of exact epochs cut into bionemo's
@@ -92,16 +96,23 @@ class GenomicWebDataModule(L.LightningDataModule):
             of replacing each rank by ``None``, as Evo2's ``random_lineage_dropout``), seeded by
             (seed, epoch, window key) so a resumed epoch drops the same ones.
         cache_in_memory: splits (val, test) whose batches this rank keeps in memory after the first
-            pass, so later passes read no shard bytes; `cache_memory`: "plain", "pinned" or "shared".
+            pass, so later passes read no shard bytes.
+        cache_memory: where `cache_in_memory` keeps them: "plain" (ordinary memory), "pinned"
+            (page-locked, for fast copies to an accelerator; needs one) or "shared" (shared memory).
         datasets: several prepared datasets to train on, mixed with exact quotas instead of `shards`:
             ``[{"path": ..., "weight": ...}, ...]`` (paths may be URLs; see `load.sources`).
         blend: an Evo2-format blend YAML (``dataset_prefix``, ``dataset_split``, ``dataset_weight``)
             naming prepared datasets, instead of `shards` or `datasets`.
         samples_per_epoch: windows in a mixed epoch (default: the sum of the datasets' train splits).
-        stride, tail, pack, window_offset: how a sequence-layout dataset (``prepare --layout
-            sequences``) is cut at load: windows of seq_length every `stride` bases with the `tail`
-            rule, or packed samples (`pack`), on a grid shifted per epoch (``window_offset="random"``);
-            see `GenomicDataset`.
+        stride: bases between the starts of the windows a sequence-layout dataset (``prepare --layout
+            sequences``) is cut into at load (default: prepare's rule, 7992 at seq_length 8192; at
+            most the window). A windows-layout dataset serves its own windows only.
+        tail: the rule for a sequence's last bases in a sequence-layout dataset: "end" (a last window
+            aligned to the sequence's end) or "drop" (default: the dataset's).
+        pack: fill every sample of a sequence-layout dataset with whole short sequences and the tails
+            of long ones, each its own document, so every base is read once per epoch (no `stride`).
+        window_offset: "fixed" (a sequence's windows at 0, stride, 2 x stride, ...) or "random" (the
+            grid shifted each epoch by an offset drawn from seed, epoch and sequence); sequence layout.
     """
 
     def __init__(
