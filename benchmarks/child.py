@@ -31,12 +31,14 @@ import numpy as np
 from benchmarks.peers import PEERS, make_peer
 from bionemo_wds.core.tokenizer import PAD_ID
 
+#: The peers whose loaders are Lightning data modules (ours, or the classic WebDataModule's pickles).
+LIGHTNING_PEERS = frozenset({"ours", "ours_windows", "ours_packed", "pickled_int64"})
+
 
 def _import_everything(peer: str, action: str) -> None:
-    """Import what the peers use before any timing; an optional library only for its own peer (its
-    modules would count in every other peer's memory). A prepare (whose memory is not measured)
-    imports only what preparing needs: lightning, which only the loaders and `pickled_int64`'s
-    `PickledDataWDS` use, takes most of a child's start-up."""
+    """Import what the peer uses before any timing, and only that: an optional library, and
+    Lightning (which only our data modules and `pickled_int64`'s `PickledDataWDS` use), would count
+    in the memory of every peer that does not use it, and Lightning takes most of a child's start-up."""
     import numpy.random  # noqa: F401  (`prepare` draws from it; numpy imports it lazily)
     import pyfaidx  # noqa: F401
     import webdataset  # noqa: F401
@@ -44,7 +46,7 @@ def _import_everything(peer: str, action: str) -> None:
     import bionemo_wds.prepare
     from benchmarks.streaming_peers import LIBRARIES, import_library
 
-    if action == "load" or peer == "pickled_int64":
+    if peer in LIGHTNING_PEERS and (action == "load" or peer == "pickled_int64"):
         import bionemo_wds.compat.webdatamodule
         import bionemo_wds.lightning.datamodule  # noqa: F401
     if peer in LIBRARIES:
