@@ -7,8 +7,8 @@
    ``configs/fit_resume.yaml`` stopped and run again with ``--ckpt_path last`` resumes.
 Also: ``--trainer.limit_val_batches 1`` is one batch (an int), as ``Trainer(limit_val_batches=1)``.
 
-Everything runs in this process (``main([...])``); Lightning's own lines go to the stderr file
-descriptor, so the tests that count lines read it with ``capfd``.
+Everything runs in this process (``main([...])``); the tests that count lines read stderr with
+`console`, which shows Lightning's own lines as a console would.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
-import lightning.pytorch  # noqa: F401  (its log handlers exist before `lightning_logs_here` looks for them)
 import pytest
 import yaml
 from conftest import LAMBDA
@@ -41,23 +41,36 @@ def lambda_512(tmp_path_factory) -> Path:
     return out
 
 
+class CurrentStderr(logging.StreamHandler):
+    """A log handler writing to whatever ``sys.stderr`` is when a record comes (a test's capture)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 @pytest.fixture
-def lightning_logs_here():
-    """Lightning's log handlers write to this test's stderr (they keep the stream of the test that
-    imported Lightning, closed since)."""
-    handlers = [
-        handler
-        for name in ("lightning.pytorch", "lightning.fabric")
-        for handler in logging.getLogger(name).handlers
-        if isinstance(handler, logging.StreamHandler)
-    ]
-    streams = [handler.setStream(sys.stderr) for handler in handlers]
-    yield
-    for handler, stream in zip(handlers, streams):
-        handler.setStream(stream)
+def console(capfd):
+    """`capfd`, with Lightning's info lines (seed set, GPU available, ...) on its stderr at INFO, as on
+    a console (under pytest, Lightning leaves them to pytest's log capture, or keeps a handler on the
+    stream it was imported with, closed since)."""
+    handler = CurrentStderr()
+    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric")]
+    saved = [(logger.handlers, logger.level, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.handlers, logger.propagate = [handler], False
+        logger.setLevel(logging.INFO)
+    yield capfd
+    for logger, (handlers, level, propagate) in zip(loggers, saved):
+        logger.handlers, logger.propagate = handlers, propagate
+        logger.setLevel(level)
 
 
-def one_line(capfd, rc: int, command: str = "fit") -> str:
+def one_line(capfd: pytest.CaptureFixture[str], rc: int, command: str = "fit") -> str:
     """Exit code 2, nothing on stdout, and one ``bionemo-wds fit: error: ...`` line on stderr (the file
     descriptor: Lightning's own lines included)."""
     out, err = capfd.readouterr()
@@ -82,11 +95,11 @@ def one_line(capfd, rc: int, command: str = "fit") -> str:
     ],
     ids=["data", "dotted", "trainer", "model-init-args", "model-direct", "top-level"],
 )
-def test_a_misspelt_config_key_names_the_file_and_line_with_did_you_mean(tmp_path, capfd, text, line, key, suggested):
+def test_a_misspelt_config_key_names_the_file_and_line_with_did_you_mean(tmp_path, console, text, line, key, suggested):
     """main: ``Subcommand 'fit' does not accept option 'data.micro_batch'``, no file, no suggestion."""
     config = tmp_path / "my.yaml"
     config.write_text(text)
-    error = one_line(capfd, main(["fit", "--config", str(config)]))
+    error = one_line(console, main(["fit", "--config", str(config)]))
     assert error.startswith(
         f"bionemo-wds fit: error: --config {config}, line {line}: unrecognized key {key}; did you mean {suggested}"
     )
@@ -103,17 +116,17 @@ def test_another_models_keys_and_real_keys_pass_the_check(tmp_path):
     fit_config.check_config_files(["--config", str(config)])
 
 
-def test_invalid_yaml_names_the_file_line_and_column(tmp_path, capfd):
+def test_invalid_yaml_names_the_file_line_and_column(tmp_path, console):
     """main: ``Problems parsing config: ... in "<unicode string>", line 4, column 7``."""
     config = tmp_path / "my.yaml"
     config.write_text("data:\n  shards: x\n  micro_batch_size: 4\n   seq: [\n")
-    error = one_line(capfd, main(["fit", "--config", str(config)]))
+    error = one_line(console, main(["fit", "--config", str(config)]))
     where = f"--config {config}, line 4, column 7"
     assert error == f"bionemo-wds fit: error: {where}: not valid YAML: mapping values are not allowed here"
 
 
-def test_a_key_in_a_config_given_as_text_gets_did_you_mean(capfd):
-    error = one_line(capfd, main(["fit", "--config", "{data: {shards: x, micro_batch: 3}}"]))
+def test_a_key_in_a_config_given_as_text_gets_did_you_mean(console):
+    error = one_line(console, main(["fit", "--config", "{data: {shards: x, micro_batch: 3}}"]))
     assert error.endswith("unrecognized key data.micro_batch; did you mean data.micro_batch_size?")
 
 
@@ -131,24 +144,23 @@ def test_a_key_in_a_config_given_as_text_gets_did_you_mean(capfd):
     ],
     ids=["no-dataset", "seq-length", "stride-on-windows", "data-option", "no-val-split"],
 )
-def test_a_data_error_is_the_only_line_printed(lambda_512, tmp_path, capfd, command, extra, words):
+def test_a_data_error_is_the_only_line_printed(lambda_512, tmp_path, console, command, extra, words):
     """main: 3-7 Lightning lines (seed, GPU available, ...) before it; the seq_length one only once
     training had started."""
     extra = [str(tmp_path / "missing") if a == "{missing}" else a for a in extra]
-    error = one_line(capfd, main([command, "--data.shards", str(lambda_512), *extra]), command)
+    error = one_line(console, main([command, "--data.shards", str(lambda_512), *extra]), command)
     for word in words:
         assert word in error
 
 
-@pytest.mark.usefixtures("lightning_logs_here")
-def test_a_val_check_interval_longer_than_the_epoch_is_one_line(lambda_512, tmp_path, capfd):
+def test_a_val_check_interval_longer_than_the_epoch_is_one_line(lambda_512, tmp_path, console):
     """main: Lightning's ValueError with a 40-line traceback, exit 1."""
     args = ["--data.shards", str(lambda_512), "--data.micro_batch_size", "4", "--trainer.val_check_interval", "1000"]
     tiny = ["--model.d_model", "32", "--model.n_layers", "1", "--trainer.logger", "false"]
     rc = main(
         ["fit", *args, *tiny, "--trainer.enable_checkpointing", "false", "--trainer.default_root_dir", str(tmp_path)]
     )
-    _, err = capfd.readouterr()
+    _, err = console.readouterr()
     assert rc == 2 and "Traceback" not in err, err
     errors = [line.strip() for line in err.replace("\r", "\n").splitlines() if "error" in line]
     assert errors == [
@@ -158,10 +170,9 @@ def test_a_val_check_interval_longer_than_the_epoch_is_one_line(lambda_512, tmp_
     ]
 
 
-@pytest.mark.usefixtures("lightning_logs_here")
-def test_a_trainer_option_lightning_refuses_is_one_line(capfd, lambda_512):
+def test_a_trainer_option_lightning_refuses_is_one_line(console, lambda_512):
     rc = main(["fit", "--data.shards", str(lambda_512), "--trainer.limit_val_batches", "1.5"])
-    _, err = capfd.readouterr()
+    _, err = console.readouterr()
     assert rc == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (
         "bionemo-wds fit: error: trainer: You have passed invalid value 1.5 for limit_val_batches, "
@@ -257,7 +268,7 @@ def section(text: str, title: str) -> str:
     return text[start : end if end != -1 else None]
 
 
-def test_training_md_error_examples_are_what_is_printed(lambda_512, tmp_path, monkeypatch, capfd):
+def test_training_md_error_examples_are_what_is_printed(lambda_512, tmp_path, monkeypatch, console):
     """Each ``$ command`` of the page's error examples, run here (``data/``: a dataset cut for 512
     tokens, as Getting started's), prints the line under it, and only that line."""
     text = section(TRAINING.read_text(), "### Command-line errors")
@@ -273,4 +284,4 @@ def test_training_md_error_examples_are_what_is_printed(lambda_512, tmp_path, mo
         words = words[1:] if words[0].startswith("PYTHONPATH=") else words
         assert words[0] == "bionemo-wds"
         rc = main(words[1:])
-        assert (rc, capfd.readouterr().err.strip()) == (2, expected), command
+        assert (rc, console.readouterr().err.strip()) == (2, expected), command
