@@ -285,20 +285,24 @@ def test_passes_use_alternate_halves_of_the_segment():
 
 # -- spawn ----------------------------------------------------------------------------------------
 
+#: Spawned workers run this file again as their main module: the data module's imports are in the
+#: main block, so each worker imports what unpickling its dataset needs, not all of Lightning.
 SPAWN_SCRIPT = """
 import multiprocessing as mp
-import numpy as np
-import torch
-from bionemo_wds.format import read_manifest
-from bionemo_wds.lightning.datamodule import GenomicWebDataModule
-from bionemo_wds.load.splits import Split
 
 def batches(workers, **kw):
+    from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+
     dm = GenomicWebDataModule({root!r}, micro_batch_size={micro}, num_workers=workers, transfer_timeout=20, **kw)
     dm.setup("validate")
     return dm, list(dm.val_dataloader())
 
 if __name__ == "__main__":
+    import numpy as np
+    import torch
+    from bionemo_wds.format import read_manifest
+    from bionemo_wds.load.splits import Split
+
     mp.set_start_method("spawn")
     n = read_manifest({root!r}).splits["val"].n_samples
     _, direct = batches(0)

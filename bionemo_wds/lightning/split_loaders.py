@@ -34,6 +34,20 @@ log = logging.getLogger("bionemo_wds.lightning.datamodule")  # the data module's
 PREFETCH = 2
 
 
+class CurrentPlan:
+    """The plan of the pass under way, as the loader's workers read it: set in the main process when
+    a pass starts, before its workers start. A spawned worker gets it pickled and nothing else of
+    the loaders (a bound method of theirs would take the data module, its trainer and Lightning's
+    imports into every spawned worker)."""
+
+    def __init__(self) -> None:
+        self.plan: RankPlan | None = None
+
+    def __call__(self) -> RankPlan:
+        assert self.plan is not None, "a pass's plan is set when it starts"
+        return self.plan
+
+
 class SplitLoaders:
     """Loaders over one split's dataset.
 
@@ -66,13 +80,13 @@ class SplitLoaders:
     ):
         self.dataset, self.epoch, self.trainer_epoch = dataset, epoch, trainer_epoch
         self.progress, self.state, self.pin_memory, self.counting = progress, state, pin_memory, counting
-        self.plan: RankPlan | None = None
+        self.current = CurrentPlan()  # what the workers are given: the plan, nothing of the data module
         self.pass_start: dict[str, int] | None = None
         self.eval_start = 0  # a cached split's next pass starts here (batches before it are held)
         self.memory_cached: MemoryCachedLoader | None = None
         self.cache_memory = cache_memory
         self.transfer: BatchTransfer | None = None
-        stages: list[Any] = dataset.batch_stages(self.current_plan, epoch)
+        stages: list[Any] = dataset.batch_stages(self.current, epoch)
         self.loader_kwargs: dict[str, Any] = {"batch_size": None, "num_workers": num_workers, "collate_fn": keep_numpy}
         if num_workers:
             schema = dataset.schema
@@ -97,7 +111,7 @@ class SplitLoaders:
         start, self.eval_start = self.eval_start, 0
         if start:  # the batches before it are held in memory (cache_in_memory)
             plan = RankPlan(plan.batches[start:], first_batch=start, total_batches=plan.total_batches)
-        self.plan = plan
+        self.current.plan = plan
         world = self.dataset.world
         if self.train and plan.left_out and world.rank == 0:
             log.info(
@@ -110,10 +124,14 @@ class SplitLoaders:
             self.transfer.new_generation()
         self.pass_start = self.dataset.storage_stats
 
+    @property
+    def plan(self) -> RankPlan | None:
+        """The plan of the pass under way; None before the first pass starts."""
+        return self.current.plan
+
     def current_plan(self) -> RankPlan:
         """The plan of the pass under way (set by `start_pass`)."""
-        assert self.plan is not None, "a pass's plan is set when it starts"
-        return self.plan
+        return self.current()
 
     def count_yielded(self, src: Iterable[Any]) -> Iterator[Any]:
         """(main side) Training batches as they are yielded: each dataset's windows counted
