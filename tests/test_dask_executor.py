@@ -116,17 +116,22 @@ def _wait_for_shards(out: Path, n: int, timeout: float = 120) -> None:
         time.sleep(0.01)
 
 
+@pytest.fixture(scope="module")
+def slow_local(tmp_path_factory) -> Path:
+    """The `SLOW` dataset from the local pool: what every interrupted Dask run must end in."""
+    out = tmp_path_factory.mktemp("slow") / "local"
+    prepare([KLEBSIELLA], out, PrepareOptions(**SLOW, workers=2))
+    return out
+
+
 @pytest.mark.slow
-def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_path):
-    """SIGKILL one of the two workers once a few shards exist: the nanny starts a new one, the
-    scheduler runs the dead worker's tasks again, and the output equals the local executor's."""
-    local = tmp_path / "local"
-    prepare([KLEBSIELLA], local, PrepareOptions(**SLOW, workers=2))
+def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_path, cluster, slow_local):
+    """SIGKILL one of the two workers of the module's cluster once a few shards exist: the nanny
+    starts a new one, the scheduler runs the dead worker's tasks again, and the output equals the
+    local executor's."""
+    local = slow_local
     out = tmp_path / "dask"
-    with (
-        local_cluster(2) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with distributed.Client(cluster) as client:
         victim = next(iter(_worker_pids(client).values()))
         outcome: dict = {}
 
@@ -152,9 +157,8 @@ def test_a_worker_killed_mid_run_still_ends_in_the_complete_verified_output(tmp_
 
 
 @pytest.mark.slow
-def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path):
-    local = tmp_path / "local"
-    prepare([KLEBSIELLA], local, PrepareOptions(**SLOW, workers=2))
+def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path, slow_local):
+    local = slow_local
     out = tmp_path / "dask"
     cluster = local_cluster(2)
     outcome: dict = {}
