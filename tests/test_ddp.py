@@ -41,7 +41,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=["iterate", "ddp_fit", "fit"])
+p.add_argument("mode", choices=["iterate", "group", "ddp_fit", "fit"])
 p.add_argument("--root", required=True)
 p.add_argument("--out", required=True)
 p.add_argument("--seed", type=int, default=0)
@@ -175,7 +175,38 @@ def fit():
         trainer.fit(Tiny(record, args.hang_after), datamodule=dm, ckpt_path=args.resume)
 
 
-{"iterate": iterate, "ddp_fit": ddp_fit, "fit": fit}[args.mode]()
+def group():
+    # `iterate` on ranks 0..world-1, each a process forked from this one once its imports are done
+    # (a fresh interpreter per rank imported torch and Lightning again: about 10 s of CPU each): rank
+    # r writes OUT/rank-r.json and its output to OUT/rank-r.log; fails when a rank fails
+    import multiprocessing as mp
+
+    out_dir = args.out
+
+    def rank_main(rank):
+        log = os.open(os.path.join(out_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        args.rank, args.out = rank, os.path.join(out_dir, f"rank-{rank}.json")
+        iterate()
+
+    ranks = [mp.get_context("fork").Process(target=rank_main, args=(r,)) for r in range(args.world)]
+    for proc in ranks:
+        proc.start()
+    while any(proc.exitcode is None for proc in ranks):
+        if any(proc.exitcode for proc in ranks):  # one failed: the others would wait for it forever
+            for proc in ranks:
+                proc.kill()
+            break
+        time.sleep(0.1)
+    for proc in ranks:
+        proc.join()
+    codes = [proc.exitcode for proc in ranks]
+    print("rank exit codes", codes, flush=True)
+    sys.exit(1 if any(codes) else 0)
+
+
+{"iterate": iterate, "group": group, "ddp_fit": ddp_fit, "fit": fit}[args.mode]()
 """
 
 
@@ -267,24 +298,19 @@ def tails(logs: list[Path]) -> str:
 
 
 def iterate(script, dataset, tmp_path, world, workers, micro, dp_size=None, extra=()) -> list[dict]:
-    """Each rank of a gloo group of `world` processes iterates one train and one val pass."""
-    port = free_port()
-    procs, logs, outs = [], [], []
+    """Each rank of a gloo group of `world` processes iterates one train and one val pass (the
+    script's `group` mode forks the ranks from one process that has done the imports)."""
     run = tmp_path / f"iterate-w{world}-n{workers}-m{micro}-dp{dp_size}"
     run.mkdir()
-    for rank in range(world):
-        out, log = run / f"rank-{rank}.json", run / f"rank-{rank}.log"
-        cmd = [sys.executable, str(script), "iterate", "--root", str(dataset), "--out", str(out)]
-        cmd += ["--seed", str(SEED), "--micro", str(micro), "--workers", str(workers)]
-        cmd += ["--rank", str(rank), "--world", str(world), "--port", str(port)]
-        if dp_size is not None:
-            cmd += ["--dp-size", str(dp_size)]
-        cmd += list(extra)
-        procs.append(start(cmd, log, cwd=run))
-        logs.append(log)
-        outs.append(out)
-    run_group(procs, logs)
-    return [json.loads(out.read_text()) for out in outs]
+    cmd = [sys.executable, str(script), "group", "--root", str(dataset), "--out", str(run)]
+    cmd += ["--seed", str(SEED), "--micro", str(micro), "--workers", str(workers)]
+    cmd += ["--world", str(world), "--port", str(free_port())]
+    if dp_size is not None:
+        cmd += ["--dp-size", str(dp_size)]
+    cmd += list(extra)
+    logs = [run / "group.log", *(run / f"rank-{rank}.log" for rank in range(world))]
+    run_group([start(cmd, logs[0], cwd=run)], logs)
+    return [json.loads((run / f"rank-{rank}.json").read_text()) for rank in range(world)]
 
 
 def flat(batches: list[list[str]]) -> list[str]:
