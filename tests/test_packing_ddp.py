@@ -9,6 +9,8 @@ loader workers (and on another number of ranks) to exactly the rest.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +30,7 @@ SEQ_LENGTH = 8192
 TIMEOUT = 300
 
 SCRIPT = r"""
-import argparse, json
+import argparse, json, multiprocessing, os, sys, time
 
 import torch.distributed as dist
 from torch.utils.data import DataLoader
@@ -37,41 +39,63 @@ from bionemo_wds import GenomicDataset
 
 p = argparse.ArgumentParser()
 p.add_argument("--root"); p.add_argument("--out"); p.add_argument("--port", type=int)
-p.add_argument("--rank", type=int); p.add_argument("--world", type=int)
+p.add_argument("--world", type=int)
 p.add_argument("--dp-size", type=int, default=0)
 p.add_argument("--workers", type=int, default=0); p.add_argument("--micro", type=int, default=2)
 p.add_argument("--epoch", type=int, default=0); p.add_argument("--stop-after", type=int, default=None)
 p.add_argument("--state", default=None); p.add_argument("--seq-length", type=int)
 args = p.parse_args()
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank, world_size=args.world)
-dp = {}
-if args.dp_size:
-    dp = {"dp_rank": args.rank // (args.world // args.dp_size), "dp_size": args.dp_size}
-ds = GenomicDataset(args.root, "train", micro_batch_size=args.micro, seq_length=args.seq_length, pack=True,
-                    seed=11, window_offset="random", **dp)
-if args.state:
-    with open(args.state) as fh:
-        ds.load_state_dict(json.load(fh))
-ds.set_epoch(args.epoch)
-batches = []
-for batch in DataLoader(ds, batch_size=None, num_workers=args.workers):
-    batches.append({
-        "keys": [str(k) for k in batch["keys"]],
-        "pad": int((batch["tokens"] == 1).sum()),
-        "slots": int(batch["tokens"].numel()),
-        "trained": int(batch["loss_mask"].sum()),
-        "empty": sum(1 for key in batch["keys"] if not key),
-    })
-    if args.stop_after is not None and len(batches) == args.stop_after:
+
+
+def run(rank, out):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=args.world)
+    dp = {}
+    if args.dp_size:
+        dp = {"dp_rank": rank // (args.world // args.dp_size), "dp_size": args.dp_size}
+    ds = GenomicDataset(args.root, "train", micro_batch_size=args.micro, seq_length=args.seq_length, pack=True,
+                        seed=11, window_offset="random", **dp)
+    if args.state:
+        with open(args.state) as fh:
+            ds.load_state_dict(json.load(fh))
+    ds.set_epoch(args.epoch)
+    batches = []
+    for batch in DataLoader(ds, batch_size=None, num_workers=args.workers):
+        batches.append({
+            "keys": [str(k) for k in batch["keys"]],
+            "pad": int((batch["tokens"] == 1).sum()),
+            "slots": int(batch["tokens"].numel()),
+            "trained": int(batch["loss_mask"].sum()),
+            "empty": sum(1 for key in batch["keys"] if not key),
+        })
+        if args.stop_after is not None and len(batches) == args.stop_after:
+            break
+    table = ds.tables[0]
+    unfilled = table.n_packed - table.packing(args.epoch).n_bins
+    result = {"batches": batches, "len": len(ds), "samples": table.n_windows, "unfilled": unfilled}
+    if args.stop_after is not None:
+        result["state"] = ds.state_dict(batches=args.stop_after)
+    with open(out, "w") as fh:
+        json.dump(result, fh)
+    dist.destroy_process_group()
+
+
+# the ranks: processes forked from this one once its imports are done (a fresh interpreter per
+# rank imported torch again), each writing OUT-rankR.json; the group fails when a rank fails
+ranks = [
+    multiprocessing.get_context("fork").Process(target=run, args=(r, f"{args.out}-rank{r}.json"))
+    for r in range(args.world)
+]
+for proc in ranks:
+    proc.start()
+while any(proc.exitcode is None for proc in ranks):
+    if any(proc.exitcode for proc in ranks):  # one failed: the others would wait for it forever
+        for proc in ranks:
+            proc.kill()
         break
-table = ds.tables[0]
-unfilled = table.n_packed - table.packing(args.epoch).n_bins
-out = {"batches": batches, "len": len(ds), "samples": table.n_windows, "unfilled": unfilled}
-if args.stop_after is not None:
-    out["state"] = ds.state_dict(batches=args.stop_after)
-with open(args.out, "w") as fh:
-    json.dump(out, fh)
-dist.destroy_process_group()
+    time.sleep(0.05)
+for proc in ranks:
+    proc.join()
+sys.exit(1 if any(proc.exitcode for proc in ranks) else 0)
 """
 
 
@@ -103,19 +127,22 @@ def run_group(tmp: Path, root: Path, world: int, **kw) -> list[dict]:
     """Start `world` processes of one gloo group; what each rank read."""
     script = tmp / "script.py"
     script.write_text(SCRIPT)
-    port, procs, outs = free_port(), [], []
-    for rank in range(world):
-        out = tmp / f"rank{rank}-{port}.json"
-        cmd = [sys.executable, str(script), "--root", str(root), "--out", str(out), "--port", str(port)]
-        cmd += ["--rank", str(rank), "--world", str(world), "--seq-length", str(SEQ_LENGTH)]
-        for key, value in kw.items():
-            if value is not None:
-                cmd += [f"--{key.replace('_', '-')}", str(value)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outs.append(out)
-    logs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-4000:]
-    return [json.loads(out.read_text()) for out in outs]
+    port = free_port()
+    out = tmp / f"group-{port}"
+    cmd = [sys.executable, str(script), "--root", str(root), "--out", str(out), "--port", str(port)]
+    cmd += ["--world", str(world), "--seq-length", str(SEQ_LENGTH)]
+    for key, value in kw.items():
+        if value is not None:
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        log = proc.communicate(timeout=TIMEOUT)[0]
+    finally:
+        if proc.poll() is None:  # a hang: the group's processes with it
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, log[-4000:]
+    return [json.loads(Path(f"{out}-rank{rank}.json").read_text()) for rank in range(world)]
 
 
 def documents(batches: list[dict]) -> list[tuple[str, int, int]]:
