@@ -83,7 +83,8 @@ class GenomicDataset(IterableDataset):
         global_batch_size: samples per optimizer step over all ranks (default micro x data-parallel
             size); with ``epoch="resampled"`` it sets the pseudo-epoch of
             ``ceil(n_samples / global_batch_size)`` batches.
-        seq_length: tokens per model sample; must be what the shards were cut for (default: theirs).
+        seq_length: tokens per model sample (default: the dataset's): what a windows-layout dataset's
+            shards were cut for; a sequence-layout one is cut to any seq_length at load.
         rc_prob: probability of reverse-complementing a training window (seeded per sample and pass).
         control_tags: put each window's control tag between BOS and SEP.
         seed: seeds the epoch plan (record order, window mixing, blend interleaving) and the draws.
