@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.dataset import check_options
+from bionemo_wds.load.dataset_options import check_options
 from bionemo_wds.load.plan import (
     EPOCH_MODES,
     FILLER,

@@ -1,4 +1,4 @@
-"""`fit --config FILE`: the file's own mistakes, found before Lightning is imported, and integer batch limits.
+"""`fit --config FILE`: the file's own mistakes, found before Lightning is imported.
 
 * `check_config_files`: a config file that is not valid YAML is one line naming the file, the line and
   the column (jsonargparse names ``"<unicode string>"``); a misspelt key (``data: {micro_batch: 4}``)
@@ -6,17 +6,12 @@
   Keys are checked where their names are known without importing anything (`fit_args.group_arguments`):
   the top level, ``trainer``, ``data`` and TinyDNALM's ``model`` arguments (another model's are its
   own parser's), written nested (``data: {shards: x}``) or dotted (``data.shards: x``).
-* `count_batches_as_ints`: Lightning reads ``limit_val_batches=1`` (an int) as one batch and ``1.0``
-  (a float) as every batch, but the parser turned the int into a float, so
-  ``--trainer.limit_val_batches 1`` validated on the whole split. Now ``1`` (flag or YAML) is one
-  batch, ``1.0`` every batch, as for ``Trainer(...)`` in Python.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -39,14 +34,6 @@ from bionemo_wds.cli.parsing import close_matches
 TOP_LEVEL_KEYS = tuple(option[2:] for option in (*TOP_LEVEL, *TOP_LEVEL_MORE) if option != "--help")
 #: Keys of a model section that are not the model's arguments.
 MODEL_SPEC_KEYS = frozenset({"class_path", "init_args", "dict_kwargs", "__path__"})
-#: Trainer options Lightning reads as a number of batches when an int and as a fraction when a float.
-BATCH_LIMITS = (
-    "limit_train_batches",
-    "limit_val_batches",
-    "limit_test_batches",
-    "limit_predict_batches",
-    "overfit_batches",
-)
 
 
 def file_text(value: str) -> str | None:
@@ -147,24 +134,3 @@ def check_config_files(argv: Sequence[str]) -> None:
     classes = model_in_effect(argv)
     for i, path, text in config_files(argv):
         check_config_file(path, text, classes[i])
-
-
-# -- integer batch limits -------------------------------------------------------------------------------
-
-
-def count_batches_as_ints(parser: Any) -> list[str]:
-    """Make the parser read ``BATCH_LIMITS`` as ``int | float | None``, in that order (the Trainer's
-    own annotation), so ``1`` stays an int: one batch. Returns the options changed.
-
-    jsonargparse tries a union's types in order; the Trainer's ``Optional[Union[int, float]]`` reaches
-    it as ``Union[float, int, None]`` (typing caches unions and takes ``Union[int, float]`` for an equal
-    ``Union[float, int]`` made earlier), so ``1`` became ``1.0``, which Lightning reads as every batch.
-    The type is the parser's action's (``ActionTypeHint._typehint``, used to parse, check and print):
-    set per option, after the Trainer's arguments are added; a test checks that ``1`` arrives as 1."""
-    changed = []
-    for action in getattr(parser, "_actions", []):
-        group, _, name = str(getattr(action, "dest", "")).partition(".")
-        if group == "trainer" and name in BATCH_LIMITS and hasattr(action, "_typehint"):
-            action._typehint = int | float | None
-            changed.append(name)
-    return changed

@@ -20,7 +20,7 @@ refuses (an integer ``val_check_interval`` longer than the epoch) is one line to
 (`fit_checks.trainer_refusal`). Anything else (a bug) keeps its traceback.
 
 ``--trainer.limit_val_batches 1`` (or ``limit_val_batches: 1`` in YAML) is one batch and ``1.0`` every
-batch, as for Lightning's ``Trainer`` (`fit_config.count_batches_as_ints`).
+batch, as for Lightning's ``Trainer`` (`fit_trainer.Trainer`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from bionemo_wds.cli.exit_codes import report_error
 from bionemo_wds.cli.fit_args import DEFAULT_MODEL, FitArgError, check_options, one_line, separate_model_switches
-from bionemo_wds.cli.fit_config import check_config_files, count_batches_as_ints
+from bionemo_wds.cli.fit_config import check_config_files
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 DESCRIPTION = (
@@ -60,12 +60,12 @@ def run(argv: Sequence[str]) -> int:
     from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
     from bionemo_wds.cli.fit_checks import check_data, trainer_error, trainer_refusal
+    from bionemo_wds.cli.fit_trainer import Trainer
     from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
     class GenomicCLI(LightningCLI):
         def add_arguments_to_parser(self, parser: Any) -> None:
             parser.set_defaults({"model": {"class_path": DEFAULT_MODEL}})
-            count_batches_as_ints(parser)  # --trainer.limit_val_batches 1: one batch, not 1.0 (all)
 
         def parse_arguments(self, parser: Any, args: Any) -> None:
             super().parse_arguments(parser, args)
@@ -94,6 +94,7 @@ def run(argv: Sequence[str]) -> int:
                 L.LightningModule,
                 GenomicWebDataModule,
                 subclass_mode_model=True,
+                trainer_class=Trainer,  # --trainer.limit_val_batches 1: one batch, not 1.0 (all)
                 args=args,
                 save_config_kwargs={"overwrite": True},
                 parser_kwargs={

@@ -22,11 +22,13 @@ import lightning as L
 import numpy as np
 
 from bionemo_wds.errors import OptionError
+from bionemo_wds.lightning.fasta_prep import prepare_fasta
 from bionemo_wds.lightning.loaders import check_stage
 from bionemo_wds.lightning.memory_cache import check_cache_memory
 from bionemo_wds.lightning.split_loaders import SplitLoaders
 from bionemo_wds.load.batch.options import SampleOptions
-from bionemo_wds.load.dataset import GenomicDataset, check_options
+from bionemo_wds.load.dataset import GenomicDataset
+from bionemo_wds.load.dataset_options import cached_splits, check_module_options, check_options
 from bionemo_wds.load.plan import RankPlan
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress, position
 from bionemo_wds.load.records import SplitRecords
@@ -156,18 +158,13 @@ class GenomicWebDataModule(L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        if fasta and (datasets is not None or blend is not None):
-            raise OptionError("fasta= prepares one dataset; prepare each dataset of a blend first")
-        if fasta and seq_length is None:
-            raise OptionError("preparing from fasta needs seq_length")
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
+        check_module_options(fasta, seq_length, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         self.entries = blend_entries(shards, datasets, blend)
         self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
         check_cache_memory(cache_memory)
-        self.cached_splits = {as_split(name, "cache_in_memory") for name in cache_in_memory}
-        if Split.train in self.cached_splits:
-            raise OptionError("cache_in_memory is for val and test: the train order changes every epoch")
+        self.cached_splits = cached_splits(cache_in_memory)
         self.opening = OpenOptions(
             seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit, max_requests
         )
@@ -189,21 +186,13 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.epochs = {split: EpochState() for split in Split}
         self.progress = TrainProgress()
 
-    # -- preparing --------------------------------------------------------------------------------
-
     def prepare_data(self) -> None:
         """Prepare `fasta` into `shards` unless done; safe when several nodes share the filesystem."""
-        if not self.fasta:
-            return
-        from bionemo_wds.prepare import PrepareOptions, prepare
+        if self.fasta:
+            options = {"seed": self.seed, **self.prepare_options, "seq_length": self.seq_length}
+            prepare_fasta(self.fasta, self.root, options, self.store.storage_options)
 
-        opts = PrepareOptions(**{"seed": self.seed, **self.prepare_options, "seq_length": self.seq_length})
-        # prepare holds the output's lock (`prepare.run.lock_path`): another process or node waits, then finds it done
-        result = prepare(self.fasta, self.root, opts, self.store.storage_options)
-        if result.status not in ("unchanged", "table-added"):
-            print(f"prepared {self.root}: {result.shards_written} shard(s) in {result.seconds:.1f} s")
-
-    # -- setup ------------------------------------------------------------------------------------
+    # -- preparing and setup ----------------------------------------------------------------------
 
     def setup(self, stage: str) -> None:
         """Open the datasets once, then build the datasets of the splits `stage` reads."""

@@ -37,6 +37,7 @@ from bionemo_wds.load.batch.model_inputs import tensors
 from bionemo_wds.load.batch.options import SampleOptions
 from bionemo_wds.load.batch.packed import PackedSchema
 from bionemo_wds.load.batch.schema import BatchSchema
+from bionemo_wds.load.dataset_options import check_options
 from bionemo_wds.load.plan import (
     EpochSpec,
     epoch_batches,
@@ -44,7 +45,6 @@ from bionemo_wds.load.plan import (
     rank_plan,
     remaining_runs,
     remaining_sequence,
-    training_modes,
 )
 from bionemo_wds.load.plan.mixing import mixed_sequence, stream_positions
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress
@@ -403,29 +403,3 @@ class GenomicDataset(IterableDataset):
         self.sources.check_state(state)
         self.progress.restore(dict(state))
         self.epoch = int(state.get("epoch", 0))
-
-
-def check_options(
-    micro_batch_size: int,
-    global_batch_size: int | None,
-    epoch: str,
-    cache_limit: int | None,
-    samples_per_epoch: int | None,
-    datasets: Any,
-    blend: Any,
-) -> None:
-    """A dataset's batch, epoch and cache options, checked before anything is read."""
-    if epoch not in training_modes():
-        raise OptionError(f"epoch must be one of {', '.join(training_modes())}, got {epoch!r}")
-    if micro_batch_size < 1:
-        raise OptionError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
-    if global_batch_size is not None and global_batch_size < 1:
-        raise OptionError(
-            f"global_batch_size must be at least 1 (or None: micro x data-parallel size), got {global_batch_size}"
-        )
-    if cache_limit is not None and cache_limit < 0:
-        raise OptionError(f"cache_limit must be non-negative bytes, got {cache_limit}")
-    if samples_per_epoch is not None and datasets is None and blend is None:
-        raise OptionError("samples_per_epoch sets the length of a mixed epoch: give datasets= or blend= with it")
-    if epoch != "exact" and (datasets is not None or blend is not None):
-        raise OptionError('a mixed epoch has exact quotas: use epoch="exact" with samples_per_epoch')

@@ -12,10 +12,8 @@ come from the command line, a config file or Python.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import numbers
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +24,7 @@ from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX, LAYOUTS
 from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
 from bionemo_wds.prepare.groups import group_rule_problem
+from bionemo_wds.prepare.option_values import parse_ratios, parse_split_list, prefix_problem
 from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.sources import SOURCES
 from bionemo_wds.prepare.splits import DEFAULT_RATIOS, SPLIT_NAMES, ratio_problem
@@ -46,10 +45,6 @@ ZSTD_LEVELS = (1, 22)
 
 #: Key of the `CliOption` in a `PrepareOptions` field's metadata.
 CLI = "cli"
-
-#: A shard file name prefix: a plain file-name stem, so `<split>/<prefix>-NNNNNN.tar` stays in its split
-#: directory, is not hidden (a dot name is a temporary to `remove_stale_temporaries`) and is no glob.
-_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 
 
 @dataclass(frozen=True)
@@ -126,34 +121,6 @@ def shown_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return repr(value) if isinstance(value, str) else str(value)
-
-
-def prefix_problem(prefix: Any) -> str | None:
-    """What is wrong with a shard name prefix (`--prefix`), or None for a plain file-name stem."""
-    if isinstance(prefix, str) and _STEM.fullmatch(prefix):
-        return None
-    return "must be a plain file-name stem (up to 200 letters, digits, '_', '-', '.'; not starting with '.' or '-')"
-
-
-def parse_ratios(text: str) -> tuple[float, ...]:
-    """`--split 0.8,0.1,0.1` -> one ratio per split, in `SPLIT_NAMES` order."""
-    try:
-        values = tuple(float(x) for x in text.split(","))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected {len(SPLIT_NAMES)} comma-separated numbers, got {text!r}") from exc
-    if len(values) != len(SPLIT_NAMES):
-        raise argparse.ArgumentTypeError(f"expected {len(SPLIT_NAMES)} ratios {','.join(SPLIT_NAMES)}, got {text!r}")
-    return values
-
-
-def parse_split_list(text: str) -> tuple[str, str]:
-    """`--split-list train=FILE` (also `--split-parquet`, `--window-db`) -> (split name, file)."""
-    split, sep, path = text.partition("=")
-    if not sep or split not in SPLIT_NAMES:
-        raise argparse.ArgumentTypeError(
-            f"expected SPLIT=FILE with SPLIT one of {', '.join(SPLIT_NAMES)}; got {text!r}"
-        )
-    return split, path
 
 
 #: `--executor` choices: where the shard tasks run.
