@@ -56,6 +56,9 @@ S3_ROOT = f"s3://{BUCKET}/kleb"
 PREPARE = {"seq_length": 1024, "stride": 1000, "samples_per_shard": 400, "windows_per_record": 50, "progress": False}
 #: fast failure: 2 attempts, 0.05 s apart
 FAST_FAIL = {"retries": 2, "retry_backoff": 0.05}
+#: botocore without retries of its own (by default up to 5 attempts with back-off, under our own
+#: `retries`): a test of what happens once our retries are spent does not wait for its too
+NO_CLIENT_RETRIES = {"config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}}}
 
 
 # ---------------------------------------------------------------------------------------------------- harness
@@ -410,7 +413,8 @@ def served(request, local_dataset, serve) -> tuple[Any, str]:
 def test_an_outage_is_a_clear_error_and_a_resume_finishes_the_epoch(served, reference, workers):
     server, root = served
     full = keys_of(reference[0]["train"])
-    dm = make(root, num_workers=workers, **FAST_FAIL)
+    client = {"storage_options": NO_CLIENT_RETRIES} if root.startswith("s3://") else {}
+    dm = make(root, num_workers=workers, **client, **FAST_FAIL)
     loader = dm.train_dataloader()
     taken = []
     it = iter(loader)
@@ -437,7 +441,7 @@ def test_an_outage_is_a_clear_error_and_a_resume_finishes_the_epoch(served, refe
 @pytest.mark.parametrize("workers", [0, 2])
 def test_skip_and_count_when_the_server_is_gone(s3_server, s3_dataset, reference, workers):
     want = keys_of(reference[0]["train"])
-    dm = make(s3_dataset, num_workers=workers, handler="warn", **FAST_FAIL)
+    dm = make(s3_dataset, num_workers=workers, handler="warn", storage_options=NO_CLIENT_RETRIES, **FAST_FAIL)
     loader = dm.train_dataloader()
     got = []
     it = iter(loader)
