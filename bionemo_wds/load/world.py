@@ -97,6 +97,8 @@ def leave_with_parent(interval: float = PARENT_CHECK_INTERVAL) -> None:
     parent dies (its children are handed to init or a subreaper), and a parent that is gone while
     the pid stays (a forkserver in between) no longer answers a signal 0."""
     global _watched_pid
+    if _watched_pid == os.getpid():  # the watch runs (every batch of a worker asks: the cheap test first)
+        return
     parent = multiprocessing.parent_process()
     if parent is None or parent.pid is None:
         return
