@@ -176,10 +176,9 @@ def fit():
 
 
 def group():
-    # `iterate` on ranks 0..world-1, each a process forked from this one once its imports are done
-    # (a fresh interpreter per rank imported torch and Lightning again: about 10 s of CPU each): rank
-    # r writes OUT/rank-r.json and its output to OUT/rank-r.log; fails when a rank fails
-    import multiprocessing as mp
+    # `iterate` on ranks 0..world-1, forked from this process once its imports are done
+    # (`rank_groups`): rank r writes OUT/rank-r.json and its output to OUT/rank-r.log
+    from rank_groups import run_forked_ranks
 
     out_dir = args.out
 
@@ -190,18 +189,7 @@ def group():
         args.rank, args.out = rank, os.path.join(out_dir, f"rank-{rank}.json")
         iterate()
 
-    ranks = [mp.get_context("fork").Process(target=rank_main, args=(r,)) for r in range(args.world)]
-    for proc in ranks:
-        proc.start()
-    while any(proc.exitcode is None for proc in ranks):
-        if any(proc.exitcode for proc in ranks):  # one failed: the others would wait for it forever
-            for proc in ranks:
-                proc.kill()
-            break
-        time.sleep(0.1)
-    for proc in ranks:
-        proc.join()
-    codes = [proc.exitcode for proc in ranks]
+    codes = run_forked_ranks(rank_main, args.world)
     print("rank exit codes", codes, flush=True)
     sys.exit(1 if any(codes) else 0)
 
@@ -263,7 +251,9 @@ def free_port() -> int:
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    """The scripts' environment: ``tests/`` on the path (`rank_groups`), output unbuffered."""
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
 
 def run_group(procs: list[subprocess.Popen], logs: list[Path], timeout: float = TIMEOUT) -> None:

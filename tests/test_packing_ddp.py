@@ -30,7 +30,9 @@ SEQ_LENGTH = 8192
 TIMEOUT = 300
 
 SCRIPT = r"""
-import argparse, json, multiprocessing, os, sys, time
+import argparse, json, sys
+
+from rank_groups import run_forked_ranks
 
 import torch.distributed as dist
 from torch.utils.data import DataLoader
@@ -79,23 +81,8 @@ def run(rank, out):
     dist.destroy_process_group()
 
 
-# the ranks: processes forked from this one once its imports are done (a fresh interpreter per
-# rank imported torch again), each writing OUT-rankR.json; the group fails when a rank fails
-ranks = [
-    multiprocessing.get_context("fork").Process(target=run, args=(r, f"{args.out}-rank{r}.json"))
-    for r in range(args.world)
-]
-for proc in ranks:
-    proc.start()
-while any(proc.exitcode is None for proc in ranks):
-    if any(proc.exitcode for proc in ranks):  # one failed: the others would wait for it forever
-        for proc in ranks:
-            proc.kill()
-        break
-    time.sleep(0.05)
-for proc in ranks:
-    proc.join()
-sys.exit(1 if any(proc.exitcode for proc in ranks) else 0)
+# the ranks, forked from this process once its imports are done (`rank_groups`), each writing OUT-rankR.json
+sys.exit(1 if any(run_forked_ranks(lambda r: run(r, f"{args.out}-rank{r}.json"), args.world)) else 0)
 """
 
 
@@ -134,7 +121,11 @@ def run_group(tmp: Path, root: Path, world: int, **kw) -> list[dict]:
     for key, value in kw.items():
         if value is not None:
             cmd += [f"--{key.replace('_', '-')}", str(value)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}  # tests/ on the path: `rank_groups`
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
+    )
     try:
         log = proc.communicate(timeout=TIMEOUT)[0]
     finally:
