@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -242,3 +244,16 @@ def as_format_version_1(root: Path) -> None:
         if entry is not None:
             (Path(root) / entry["path"]).unlink()
     _write_json(root, manifest)
+
+
+def main_here(capsys, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess:
+    """``bionemo-wds ARGV`` through `bionemo_wds.cli.main` in this process (what the console script
+    calls): its exit code and output, without a second interpreter importing torch (and megatron-core)
+    again. Shaped as `subprocess.run`'s result, so a test checks either the same way."""
+    from bionemo_wds.cli.main import main
+
+    argv = [str(arg) for arg in args]
+    capsys.readouterr()
+    code = main(argv)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["bionemo-wds", *argv], code, captured.out, captured.err)

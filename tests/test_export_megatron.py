@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, read_fasta
+from conftest import KLEBSIELLA, main_here, read_fasta
 
-from bionemo_wds.cli.main import main
 from bionemo_wds.errors import OptionError
 from bionemo_wds.export.megatron import EOD_ID, export_megatron
 from bionemo_wds.format import read_manifest
@@ -48,16 +47,6 @@ def cli(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "bionemo_wds.cli", "export-megatron", *map(str, args)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True)
-
-
-def cli_here(capsys, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess:
-    """`cli` in this process (`bionemo_wds.cli.main`, what the console script calls): the exit code
-    and stderr without a second interpreter importing torch and megatron-core again."""
-    capsys.readouterr()
-    argv = ["export-megatron", *map(str, args)]
-    code = main(argv)
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(["bionemo-wds", *argv], code, captured.out, captured.err)
 
 
 def names(prefix: Path) -> list[tuple[str, int, int]]:
@@ -107,7 +96,7 @@ def test_bad_input_is_one_line_and_writes_nothing(sequences, tmp_path, capsys):
     result = cli(sequences, prefix, "--split", "dev")
     assert result.returncode == 2 and "has no 'dev' split" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    result = cli_here(capsys, sequences, "s3://bucket/out")
+    result = main_here(capsys, "export-megatron", sequences, "s3://bucket/out")
     assert result.returncode == 2 and "writes local files" in result.stderr
     assert result.stderr.count("export-megatron") == 1  # the prefix names the command, the message does not
     assert list(tmp_path.iterdir()) == []
@@ -128,7 +117,7 @@ def test_a_damaged_shard_is_named_and_nothing_is_left(sequences, tmp_path, capsy
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     out = tmp_path / "out"
     out.mkdir()
-    result = cli_here(capsys, damaged, out / "x", "--quiet")
+    result = main_here(capsys, "export-megatron", damaged, out / "x", "--quiet")
     assert result.returncode == 2 and shard.name in result.stderr and "truncated" in result.stderr, result.stderr
     assert list(out.iterdir()) == []
 

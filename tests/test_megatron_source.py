@@ -18,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, LAMBDA, LINEAGES, read_fasta, shard_windows
+from conftest import KLEBSIELLA, LAMBDA, LINEAGES, main_here, read_fasta, shard_windows
 
-from bionemo_wds.cli.main import main
 from bionemo_wds.core.tokenizer import COMPLEMENT
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
@@ -57,15 +56,6 @@ def cli(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "bionemo_wds.cli", "prepare", *map(str, args)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True)
-
-
-def cli_here(capsys, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess:
-    """`cli` in this process (`bionemo_wds.cli.main`, what the console script calls): the exit code
-    and stderr without a second interpreter importing torch and megatron-core again."""
-    capsys.readouterr()
-    code = main(["prepare", *map(str, args)])
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(["bionemo-wds", "prepare", *map(str, args)], code, captured.out, captured.err)
 
 
 def opts(**kw) -> PrepareOptions:
@@ -123,14 +113,14 @@ def refused(result: subprocess.CompletedProcess, *says: str) -> None:
 
 def test_bad_input_is_one_line(tmp_path, capsys):
     """The first case through the console script in a process of its own, the others in this one
-    (`cli_here`: the same `main`, without importing torch and megatron-core again for each)."""
+    (`main_here`: the same `main`, without importing torch and megatron-core again for each)."""
     lam = next(iter(read_fasta(LAMBDA).values()))
     prefix = write_indexed(tmp_path / "pair", [lam.encode()])
     Path(f"{prefix}.idx").unlink()
     refused(cli("--source", "megatron", prefix, "--out", tmp_path / "o1", "-q"), "pair.bin has no pair.idx beside it")
     wide = write_indexed(tmp_path / "wide", [lam.encode()], dtype=np.int32)
     refused(
-        cli_here(capsys, "--source", "megatron", wide, "--out", tmp_path / "o2", "-q"),
+        main_here(capsys, "prepare", "--source", "megatron", wide, "--out", tmp_path / "o2", "-q"),
         "wide.idx stores tokens as int32",
     )
     ids = np.frombuffer(lam[:500].encode(), dtype=np.uint8).astype(np.uint16)
@@ -138,12 +128,12 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     builder = IndexedDatasetBuilder(str(tmp_path / "big.bin"), dtype=np.uint16)
     builder.add_document(ids, [len(ids)])
     builder.finalize(str(tmp_path / "big.idx"))
-    result = cli_here(capsys, "--source", "megatron", tmp_path / "big", "--out", tmp_path / "o3", "-q")
+    result = main_here(capsys, "prepare", "--source", "megatron", tmp_path / "big", "--out", tmp_path / "o3", "-q")
     refused(result, "document 0 of", "id 300 at position 77")
     long, short = write_indexed(tmp_path / "long", [lam.encode()]), write_indexed(tmp_path / "short", [b"ACGT"])
     Path(tmp_path / "mixed.bin").write_bytes(Path(f"{short}.bin").read_bytes())
     Path(tmp_path / "mixed.idx").write_bytes(Path(f"{long}.idx").read_bytes())
-    result = cli_here(capsys, "--source", "megatron", tmp_path / "mixed", "--out", tmp_path / "o4", "-q")
+    result = main_here(capsys, "prepare", "--source", "megatron", tmp_path / "mixed", "--out", tmp_path / "o4", "-q")
     refused(result, "mixed.bin holds 5 bytes but", "not one")
     for out in ("o1", "o2", "o3", "o4"):
         assert not (tmp_path / out / "manifest.json").exists()
