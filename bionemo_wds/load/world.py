@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from bionemo_wds.errors import OptionError
+from bionemo_wds.load.shm_segments import process_exists
 
 
 @dataclass(frozen=True)
@@ -116,15 +117,7 @@ def leave_with_parent(interval: float = PARENT_CHECK_INTERVAL) -> None:
 def parent_gone(started_by: int, ppid: int) -> bool:
     """Whether the process that started this one (`started_by`, seen as parent pid `ppid` when the
     watch began) has died."""
-    if os.getppid() != ppid:
-        return True
-    try:
-        os.kill(started_by, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return os.getppid() != ppid or not process_exists(started_by)
 
 
 def _watch_parent(started_by: int, ppid: int, interval: float) -> None:
