@@ -642,3 +642,15 @@ def test_where_output_is_the_readme_datasets(getting_started: tuple[Path, str]) 
     code, printed = in_process(["where", str(data), key.group(1)])
     assert code in (0, None), printed
     assert [line.split() for line in shown.splitlines()] == [line.split() for line in printed.splitlines()]
+
+
+def test_what_the_readme_writes_at_the_root_is_ignored_by_git() -> None:
+    """Following the README from the repository root writes each `--out DIR` and its `DIR.lock`
+    there: git must not list them as untracked (a new user's `git status` stays clean)."""
+    outs = sorted({m.rstrip("/") for m in re.findall(r"--out\s+(\S+)", README.read_text()) if not m.startswith("/")})
+    assert outs, "the README prepares nothing with --out"
+    paths = [p for out in outs for p in (f"{out}/", f"{out}.lock")]  # a directory, and its lock file
+    done = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode == 128:
+        pytest.skip(f"not a git checkout: {done.stderr.strip()}")
+    assert sorted(done.stdout.split()) == sorted(paths), f"not ignored: {sorted(set(paths) - set(done.stdout.split()))}"
