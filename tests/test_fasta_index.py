@@ -17,6 +17,7 @@ from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.sources import fasta_index
 from bionemo_wds.prepare.sources.fai import build_fai, header_at_or_after, read_fai
 from bionemo_wds.prepare.sources.fasta_index import index_files, index_path, index_tasks
+from bionemo_wds.prepare.sources.fasta_inputs import fasta_inputs
 
 
 def rows(table) -> tuple:
@@ -43,9 +44,9 @@ def test_byte_ranges_give_the_whole_files_index(tmp_path_factory, monkeypatch, c
     (tmp / "cache").mkdir()
     whole = build_fai(path, keep_headers=headers)
     monkeypatch.setattr(fasta_index, "RANGE_BYTES", range_bytes)
-    tasks = index_tasks([path], tmp / "cache", headers)
+    tasks = index_tasks(fasta_inputs([path]), tmp / "cache", headers)
     assert len(tasks) == -(-len(data) // range_bytes)
-    ((local, table),) = index_files([path], tmp / "cache", headers, TaskPlace())
+    ((local, table),) = index_files(fasta_inputs([path]), tmp / "cache", headers, TaskPlace())
     assert local == str(path) and rows(table) == rows(whole)
     if not headers:  # the joined index is cached as the file's .fai
         assert rows(read_fai(index_path(path, 0, tmp / "cache"))) == rows(whole)
@@ -63,9 +64,9 @@ def test_a_real_file_in_ranges_on_a_pool_indexes_as_one(tmp_path, monkeypatch, g
     monkeypatch.setattr(fasta_index, "RANGE_BYTES", 300_000)  # ~19 ranges, lambda's and several contigs' ends
     monkeypatch.setattr(fasta_index, "POOL_INDEX_BYTES", 0)
     (tmp_path / "cache").mkdir()
-    tasks = index_tasks([path], tmp_path / "cache", False)
+    tasks = index_tasks(fasta_inputs([path]), tmp_path / "cache", False)
     assert len(tasks) >= 15
-    ((_, table),) = index_files([path], tmp_path / "cache", False, TaskPlace(workers=2))
+    ((_, table),) = index_files(fasta_inputs([path]), tmp_path / "cache", False, TaskPlace(workers=2))
     assert rows(table) == rows(build_fai(path))
     assert table.names == list(seqs) and table.lengths == [len(s) for s in seqs.values()]
 
@@ -76,8 +77,9 @@ def broken(text: bytes, what: str) -> bytes:
     at = len(lines) - 40
     while lines[at].startswith(b">") or lines[at - 1].startswith(b">") or lines[at + 1].startswith(b">"):
         at -= 1
-    if what == "short line":
-        lines[at] = lines[at][:-1]
+    if what == "short line, then blank line":  # the width is no error (a rewrap), the blank line is
+        lines[10] = lines[10][:-1]
+        lines[at] = b""
     elif what == "blank line":
         lines[at] = b""
     elif what == "duplicate name":
@@ -90,17 +92,17 @@ def broken(text: bytes, what: str) -> bytes:
     return b"\n".join(lines)
 
 
-@pytest.mark.parametrize("what", ["short line", "blank line", "duplicate name", "no name"])
+@pytest.mark.parametrize("what", ["blank line", "duplicate name", "no name", "short line, then blank line"])
 def test_a_broken_rule_in_a_late_range_is_the_whole_files_message(tmp_path, monkeypatch, genomes, what):
     path = tmp_path / "bad.fa"
     path.write_bytes(broken(genomes[0].read_bytes(), what))
     (tmp_path / "cache").mkdir()
     (tmp_path / "whole-cache").mkdir()
     with pytest.raises(SourceError) as whole:
-        list(index_files([path], tmp_path / "whole-cache", False, TaskPlace()))
+        index_files(fasta_inputs([path]), tmp_path / "whole-cache", False, TaskPlace())
     assert re.search(r"lines? \d+", str(whole.value)) and str(path) in str(whole.value)
     monkeypatch.setattr(fasta_index, "RANGE_BYTES", 250_000)
     with pytest.raises(SourceError) as ranges:
-        list(index_files([path], tmp_path / "cache", False, TaskPlace()))
+        index_files(fasta_inputs([path]), tmp_path / "cache", False, TaskPlace())
     assert str(ranges.value) == str(whole.value)
     assert not index_path(path, 0, tmp_path / "cache").exists()  # nothing cached for a refused file

@@ -6,7 +6,8 @@ catalog, and a predicate that tells whether an input looks like this kind). A re
 imported only when it is used (``hdf5`` and ``sharded-eden`` need optional extras). A refused
 input that looks like another kind says so (``--source fasta`` given an Eden directory).
 
-- `fasta`: FASTA files or directories (plain, gzip, bgzip), indexed with pyfaidx.
+- `fasta`: FASTA files or directories (plain, gzip, bgzip; split gzip parts; tar archives of FASTA),
+  indexed as samtools does (`fasta_inputs`, `fasta_index`).
 - `sharded_eden`: Evo2's sharded-Eden layout, one SQLite database per sample, with Parquet split
   lists and precomputed window databases.
 - `hdf5`: pre-tokenized rows of an HDF5 dataset (the `[h5]` extra).
@@ -52,7 +53,7 @@ class SourceReader:
 
 
 def _fasta_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
-    from bionemo_wds.prepare.sources.fasta import find_fasta_files
+    from bionemo_wds.prepare.sources.fasta_inputs import find_fasta_files
 
     return find_fasta_files(inputs)
 
@@ -66,12 +67,9 @@ def _fasta_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path)
 
 
 def _is_fasta(path: Path) -> bool:
-    from bionemo_wds.prepare.sources.fasta import FASTA_SUFFIXES, GZIP_SUFFIXES
+    from bionemo_wds.prepare.sources.fasta_inputs import is_fasta_input_name
 
-    name = path.name.lower()
-    for gz in GZIP_SUFFIXES:
-        name = name.removesuffix(gz)
-    return name.endswith(FASTA_SUFFIXES) or (path.is_dir() and any(map(_is_fasta, path.glob("*.*"))))
+    return is_fasta_input_name(path) or (path.is_dir() and any(map(_is_fasta, path.glob("*.*"))))
 
 
 def _eden_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:

@@ -13,8 +13,11 @@ hold the same number of bases and bytes; the last may be shorter; blank lines ma
 record. A line before the first header, a header without a name, a name used twice and binary
 content are refused, each naming the line. A line whose length is off because it holds a
 non-ASCII character (a stray ``é`` is two bytes) is reported as that character
-(`FastaCharacterError`), not as a line of the wrong length. The tests check the result against
-pyfaidx's index.
+(`FastaCharacterError`), not as a line of the wrong length; a line of another width is a
+`FastaLineWidthError`. With ``ragged=True`` line widths are not checked (every other rule is): the
+table's names, lengths and headers are then right, but its line layout is the first line's and no
+base may be read through it; `fasta_copies.rewrap` writes such a file anew, in lines of one width.
+The tests check the result against pyfaidx's index.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ NAME = re.compile(r"^[ \t\f\v\r]*([^\s]*)", re.MULTILINE)
 
 class FastaFormatError(ValueError):
     """The file breaks a FASTA rule; the message names the line (1-based) and the record."""
+
+
+class FastaLineWidthError(FastaFormatError):
+    """A line of a sequence is not as long as its first (every line but the last must be): a file
+    whose lines differ in width, which `build_fai` with ``ragged=True`` reads for a rewrap."""
 
 
 class FastaCharacterError(FastaFormatError):
@@ -95,8 +103,9 @@ class _Lines:
 
 
 class _Builder:
-    def __init__(self, keep_headers: bool, path: str | os.PathLike) -> None:
+    def __init__(self, keep_headers: bool, path: str | os.PathLike, ragged: bool = False) -> None:
         self.path = path  # read again only to say what is wrong with a line
+        self.ragged = ragged  # line widths are not checked
         self.table = FaiTable(headers=[] if keep_headers else None)
         self.seen: dict[str, int] = {}
         self.open: _Open | None = None
@@ -168,17 +177,20 @@ class _Builder:
             raise FastaFormatError(f"blank line {first_line} inside sequence {rec.name!r}")
         if rec.offset < 0:  # the record's first base line sets the layout
             rec.offset, rec.lenc, rec.lenb = int(starts[0]), int(bases[0]), int(nbytes[0])
-        elif rec.last_bases != rec.lenc or rec.last_bytes != rec.lenb:  # it was not the last line after all
+        elif not self.ragged and (rec.last_bases != rec.lenc or rec.last_bytes != rec.lenb):  # not the last line
             self.inconsistent(rec, rec.last_line, rec.last_bases, rec.last_start)
         last = len(bases) - 1 - int(np.argmax(nonblank[::-1]))
         inner = slice(0, last)  # every non-blank line but the last: full lines
-        bad = np.flatnonzero((bases[inner] != rec.lenc) | (nbytes[inner] != rec.lenb))
+        if self.ragged:
+            bad = np.flatnonzero(bases[inner] == 0)
+        else:
+            bad = np.flatnonzero((bases[inner] != rec.lenc) | (nbytes[inner] != rec.lenb))
         if len(bad):
             i = int(bad[0])
             if bases[i] == 0:
                 raise FastaFormatError(f"blank line {first_line + i} inside sequence {rec.name!r}")
             self.inconsistent(rec, first_line + i, int(bases[i]), int(starts[i]))
-        if bases[last] > rec.lenc:
+        if bases[last] > rec.lenc and not self.ragged:
             self.inconsistent(rec, first_line + last, int(bases[last]), int(starts[last]))
         rec.rlen += int(bases[: last + 1].sum())
         rec.last_bases, rec.last_bytes, rec.last_line = int(bases[last]), int(nbytes[last]), first_line + last
@@ -206,7 +218,7 @@ class _Builder:
         blank_inside = ~nonblank & (idx < last[rid])
         inner = nonblank & (idx < last[rid]) & ((bases != lenc[rid]) | (nbytes != lenb[rid]))
         too_long = nonblank & (idx == last[rid]) & (bases > lenc[rid])
-        bad = np.flatnonzero(blank_inside | inner | too_long)
+        bad = np.flatnonzero(blank_inside if self.ragged else blank_inside | inner | too_long)
         if len(bad):
             i = int(bad[0])
             r = int(rid[i])
@@ -239,7 +251,7 @@ class _Builder:
                 f"has {shown_character(text, column)} on line {line}, column {column + 1} (position {position}, "
                 "0-based), not an IUPAC code: a base is one ASCII letter",
             )
-        raise FastaFormatError(
+        raise FastaLineWidthError(
             f"line {line} of sequence {rec.name!r} holds {bases} bases (with its line end, a different length "
             f"from the sequence's first line, {rec.lenc} bases): every line but the last must be equally long"
         )
@@ -251,12 +263,14 @@ def build_fai(
     block_bytes: int = BLOCK_BYTES,
     start: int = 0,
     end: int | None = None,
+    ragged: bool = False,
 ) -> FaiTable:
     """The ``.fai`` records of the plain FASTA file `path` (`FastaFormatError` when it breaks a rule),
-    or of its bytes ``[start, end)`` when both are header starts (`header_at_or_after`): the records
-    whose headers lie there, with offsets in the file. The rules are checked within the window; line
-    numbers in messages count from its start (a caller wanting the file's numbers builds the whole file)."""
-    builder = _Builder(keep_headers, path)
+    or of its bytes ``[start, end)`` when both are header starts (`header_at_or_after`; or the ends of
+    a tar member): the records whose headers lie there, with offsets in the file. The rules are
+    checked within the window; line numbers in messages count from its start (a caller wanting the
+    file's numbers builds the whole file). `ragged`: lines may differ in width (see the module)."""
+    builder = _Builder(keep_headers, path, ragged)
     position, line_no, carry = start, 1, b""
     left = None if end is None else end - start
     with open(path, "rb") as fh:

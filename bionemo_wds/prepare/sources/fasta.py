@@ -1,10 +1,12 @@
-"""FASTA inputs: plain or gzip/bgzip, one or many files, or directories of them.
+"""FASTA inputs: plain or gzip/bgzip, one or many files, directories of them, split gzip parts
+and tar archives of FASTA files (`fasta_inputs`).
 
 Indexing writes a samtools-compatible ``.fai`` (`fai.build_fai`, which also checks headers, line
-lengths and duplicate names within a file, as samtools and pyfaidx do), in tasks per file and per
-byte range of a large file (`fasta_index`). Gzip inputs (bgzip is gzip too) are decompressed once
-into the output's cache, because plain gzip has no random access; every index goes to that cache,
-so inputs in read-only places work and nothing is written beside them.
+lengths and duplicate names within a file, as samtools and pyfaidx do), in tasks per input and per
+byte range of a large file (`fasta_index`). Gzip inputs (bgzip is gzip too), joined split parts
+and inputs whose lines differ in width get a plain copy in the output's cache (`fasta_copies`),
+because plain gzip has no random access; every index goes to that cache, so inputs in read-only
+places work and nothing is written beside them.
 `index_fasta` reads no base; `catalog_fasta` adds the check of every base (`prepare.scan`), which
 reports a bad one with its sequence and position before any shard is written.
 """
@@ -23,46 +25,9 @@ from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.scan import ON_INVALID, scan
-from bionemo_wds.prepare.sources.fasta_index import GZIP_SUFFIXES, index_files
+from bionemo_wds.prepare.sources.fasta_index import index_files
+from bionemo_wds.prepare.sources.fasta_inputs import fasta_inputs
 from bionemo_wds.prepare.tags import reads_headers, tag_all, tag_rule_problem, tagger
-
-FASTA_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".frn", ".fas", ".seq")
-
-
-def _is_fasta_name(path: Path) -> bool:
-    name = path.name.lower()
-    for gz in GZIP_SUFFIXES:
-        if name.endswith(gz):
-            name = name[: -len(gz)]
-    return name.endswith(FASTA_SUFFIXES)
-
-
-def find_fasta_files(inputs: Sequence[str | os.PathLike]) -> list[Path]:
-    """Input files in a stable order: as given, directories expanded (recursively, sorted)."""
-    found: list[Path] = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            inside = sorted(p for p in path.rglob("*") if p.is_file() and _is_fasta_name(p))
-            if not inside:
-                raise SourceError(
-                    f"directory {path} holds no FASTA files ({', '.join(FASTA_SUFFIXES)}, optionally .gz)"
-                )
-            found.extend(inside)
-        elif path.exists():
-            if not os.access(path, os.R_OK):
-                raise SourceError(f"input {path} is not readable (permission denied)")
-            found.append(path)
-        else:
-            raise SourceError(f"input {path} does not exist")
-    if not found:
-        raise OptionError("no input FASTA given")
-    resolved = [p.resolve() for p in found]
-    dupes = {p for p in resolved if resolved.count(p) > 1}
-    if dupes:
-        raise OptionError(f"input given more than once: {sorted(map(str, dupes))[0]}")
-    return found
-
 
 def read_span(
     fh, offset: int, start: int, end: int, line_bases: int, line_bytes: int, table: bytes | None = None
@@ -85,8 +50,8 @@ def read_span(
 class FastaSource:
     """Indexed FASTA files: the .fai layout of every sequence, so any window is one positioned read."""
 
-    files: list[str]  # readable uncompressed FASTA per input (a cached copy for gzip inputs)
-    origins: list[str]  # the input path as the user gave it, for messages and the manifest
+    files: list[str]  # readable plain FASTA per input: the file, a tar member's archive, or a cached copy
+    origins: list[str]  # the input as the user gave it (a tar member: ARCHIVE/MEMBER), for messages and the manifest
     file_index: np.ndarray  # int64 per sequence: index into `files`
     offsets: np.ndarray  # int64 per sequence: byte offset of the first base
     line_bases: np.ndarray  # int64 per sequence: bases per full line
@@ -105,15 +70,18 @@ class FastaSource:
 
 
 class FastaReader:
-    """`BaseReader` of a `FastaSource`: one open handle per file, positioned reads."""
+    """`BaseReader` of a `FastaSource`: one open handle per file (the members of a tar archive
+    share its handle), positioned reads."""
 
     def __init__(self, source: FastaSource) -> None:
-        self.source = source
+        self.paths = list(dict.fromkeys(source.files))
+        slot = {path: i for i, path in enumerate(self.paths)}
+        handle_of = [slot[path] for path in source.files]
         self.handles: dict[int, Any] = {}
         # plain lists: indexing them is several times faster than numpy scalars, per window
         self.layout = list(
             zip(
-                source.file_index.tolist(),
+                [handle_of[f] for f in source.file_index.tolist()],
                 source.offsets.tolist(),
                 source.line_bases.tolist(),
                 source.line_bytes.tolist(),
@@ -124,7 +92,7 @@ class FastaReader:
         f, offset, line_bases, line_bytes = self.layout[seq]
         fh = self.handles.get(f)
         if fh is None:
-            fh = self.handles[f] = open(self.source.files[f], "rb")
+            fh = self.handles[f] = open(self.paths[f], "rb")
         return read_span(fh, offset, start, end, line_bases, line_bytes, table)
 
     def close(self) -> None:
@@ -150,15 +118,16 @@ def index_fasta(
         raise OptionError(f"--tags {problem}, got {tag_mode!r}")
     headers = reads_headers(tag_mode)
     tag_of = None if tag_mode == "none" else tagger(tag_mode, tag_map)  # a tsv: table is read once
-    files = find_fasta_files(inputs)
+    files = fasta_inputs(inputs)
     cache_dir.mkdir(parents=True, exist_ok=True)
     indexed = index_files(files, cache_dir, headers, place or TaskPlace(progress=progress))
     locals_: list[str] = []
     names: list[str] = []
     tags: list[str] = []
     cols: list[list[int]] = [[], [], [], [], []]  # file, length, offset, line bases, line bytes
-    seen: dict[str, Path] = {}
-    for (number, origin), (local, table) in zip(enumerate(files), indexed):
+    seen: dict[str, str] = {}
+    for (number, unit), (local, table) in zip(enumerate(files), indexed):
+        origin = unit.origin
         locals_.append(local)
         if not len(table):
             raise SourceError(f"input {origin} holds no sequences")
@@ -180,7 +149,7 @@ def index_fasta(
         for col, values in zip(cols[1:], (table.lengths, table.offsets, table.line_bases, table.line_bytes)):
             col.extend(values)
     file_index, lengths, offsets, line_bases, line_bytes = (np.asarray(c, dtype=np.int64) for c in cols)
-    source = FastaSource(locals_, [str(p) for p in files], file_index, offsets, line_bases, line_bytes, names)
+    source = FastaSource(locals_, [unit.origin for unit in files], file_index, offsets, line_bases, line_bytes, names)
     return Catalog(source, names, tags, lengths)
 
 

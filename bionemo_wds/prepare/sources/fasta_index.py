@@ -1,23 +1,27 @@
-"""The ``.fai`` index of every FASTA input, built in tasks: one per file, and one per byte range of
-a large plain file, run where `prepare` runs its passes (`executors.tasks.run_tasks`).
+"""The ``.fai`` index of every FASTA input (`fasta_inputs.FastaInput`), built in tasks: one per
+input, and one per byte range of a large plain file, run where `prepare` runs its passes
+(`executors.tasks.run_tasks`).
 
-A gzip input (bgzip is gzip too) is unpacked once into the output's cache (plain gzip has no random
-access), then indexed, in one task. A plain file of `RANGE_BYTES` or more is cut into byte ranges
-that start at header lines (`fai.header_at_or_after`: each task finds its own ends), each indexed
-alone (`fai.build_fai` with a window); their tables are joined in file order and written as the
-file's ``.fai``. Whatever broke a FASTA rule is reported as a whole-file index reports it (the file
-is indexed again in one piece, on that rare path), so the message and its line numbers do not
-depend on the ranges. Every index goes to the cache, written atomically: inputs in read-only places
-work, nothing is written beside them, and a run killed while indexing leaves no ``.fai`` to trust.
+A plain file is indexed in place, a plain tar member in place within its archive; a gzip file or
+member and a split file's parts are first copied into the output's cache as plain text
+(`fasta_copies.readable`), in the same task. A plain file of `RANGE_BYTES` or more is cut into byte
+ranges that start at header lines (`fai.header_at_or_after`: each task finds its own ends), each
+indexed alone (`fai.build_fai` with a window); their tables are joined in file order and written as
+the file's ``.fai``. Whatever broke a FASTA rule is reported as a whole-file index reports it (the
+file is indexed again in one piece, on that rare path), so the message and its line numbers do not
+depend on the ranges.
+
+An input whose lines differ in width is not refused: it is indexed without the width rule (every
+other rule holds, with the input's own line numbers), then written anew in lines of one width into
+the cache (`fasta_copies.rewrap`) by a second round of tasks, one per such input, and the copy is
+indexed. Every index goes to the cache, written atomically: inputs in read-only places work,
+nothing is written beside them, and a run killed while indexing leaves no ``.fai`` to trust.
 """
 
 from __future__ import annotations
 
 import errno
-import gzip
-import shutil
-import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,66 +31,20 @@ from bionemo_wds.prepare.sources.fai import (
     FaiTable,
     FastaCharacterError,
     FastaFormatError,
+    FastaLineWidthError,
     build_fai,
     header_at_or_after,
     read_fai,
     write_fai,
 )
-from bionemo_wds.storage.atomic import atomic_path, atomic_write
+from bionemo_wds.prepare.sources.fasta_copies import readable, rewrap, rewrapped_path, starts_gzip
+from bionemo_wds.prepare.sources.fasta_inputs import FastaInput
+from bionemo_wds.storage.atomic import atomic_path
 
-#: Suffixes of gzip inputs (taken off the name of the unpacked copy).
-GZIP_SUFFIXES = (".gz", ".bgz")
 #: Input bytes from which the local executor indexes in a process pool (below: in this process).
 POOL_INDEX_BYTES = 256 << 20
 #: A plain input of this many bytes or more is indexed in byte ranges of this size.
 RANGE_BYTES = 256 << 20
-
-
-def is_gzip(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
-
-
-def local_copy(path: Path, number: int, cache_dir: Path) -> Path:
-    """A plain-text path for `path`: itself, or its gzip content decompressed into the cache."""
-    if not is_gzip(path):
-        return path
-    stem = path.name
-    for gz in GZIP_SUFFIXES:
-        if stem.lower().endswith(gz):
-            stem = stem[: -len(gz)]
-    target = cache_dir / f"{number:04d}-{stem}"
-    if target.exists():  # written atomically by an earlier run over the same inputs
-        return target
-    try:  # a failed read is the input's fault, a failed write (a full disk) the cache's: told apart
-        with gzip.open(path, "rb") as src, atomic_write(target) as dst:
-            shutil.copyfileobj(GzipReads(src, path), dst, 1 << 22)
-    except OSError as exc:
-        raise BadInputError(cache_write_error(exc, target, path)) from exc
-    return target
-
-
-class GzipReads:
-    """`read` of a gzip input whose errors (damaged or truncated input) are a `BadInputError` saying so."""
-
-    def __init__(self, src: gzip.GzipFile, path: Path) -> None:
-        self.src, self.path = src, path
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            return self.src.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise SourceError(f"input {self.path} is not a readable gzip file: {exc}") from exc
-
-
-def cache_write_error(exc: OSError, target: Path, path: Path) -> str:
-    """One line for a failed write of the decompressed copy of `path` into the cache (`target`)."""
-    if exc.errno == errno.ENOSPC:
-        return (
-            f"no space left on device writing {target} (gzip input {path} unpacked into the cache of --out): "
-            "free space there or choose another --out"
-        )
-    return f"cannot write {target}, the unpacked copy of gzip input {path}: {exc.strerror or exc}"
 
 
 def index_path(local: Path, number: int, cache_dir: Path) -> Path:
@@ -103,7 +61,7 @@ def fresh_index(local: Path, number: int, cache_dir: Path, keep_headers: bool) -
     return None
 
 
-def save_index(table: FaiTable, origin: Path, local: Path, number: int, cache_dir: Path) -> None:
+def save_index(table: FaiTable, origin: str, local: Path, number: int, cache_dir: Path) -> None:
     """Write an input's index into the cache, atomically; a failed write is one line naming it."""
     fai = index_path(local, number, cache_dir)
     try:
@@ -118,22 +76,48 @@ def save_index(table: FaiTable, origin: Path, local: Path, number: int, cache_di
         raise BadInputError(f"cannot write {fai}, the index of input {origin}: {exc.strerror or exc}") from exc
 
 
-def indexed(origin: Path, local: Path, keep_headers: bool, start: int = 0, end: int | None = None) -> FaiTable:
-    """`build_fai` of `local` (or of its window), a broken rule as a `SourceError` naming `origin`;
-    a window's error is reported as the whole file's index reports it (same text, same line numbers)."""
+def source_error(origin: str, exc: FastaFormatError) -> SourceError:
+    """A broken FASTA rule of input `origin`, as the one line the user sees."""
+    if isinstance(exc, FastaCharacterError):
+        return SourceError(
+            f"sequence {exc.name!r} in {origin} {exc.detail}; replace it in the file (its extra bytes "
+            "also break the file's line layout, so --on-invalid cannot skip it)"
+        )
+    if "binary" in str(exc):
+        return SourceError(f"input {origin} is not FASTA text ({exc})")
+    return SourceError(f"input {origin} is not valid FASTA: {exc}")
+
+
+def whole_table(origin: str, local: Path, keep_headers: bool, start: int = 0, end: int | None = None) -> tuple[FaiTable, bool]:
+    """The index of a whole input (bytes ``[start, end)`` of `local`) and whether its lines differ
+    in width (then the table's layout cannot be read through: the input needs a `rewrap`); any other
+    broken rule is a `SourceError` naming `origin`, with the input's own line numbers."""
     try:
-        return build_fai(local, keep_headers, start=start, end=end)
+        return build_fai(local, keep_headers, start=start, end=end), False
+    except FastaLineWidthError:
+        pass
     except FastaFormatError as exc:
-        if start or end is not None:
-            return indexed(origin, local, keep_headers)  # raises: the whole file breaks the same rule
-        if isinstance(exc, FastaCharacterError):
-            raise SourceError(
-                f"sequence {exc.name!r} in {origin} {exc.detail}; replace it in the file (its extra bytes "
-                "also break the file's line layout, so --on-invalid cannot skip it)"
-            ) from exc
-        if "binary" in str(exc):
-            raise SourceError(f"input {origin} is not FASTA text ({exc})") from exc
-        raise SourceError(f"input {origin} is not valid FASTA: {exc}") from exc
+        raise source_error(origin, exc) from exc
+    try:
+        return build_fai(local, keep_headers, start=start, end=end, ragged=True), True
+    except FastaFormatError as exc:
+        raise source_error(origin, exc) from exc
+
+
+def range_table(origin: str, local: Path, keep_headers: bool, start: int, end: int | None) -> tuple[FaiTable, bool]:
+    """`whole_table` of a byte range of a plain file; a broken rule other than line width is reported
+    as the whole file's index reports it (same text, same line numbers)."""
+    try:
+        return build_fai(local, keep_headers, start=start, end=end), False
+    except FastaLineWidthError:
+        try:
+            return build_fai(local, keep_headers, start=start, end=end, ragged=True), True
+        except FastaFormatError:
+            pass
+    except FastaFormatError:
+        pass
+    whole_table(origin, local, keep_headers)  # raises: the whole file breaks the same rule
+    raise AssertionError(f"a byte range of {origin} breaks a FASTA rule that the whole file does not")
 
 
 @dataclass(frozen=True)
@@ -146,78 +130,116 @@ class IndexContext:
 
 @dataclass(frozen=True)
 class IndexTask:
-    """Input `number` (path `origin`); for a byte range of a plain file, the file (`local`) and the
-    range's nominal ends (the task moves each to the header at or after it)."""
+    """Input `number`; for a byte range of a plain file, the range's nominal ends (the task moves
+    each to the header at or after it)."""
 
     number: int
-    origin: str
-    local: str | None = None
+    unit: FastaInput
+    ranged: bool = False
     lo: int = 0
     hi: int | None = None
 
 
-def index_task(context: IndexContext, task: IndexTask) -> tuple[str, FaiTable]:
-    """One task: a whole input (unpacked when gzip, its index read from the cache when fresh, else
-    built and cached), or the records of one byte range of a plain input (not cached: joined first)."""
-    origin = Path(task.origin)
-    if task.local is not None:
-        local = Path(task.local)
+@dataclass(frozen=True)
+class Indexed:
+    """An index task's result: the plain text it read, its ends there, its table, whether ragged."""
+
+    local: str
+    table: FaiTable
+    ragged: bool = False
+    start: int = 0
+    end: int | None = None
+
+
+def index_task(context: IndexContext, task: IndexTask) -> Indexed:
+    """One task: a whole input (copied into the cache when it must be, its index read from the cache
+    when fresh, else built and cached unless ragged), or the records of one byte range of a plain
+    file (not cached: joined first)."""
+    unit, keep = task.unit, context.keep_headers
+    if task.ranged:
+        local = Path(unit.paths[0])
         start = header_at_or_after(local, task.lo)
         end = header_at_or_after(local, task.hi) if task.hi is not None else None
         if end is not None and end <= start:
-            return task.local, FaiTable(headers=[] if context.keep_headers else None)
-        return task.local, indexed(origin, local, context.keep_headers, start, end)
-    local = local_copy(origin, task.number, context.cache_dir)
-    table = fresh_index(local, task.number, context.cache_dir, context.keep_headers)
+            return Indexed(str(local), FaiTable(headers=[] if keep else None))
+        return Indexed(str(local), *range_table(unit.origin, local, keep, start, end))
+    local, start, end = readable(unit, task.number, context.cache_dir)
+    table = fresh_index(local, task.number, context.cache_dir, keep)
+    ragged = False
     if table is None:
-        table = indexed(origin, local, context.keep_headers)
-        save_index(table, origin, local, task.number, context.cache_dir)
-    return str(local), table
+        table, ragged = whole_table(unit.origin, local, keep, start, end)
+        if not ragged:
+            save_index(table, unit.origin, local, task.number, context.cache_dir)
+    return Indexed(str(local), table, ragged, start, end)
 
 
-def index_tasks(files: Sequence[Path], cache_dir: Path, keep_headers: bool) -> list[IndexTask]:
-    """One task per input, or per `RANGE_BYTES` of a plain input that large with no fresh index."""
+def rewrap_task(context: IndexContext, task: tuple[int, FastaInput, Indexed]) -> Indexed:
+    """Write a ragged input anew in lines of one width into the cache and index the copy (its names
+    and lengths are the ragged index's, checked)."""
+    number, unit, ragged = task
+    target = rewrapped_path(unit, number, context.cache_dir)
+    table = fresh_index(target, number, context.cache_dir, context.keep_headers) if target.exists() else None
+    if table is None:
+        if not target.exists():  # written atomically by an earlier run over the same inputs
+            rewrap(unit, Path(ragged.local), ragged.start, ragged.end, target)
+        table, still = whole_table(unit.origin, target, context.keep_headers)
+        if still or (table.names, table.lengths) != (ragged.table.names, ragged.table.lengths):
+            raise SourceError(f"input {unit.origin}: its rewrapped copy {target} does not index as the input does")
+        save_index(table, unit.origin, target, number, context.cache_dir)
+    return Indexed(str(target), table)
+
+
+def index_tasks(units: Sequence[FastaInput], cache_dir: Path, keep_headers: bool) -> list[IndexTask]:
+    """One task per input, or per `RANGE_BYTES` of a plain file that large with no fresh index."""
     tasks = []
-    for number, origin in enumerate(files):
-        size = origin.stat().st_size
-        if size < RANGE_BYTES or is_gzip(origin) or fresh_index(origin, number, cache_dir, keep_headers) is not None:
-            tasks.append(IndexTask(number, str(origin)))
+    for number, unit in enumerate(units):
+        size = unit.nbytes
+        path = Path(unit.paths[0])
+        if (
+            unit.kind != "file"
+            or size < RANGE_BYTES
+            or starts_gzip(path)
+            or fresh_index(path, number, cache_dir, keep_headers) is not None
+        ):
+            tasks.append(IndexTask(number, unit))
             continue
         for lo in range(0, size, RANGE_BYTES):
             hi = lo + RANGE_BYTES
-            tasks.append(IndexTask(number, str(origin), str(origin), lo, hi if hi < size else None))
+            tasks.append(IndexTask(number, unit, True, lo, hi if hi < size else None))
     return tasks
 
 
 def index_files(
-    files: Sequence[Path], cache_dir: Path, keep_headers: bool, place: TaskPlace
-) -> Iterator[tuple[str, FaiTable]]:
-    """Each input's readable path and index, in input order; the tasks run at `place` (with the local
-    executor in a pool only from `POOL_INDEX_BYTES` of input on)."""
-    if place.executor == "local" and sum(p.stat().st_size for p in files) < POOL_INDEX_BYTES:
+    units: Sequence[FastaInput], cache_dir: Path, keep_headers: bool, place: TaskPlace
+) -> list[tuple[str, FaiTable]]:
+    """Each input's readable plain text and index, in input order; the tasks run at `place` (with
+    the local executor in a pool only from `POOL_INDEX_BYTES` of input on)."""
+    if place.executor == "local" and sum(unit.nbytes for unit in units) < POOL_INDEX_BYTES:
         place = TaskPlace(progress=place.progress)  # a pool would cost more than it saves
-    tasks = index_tasks(files, cache_dir, keep_headers)
-    results = run_tasks(index_task, IndexContext(cache_dir, keep_headers), tasks, place, "index", unit="task")
-    parts: list[FaiTable] = []
-    for task, (local, table) in zip(tasks, results):
-        if task.local is None:
-            yield local, table
+    context = IndexContext(cache_dir, keep_headers)
+    tasks = index_tasks(units, cache_dir, keep_headers)
+    results = run_tasks(index_task, context, tasks, place, "index", unit="task")
+    done: list[Indexed] = []
+    parts: list[Indexed] = []
+    for task, result in zip(tasks, results):
+        if not task.ranged:
+            done.append(result)
             continue
-        parts.append(table)
+        parts.append(result)
         if task.hi is None:  # the last range of its file: join the ranges
-            origin = Path(task.origin)
-            whole = join_tables(parts, keep_headers)
-            if len(set(whole.names)) != len(whole.names):
-                indexed(origin, origin, keep_headers)  # a name in two ranges: raises as the whole file does
-            save_index(whole, origin, origin, task.number, cache_dir)
+            done.append(joined(task, parts, keep_headers, cache_dir))
             parts = []
-            yield local, whole
+    ragged = [(number, unit, result) for number, (unit, result) in enumerate(zip(units, done)) if result.ragged]
+    if ragged:
+        for (number, _, _), result in zip(ragged, run_tasks(rewrap_task, context, ragged, place, "rewrap", unit="task")):
+            done[number] = result
+    return [(result.local, result.table) for result in done]
 
 
-def join_tables(parts: list[FaiTable], keep_headers: bool) -> FaiTable:
-    """The records of consecutive byte ranges of one file, in order."""
+def joined(task: IndexTask, parts: list[Indexed], keep_headers: bool, cache_dir: Path) -> Indexed:
+    """The index of a plain file from its ranges' (`parts`), in order; cached unless ragged."""
     whole = FaiTable(headers=[] if keep_headers else None)
-    for part in parts:
+    for part in (p.table for p in parts):
         whole.names.extend(part.names)
         whole.lengths.extend(part.lengths)
         whole.offsets.extend(part.offsets)
@@ -225,4 +247,10 @@ def join_tables(parts: list[FaiTable], keep_headers: bool) -> FaiTable:
         whole.line_bytes.extend(part.line_bytes)
         if whole.headers is not None and part.headers is not None:
             whole.headers.extend(part.headers)
-    return whole
+    local = Path(task.unit.paths[0])
+    if len(set(whole.names)) != len(whole.names):
+        whole_table(task.unit.origin, local, keep_headers)  # a name in two ranges: raises as the whole file does
+    ragged = any(p.ragged for p in parts)
+    if not ragged:
+        save_index(whole, task.unit.origin, local, task.number, cache_dir)
+    return Indexed(str(local), whole, ragged)
