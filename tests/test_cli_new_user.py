@@ -27,7 +27,7 @@ from bionemo_wds.cli.prepare import BUNDLED_GENOME
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import iter_records
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.prepare.sources import fasta_index
+from bionemo_wds.prepare.sources import fasta_copies
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Small windows: a run that is not refused takes about a second.
@@ -241,7 +241,7 @@ def test_full_disk_while_unpacking_gzip_input_is_reported_as_such(tmp_path, caps
     OSError(ENOSPC) as a full disk makes it fail: filling a real filesystem would take a small one
     of its own (a tmpfs or loop mount, which needs root and is not there on CI), and filling the
     disk the tests run on would break everything else using it."""
-    real_atomic_write = fasta_index.atomic_write
+    real_atomic_write = fasta_copies.atomic_write
 
     class FullDisk:
         def __init__(self, fh):
@@ -258,7 +258,7 @@ def test_full_disk_while_unpacking_gzip_input_is_reported_as_such(tmp_path, caps
         with real_atomic_write(path, *args, **kwargs) as fh:  # the real temporary, removed on the error
             yield FullDisk(fh)
 
-    monkeypatch.setattr(fasta_index, "atomic_write", atomic_write_on_a_full_disk)
+    monkeypatch.setattr(fasta_copies, "atomic_write", atomic_write_on_a_full_disk)
     out = tmp_path / "out"
     rc = main(["prepare", str(KLEBSIELLA), "--out", str(out), *SMALL])
     cache_copy = out / ".cache" / "0000-klebsiella_fragmented_assembly.fa"

@@ -32,6 +32,7 @@ from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.scan_tasks import scan_tasks
 from bionemo_wds.prepare.sources import fasta_index
 from bionemo_wds.prepare.sources.fasta import index_fasta
+from bionemo_wds.prepare.sources.fasta_inputs import fasta_inputs
 
 K = 20
 
@@ -146,7 +147,7 @@ SMALL = dict(seq_length=1024, stride=1000, samples_per_shard=256, windows_per_re
 def test_dask_indexes_and_checks_on_the_cluster_with_the_local_bytes(tmp_path, inputs, cluster, monkeypatch):
     monkeypatch.setattr(tasks_module, "TASK_BASES", 400_000)  # 15 scan tasks
     monkeypatch.setattr(fasta_index, "RANGE_BYTES", 50_000)  # the plain file indexed in byte ranges
-    index_tasks = fasta_index.index_tasks(inputs, tmp_path / "no-cache", False)
+    index_tasks = fasta_index.index_tasks(fasta_inputs(inputs), tmp_path / "no-cache", False)
     assert len(index_tasks) >= 4
     rules = dict(on_invalid="replace-N", split_at_n=K)
     local = prepare(inputs, tmp_path / "local", PrepareOptions(**SMALL, **rules, workers=1))

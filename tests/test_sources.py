@@ -40,7 +40,7 @@ def h5_file(tmp_path):
 
 
 def test_every_source_kind_has_a_reader():
-    assert tuple(SOURCES) == SOURCE_KINDS == ("fasta", "sharded-eden", "hdf5", "megatron")
+    assert tuple(SOURCES) == SOURCE_KINDS == ("fasta", "sharded-eden", "hdf5", "megatron", "bed")
     assert reader_of(PrepareOptions(source="hdf5")) is SOURCES["hdf5"]
 
 
@@ -54,6 +54,17 @@ def test_each_kind_is_detected(tmp_path, eden_dir, h5_file, megatron_pair):
     assert detect_source([str(tmp_path / "half")]) is None  # a .bin without its .idx
     assert detect_source([str(LAMBDA), str(h5_file)]) is None  # mixed: no single kind
     assert detect_source([str(tmp_path / "missing.txt")]) is None
+    for name in ("windows_5kb.fasta.gz.aa", "batch1.tar"):  # OpenGenome2's split parts and archives
+        (tmp_path / name).write_bytes(b"")
+        assert detect_source([str(tmp_path / name)]) == "fasta"
+    (tmp_path / "regions.bed").write_text("chr1\t0\t100\n")
+    assert detect_source([str(tmp_path / "regions.bed")]) == "bed"
+
+
+def test_a_bed_file_given_as_fasta_is_refused_with_a_hint(tmp_path):
+    (tmp_path / "regions.bed").write_text("chr1\t0\t100\ttrain\n")
+    with pytest.raises(BadInputError, match=r"is not valid FASTA: .*; the input looks like --source bed$"):
+        prepare([tmp_path / "regions.bed"], tmp_path / "out", PrepareOptions(progress=False))
 
 
 def test_an_eden_directory_given_as_fasta_is_refused_with_a_hint(eden_dir):

@@ -57,7 +57,8 @@ USAGE = (
 )
 DESCRIPTION = (
     "Catalog every sequence of the inputs (--source fasta: FASTA files or directories, plain, gzip or "
-    "bgzip; sharded-eden: a directory of per-sample SQLite databases; hdf5: pre-tokenized rows), check "
+    "bgzip, split gzip parts x.fasta.gz.aa ..., tar archives of FASTA; sharded-eden: a directory of per-sample "
+    "SQLite databases; hdf5: pre-tokenized rows; bed: intervals over --reference), check "
     "every base, split whole sequences (or whole groups, --group-by) into train/val/test, cut each "
     "into windows, and write "
     "<out>/<split>/<prefix>-NNNNNN.tar shards and <out>/manifest.json. The output is "
@@ -146,8 +147,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "inputs",
         nargs="*",
         metavar="INPUTS",
-        help="FASTA files or directories (plain, gzip or bgzip); with --source sharded-eden one "
-        "SEQUENCE_DB_DIR, with --source hdf5 one FILE.h5; required",
+        help="FASTA files or directories (plain, gzip or bgzip; split gzip parts NAME.gz.aa ... read as one "
+        "stream; .tar archives of FASTA files, each member an input); with --source sharded-eden one "
+        "SEQUENCE_DB_DIR, with --source hdf5 one FILE.h5, with --source bed BED files; required",
     )
     run.add_argument(
         "--out",

@@ -129,6 +129,7 @@ EXECUTORS = tuple(EXECUTOR_MODULES)
 SOURCE_KINDS = tuple(SOURCES)
 #: Options that only one source reads: field -> that source.
 SOURCE_OPTIONS = {"split_parquet": "sharded-eden", "window_db": "sharded-eden", "x_key": "hdf5", "y_key": "hdf5"}
+SOURCE_OPTIONS["reference"] = "bed"
 
 
 @dataclass
@@ -140,7 +141,8 @@ class PrepareOptions:
         "fasta",
         "what INPUTS are: fasta (files or directories); sharded-eden (one SEQUENCE_DB_DIR of "
         "<sample>/glm_dataset_<sample>.sqlite); hdf5 (one FILE.h5 of pre-tokenized rows, needs bionemo-wds[h5]); "
-        "megatron (PREFIX of PREFIX.bin + .idx as preprocess_evo2 writes them; needs megatron-core)",
+        "megatron (PREFIX of PREFIX.bin + .idx as preprocess_evo2 writes them; needs megatron-core)"
+        "; bed (BED files of intervals chrom, start, end and optionally a split, cut from --reference)",
         choices=SOURCE_KINDS,
     )
 
@@ -217,6 +219,12 @@ class PrepareOptions:
     )
     y_key: str | None = option(
         None, "hdf5: dataset with one label per row, stored as that row's control tag", default_help="none"
+    )
+    reference: str | None = option(
+        None,
+        "bed: the reference FASTA the BED intervals are cut from (any FASTA input: plain, gzip, split parts, tar)",
+        metavar="FASTA",
+        default_help="required for bed",
     )
     group_by: str | None = option(
         None,

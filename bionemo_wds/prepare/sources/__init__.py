@@ -11,6 +11,8 @@ input that looks like another kind says so (``--source fasta`` given an Eden dir
 - `sharded_eden`: Evo2's sharded-Eden layout, one SQLite database per sample, with Parquet split
   lists and precomputed window databases.
 - `hdf5`: pre-tokenized rows of an HDF5 dataset (the `[h5]` extra).
+- `bed`: intervals of BED files (``chrom start end [split]``) over a ``--reference`` FASTA, each a
+  sequence (HyenaDNA's and Caduceus' hg38 intervals).
 - `megatron`: Megatron indexed datasets (``PREFIX.bin`` / ``.idx``, as bionemo's ``preprocess_evo2``
   writes them), read with megatron-core (the `[megatron]` extra).
 """
@@ -133,12 +135,32 @@ def _is_megatron(path: Path) -> bool:
     return Path(f"{prefix}.bin").is_file() and Path(f"{prefix}.idx").is_file()
 
 
+def _bed_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    from bionemo_wds.prepare.sources.bed import bed_input_files
+
+    return bed_input_files(inputs, opts)
+
+
+def _bed_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.executors.tasks import TaskPlace
+    from bionemo_wds.prepare.sources.bed import catalog_bed
+
+    return catalog_bed(inputs, opts, cache_dir, TaskPlace.of(opts))
+
+
+def _is_bed(path: Path) -> bool:
+    from bionemo_wds.prepare.sources.bed import is_bed_name
+
+    return is_bed_name(path) or (path.is_dir() and any(map(is_bed_name, path.glob("*.*"))))
+
+
 #: ``--source`` name -> its reader (`options.SOURCE_KINDS` lists the same names).
 SOURCES: dict[str, SourceReader] = {
     "fasta": SourceReader(_fasta_files, _fasta_catalog, _is_fasta),
     "sharded-eden": SourceReader(_eden_files, _eden_catalog, _is_sharded_eden),
     "hdf5": SourceReader(_hdf5_files, _hdf5_catalog, _is_hdf5),
     "megatron": SourceReader(_megatron_files, _megatron_catalog, _is_megatron),
+    "bed": SourceReader(_bed_files, _bed_catalog, _is_bed),
 }
 
 

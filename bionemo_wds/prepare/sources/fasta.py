@@ -29,6 +29,7 @@ from bionemo_wds.prepare.sources.fasta_index import index_files
 from bionemo_wds.prepare.sources.fasta_inputs import fasta_inputs
 from bionemo_wds.prepare.tags import reads_headers, tag_all, tag_rule_problem, tagger
 
+
 def read_span(
     fh, offset: int, start: int, end: int, line_bases: int, line_bytes: int, table: bytes | None = None
 ) -> bytes:

@@ -5,7 +5,7 @@ sequence (the ``.fai`` layout: any base is one positioned read). What is not, ge
 cache, written atomically once (a resumed run finds it):
 
 - gzip (and bgzip) files and gzip tar members are decompressed (plain gzip has no random access);
-- a split file's parts are joined in order and, when gzip, decompressed (`JoinedParts`);
+- a split file's parts are joined in order and, when gzip, decompressed (`gunzip`);
 - a FASTA text whose lines differ in width (concatenated or hand-edited files) is written anew in
   lines of `REWRAP_WIDTH` bases (`rewrap`): the same headers and the same bases, so every window
   equals the input's sequence.
@@ -17,14 +17,12 @@ A failed read is the input's fault and a failed write (a full disk) the cache's:
 from __future__ import annotations
 
 import errno
-import gzip
 import os
 import re
-import shutil
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any
 
 import numpy as np
 
@@ -41,54 +39,46 @@ HEADER_LINE = re.compile(rb"^>[^\n]*(?:\n|$)", re.MULTILINE)
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-class FileWindow:
-    """`read` of bytes ``[offset, offset + size)`` of an open file (a tar member), by positioned reads."""
+def file_chunks(path: str | os.PathLike, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+    """Bytes ``[start, end)`` of `path` (to its end when `end` is None), `COPY_BYTES` at a time, by
+    positioned reads (a tar member's bytes within its archive)."""
+    with open(path, "rb") as fh:
+        at = start
+        while end is None or at < end:
+            try:  # an input that cannot be read is the input's fault, not the cache's (a write)
+                data = os.pread(fh.fileno(), COPY_BYTES if end is None else min(COPY_BYTES, end - at), at)
+            except OSError as exc:
+                raise SourceError(f"cannot read input {path}: {exc.strerror or exc}") from exc
+            if not data:
+                return
+            at += len(data)
+            yield data
 
-    def __init__(self, fh: BinaryIO, offset: int, size: int) -> None:
-        self.fh, self.at, self.end = fh, offset, offset + size
 
-    def read(self, size: int = -1) -> bytes:
-        want = self.end - self.at if size < 0 else min(size, self.end - self.at)
-        data = os.pread(self.fh.fileno(), want, self.at) if want > 0 else b""
-        self.at += len(data)
-        return data
-
-
-class JoinedParts:
-    """`read` of files one after another (a split file's parts) as one stream."""
-
-    def __init__(self, paths: tuple[str, ...]) -> None:
-        self.paths, self.next, self.fh = list(paths), 0, None
-
-    def read(self, size: int = -1) -> bytes:
-        out = []
-        while size != 0:
-            if self.fh is None:
-                if self.next == len(self.paths):
+def gunzip(chunks: Iterable[bytes], origin: str, hint: str = "") -> Iterator[bytes]:
+    """The decompressed bytes of the gzip stream `chunks` (one member or several, as bgzip and joined
+    gzip files are; zero padding after a member is allowed, as the gzip module allows it). Written
+    with zlib rather than `gzip.GzipFile` because the stream is a tar member's bytes or several
+    files' in a row, which GzipFile would want as one seekable file. A damaged or truncated stream
+    is a `SourceError` naming input `origin` (`hint`: what may be the cause)."""
+    inflate, begun = zlib.decompressobj(wbits=31), False
+    for chunk in chunks:
+        while chunk:
+            if not begun:
+                chunk = chunk.lstrip(b"\x00")
+                if not chunk:
                     break
-                self.fh = open(self.paths[self.next], "rb")  # noqa: SIM115 - closed when read to its end
-                self.next += 1
-            data = self.fh.read(size)
-            if not data or (size < 0):
-                self.fh.close()
-                self.fh = None
-            out.append(data)
-            if size > 0:
-                size -= len(data)
-        return b"".join(out)
-
-
-class GzipReads:
-    """`read` of a gzip input whose errors (damaged or truncated input) are a `SourceError` saying so."""
-
-    def __init__(self, src: gzip.GzipFile, origin: str, hint: str = "") -> None:
-        self.src, self.origin, self.hint = src, origin, hint
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            return self.src.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise SourceError(f"input {self.origin} is not a readable gzip file: {exc}{self.hint}") from exc
+            begun = True
+            try:
+                out = inflate.decompress(chunk)
+            except zlib.error as exc:
+                raise SourceError(f"input {origin} is not a readable gzip file: {exc}{hint}") from exc
+            yield out
+            chunk = b""
+            if inflate.eof:  # a member ended; the next may start in what it left
+                chunk, inflate, begun = inflate.unused_data, zlib.decompressobj(wbits=31), False
+    if begun:
+        raise SourceError(f"input {origin} is not a readable gzip file: its gzip stream ends early{hint}")
 
 
 def starts_gzip(path: str | os.PathLike, offset: int = 0) -> bool:
@@ -120,20 +110,17 @@ def readable(unit: FastaInput, number: int, cache_dir: Path) -> tuple[Path, int,
     if target.exists():  # written atomically by an earlier run over the same inputs
         return target, 0, None
     what = "the joined parts of split input" if unit.kind == "parts" else "the unpacked copy of gzip input"
+    if unit.kind == "member":
+        chunks = file_chunks(first, unit.offset, unit.offset + unit.size)
+    else:
+        chunks = (chunk for path in unit.paths for chunk in file_chunks(path))
+    if unit.kind != "parts" or starts_gzip(first):
+        hint = f" (is a part after {Path(unit.paths[-1]).name} missing?)" if unit.kind == "parts" else ""
+        chunks = gunzip(chunks, unit.origin, hint)
     try:
-        with open(first, "rb") as fh, atomic_write(target) as dst:
-            if unit.kind == "member":
-                stream = GzipReads(gzip.GzipFile(fileobj=FileWindow(fh, unit.offset, unit.size)), unit.origin)
-                shutil.copyfileobj(stream, dst, COPY_BYTES)
-            elif unit.kind == "file":
-                shutil.copyfileobj(GzipReads(gzip.GzipFile(fileobj=fh), unit.origin), dst, COPY_BYTES)
-            elif starts_gzip(first):
-                last = Path(unit.paths[-1]).name
-                hint = f" (is a part after {last} missing?)"
-                stream = GzipReads(gzip.GzipFile(fileobj=JoinedParts(unit.paths)), unit.origin, hint)
-                shutil.copyfileobj(stream, dst, COPY_BYTES)
-            else:
-                shutil.copyfileobj(JoinedParts(unit.paths), dst, COPY_BYTES)
+        with atomic_write(target) as dst:
+            for chunk in chunks:
+                dst.write(chunk)
     except OSError as exc:
         raise BadInputError(cache_write_error(exc, target, unit.origin, what)) from exc
     return target, 0, None
@@ -171,7 +158,7 @@ def rewrap(unit: FastaInput, src: Path, start: int, end: int | None, target: Pat
     and each sequence's bases in lines of `width`, line ends ``\\n``."""
     pending = b""  # bases of the open record not yet written (fewer than `width`)
 
-    def put(dst: BinaryIO, text: bytes) -> None:
+    def put(dst: IO[Any], text: bytes) -> None:
         nonlocal pending
         bases = pending + text.replace(b"\r\n", b"\n").translate(None, b"\n")
         full = len(bases) // width * width
@@ -182,7 +169,7 @@ def rewrap(unit: FastaInput, src: Path, start: int, end: int | None, target: Pat
             dst.write(lines.tobytes())
         pending = bases[full:]
 
-    def end_record(dst: BinaryIO) -> None:
+    def end_record(dst: IO[Any]) -> None:
         nonlocal pending
         if pending:
             dst.write(pending + b"\n")

@@ -88,7 +88,9 @@ def source_error(origin: str, exc: FastaFormatError) -> SourceError:
     return SourceError(f"input {origin} is not valid FASTA: {exc}")
 
 
-def whole_table(origin: str, local: Path, keep_headers: bool, start: int = 0, end: int | None = None) -> tuple[FaiTable, bool]:
+def whole_table(
+    origin: str, local: Path, keep_headers: bool, start: int = 0, end: int | None = None
+) -> tuple[FaiTable, bool]:
     """The index of a whole input (bytes ``[start, end)`` of `local`) and whether its lines differ
     in width (then the table's layout cannot be read through: the input needs a `rewrap`); any other
     broken rule is a `SourceError` naming `origin`, with the input's own line numbers."""
@@ -231,7 +233,9 @@ def index_files(
             parts = []
     ragged = [(number, unit, result) for number, (unit, result) in enumerate(zip(units, done)) if result.ragged]
     if ragged:
-        for (number, _, _), result in zip(ragged, run_tasks(rewrap_task, context, ragged, place, "rewrap", unit="task")):
+        for (number, _, _), result in zip(
+            ragged, run_tasks(rewrap_task, context, ragged, place, "rewrap", unit="task")
+        ):
             done[number] = result
     return [(result.local, result.table) for result in done]
 

@@ -159,7 +159,9 @@ def _check_parts(stem: Path, parts: list[tuple[str, Path]], given: bool) -> None
     a part that lies beside them."""
     like = parts[0][0]
     if any(len(s) != len(like) or s.isdigit() != like.isdigit() for s, _ in parts):
-        raise SourceError(f"the parts of {stem} mix suffixes ({', '.join(s for s, _ in parts)}); one split file's parts")
+        raise SourceError(
+            f"the parts of {stem} mix suffixes ({', '.join(s for s, _ in parts)}); one split file's parts"
+        )
     numbers = [suffix_number(s) for s, _ in parts]
     for expected, number in enumerate(numbers):
         if number != expected:
