@@ -213,18 +213,20 @@ def test_kill_9_during_atomic_write_leaves_no_partial_file(tmp_path):
 # The gzip decompression (a stream copy) or the writing of the index writes a bit and then hangs,
 # to be killed there.
 SLOW_CATALOG = """
-import shutil, sys, time
+import sys, time
 from pathlib import Path
-def hang(src, dst, *args):
-    dst.write(src.read(100)); dst.flush()
-    print("copying", flush=True)
-    time.sleep(120)
+from bionemo_wds.prepare.sources import fasta, fasta_copies, fasta_index
+real_gunzip = fasta_copies.gunzip
+def hang(chunks, *args):
+    for chunk in real_gunzip(chunks, *args):
+        yield chunk[:100]
+        print("copying", flush=True)
+        time.sleep(120)
 def hang_writing_index(table, path):
     Path(path).write_text(table.names[0] + "\\t")
     print("indexing", flush=True)
     time.sleep(120)
-shutil.copyfileobj = hang
-from bionemo_wds.prepare.sources import fasta, fasta_index
+fasta_copies.gunzip = hang
 fasta_index.write_fai = hang_writing_index
 fasta.catalog_fasta([sys.argv[1]], Path(sys.argv[2]), progress=False)
 """
