@@ -22,7 +22,7 @@ from test_prepare import resume_from
 
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.executors.tasks import TaskPlace
-from bionemo_wds.prepare.sources import fasta_index
+from bionemo_wds.prepare.sources import fasta_copies, fasta_index
 from bionemo_wds.prepare.sources.fasta import index_fasta
 from bionemo_wds.prepare.sources.fasta_index import index_files
 from bionemo_wds.prepare.sources.fasta_inputs import fasta_inputs
@@ -156,6 +156,23 @@ def test_a_ragged_file_in_byte_ranges_indexes_as_one(tree, tmp_path, monkeypatch
     assert "rewrapped" in local and Path(local).read_bytes() == Path(whole_local).read_bytes()
     assert (table.names, table.lengths, table.offsets) == (whole.names, whole.lengths, whole.offsets)
     assert set(table.line_bases) == {80}
+
+
+@pytest.mark.parametrize("block", [7, 100, 4096, fasta_copies.COPY_BYTES])
+def test_a_rewrap_is_the_headers_and_bases_in_lines_of_80_for_any_block_size(tree, tmp_path, monkeypatch, block):
+    root, seqs = tree
+    monkeypatch.setattr(fasta_copies, "COPY_BYTES", block)
+    (unit,) = fasta_inputs([root / "ragged.fa"])
+    data = (root / "ragged.fa").read_bytes()
+    start = data.index(b">r_lam002")  # from a header inside the file, as a tar member starts in its archive
+    fasta_copies.rewrap(unit, root / "ragged.fa", start, len(data) - 1, tmp_path / "copy.fa")  # no last newline
+    names = [name for name in seqs if name.startswith("r_")]
+    expected = b"".join(
+        f">{name} some description\n".encode()
+        + b"".join(seqs[name][i : i + 80].encode() + b"\n" for i in range(0, len(seqs[name]), 80))
+        for name in names[names.index("r_lam002") :]
+    )
+    assert (tmp_path / "copy.fa").read_bytes() == expected
 
 
 def test_the_same_bytes_with_the_index_and_writers_in_a_pool(tree, prepared, tmp_path, monkeypatch):

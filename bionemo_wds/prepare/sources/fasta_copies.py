@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -34,8 +33,6 @@ from bionemo_wds.storage.atomic import atomic_write
 REWRAP_WIDTH = 80
 #: Bytes a copy reads at a time.
 COPY_BYTES = 1 << 22
-#: A header line (a block handed to `rewrap` ends at a line end, so no header is cut).
-HEADER_LINE = re.compile(rb"^>[^\n]*(?:\n|$)", re.MULTILINE)
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -131,8 +128,10 @@ def rewrapped_path(unit: FastaInput, number: int, cache_dir: Path) -> Path:
     return cache_dir / f"{number:04d}-rewrapped-{unit.stem}"
 
 
-def blocks(path: Path, start: int, end: int | None, size: int = COPY_BYTES) -> Iterator[bytes]:
-    """Bytes ``[start, end)`` of `path` in blocks that each end at a line end (or at `end`)."""
+def blocks(path: Path, start: int, end: int | None) -> Iterator[bytes]:
+    """Bytes ``[start, end)`` of `path` in blocks of about `COPY_BYTES` that each end at a line end
+    (or at `end`)."""
+    size = COPY_BYTES
     left = None if end is None else end - start
     carry = b""
     with open(path, "rb") as fh:
@@ -150,6 +149,15 @@ def blocks(path: Path, start: int, end: int | None, size: int = COPY_BYTES) -> I
             carry = data[cut:]
             if cut:
                 yield data[:cut]
+
+
+def next_header(body: bytes, at: int) -> int:
+    """Where the first header line of `body` at or after `at` (a line start) begins, or -1. (A bytes
+    search, not a regular expression: `rewrap` ran at 50 MB/s with ``re.finditer`` over each block.)"""
+    if body.startswith(b">", at):
+        return at
+    found = body.find(b"\n>", at)
+    return found + 1 if found >= 0 else -1
 
 
 def rewrap(unit: FastaInput, src: Path, start: int, end: int | None, target: Path, width: int = REWRAP_WIDTH) -> None:
@@ -178,12 +186,13 @@ def rewrap(unit: FastaInput, src: Path, start: int, end: int | None, target: Pat
     try:
         with atomic_write(target) as dst:
             for body in blocks(src, start, end):
-                at = 0
-                for header in HEADER_LINE.finditer(body):
-                    put(dst, body[at : header.start()])
+                at, head = 0, next_header(body, 0)
+                while head >= 0:
+                    put(dst, body[at:head])
                     end_record(dst)
-                    dst.write(header.group().rstrip(b"\r\n") + b"\n")
-                    at = header.end()
+                    at = body.find(b"\n", head) + 1 or len(body)
+                    dst.write(body[head:at].rstrip(b"\r\n") + b"\n")
+                    head = next_header(body, at)
                 put(dst, body[at:])
             end_record(dst)
     except OSError as exc:
