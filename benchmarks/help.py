@@ -47,7 +47,7 @@ optimize; mosaic writes with MDSWriter; ours_windows and ours_packed run `prepar
 layout; litdata_packed runs optimize with TokensLoader. Disk is what each loader reads (eden_fly:
 the FASTA and its .fai), per input base. Peak memory is the PSS of the loading process and its workers, summed,
 sampled every 10 ms from outside (every 0.25 s while the process imports its modules), in a run of
-its own (sampling slows the process it watches).
+its own (sampling slows the process it watches); --no-memory leaves that run out.
 Each load is run --repeat times in a fresh process and the fastest run is reported (each other
 time at its own best); run nothing else on the machine meanwhile. TTFB: from the start of the
 loader set-up to the first model-ready batch. CPU s/Mtok: CPU seconds (user + system) of set-up

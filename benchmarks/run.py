@@ -47,8 +47,9 @@ def _measure(
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the child `action` for `peer` (loads: --repeat times, the fastest kept, then once more
-    for peak memory). `per_run` is called before every run for its extra child arguments (and to
-    get things ready for it); `env` replaces the children's environment (default: this one's)."""
+    for peak memory unless ``args.no_memory``). `per_run` is called before every run for its extra
+    child arguments (and to get things ready for it); `env` replaces the children's environment
+    (default: this one's)."""
     cmd = [
         sys.executable,
         "-m",
@@ -93,9 +94,10 @@ def _measure(
         result = _best_of([result, *(once(None) for _ in range(args.repeat - 1))])
         # memory in a run of its own: reading smaps_rollup every 10 ms takes the process's memory
         # map lock and slowed allocation-heavy loaders by up to 2x when sampled during the timing
-        meter = PeakPss()
-        once(meter)
-        result["peak_pss_bytes"] = meter.peak
+        if not getattr(args, "no_memory", False):
+            meter = PeakPss()
+            once(meter)
+            result["peak_pss_bytes"] = meter.peak
     return result
 
 
@@ -333,6 +335,12 @@ def parser() -> argparse.ArgumentParser:
         help="the --json of an earlier run of this benchmark on a smaller genome (e.g. 32 Mbp): adds a target "
         "that ours' peak PSS at each worker count is within 10%% of that run's",
     )
+    p.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="leave out the run of each load that measures peak PSS (a run of its own, so --repeat 1 "
+        "takes half the time without it); the PSS column shows -",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -342,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.fasta and args.catalog:
         p.error("--fasta and --catalog: give one of them (the FASTA is the input when given)")
+    if args.no_memory and args.memory_baseline:
+        p.error("--memory-baseline compares peak memory, which --no-memory leaves out: give one of them")
     args.catalog = args.catalog or "genome"
     try:
         runs = run(args)

@@ -81,7 +81,7 @@ def table(results: dict[str, Any]) -> str:
                     _cell(load.get("real_tokens_per_s"), ",.1f", 1e-6, "M"),
                     _cell(load.get("padding"), ".1f", 100, "%"),
                     _cell(load.get("cpu_s_per_mtok"), ".4f"),
-                    f"{load['peak_pss_bytes'] / 1e6:,.0f}",
+                    _cell(load.get("peak_pss_bytes"), ",.0f", 1e-6),
                     f"{load['samples_per_s'] / ref:.2f}" if ref else "-",
                     *(storage_cells(load) if remote else []),
                 ]

@@ -218,7 +218,8 @@ def test_remote_s3_adds_cold_and_warm_rows(tmp_path, capsys):
     out = tmp_path / "r.json"
     args = ["--size-mbp", "0.2", "--seq-length", str(SEQ), "--stride", str(STRIDE), "--workers", "2"]
     args += ["--only", "ours", "--repeat", "1", "--remote", "s3", "--workdir", str(tmp_path / "w")]
-    assert bench.main([*args, "--json", str(out), "--quiet"]) == 0
+    # no memory runs: the end-to-end test above measures memory; these rows are about the storage
+    assert bench.main([*args, "--no-memory", "--json", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     results = json.loads(out.read_text())
     assert results["remote"]["endpoint"].startswith("http://127.0.0.1:")
@@ -226,6 +227,7 @@ def test_remote_s3_adds_cold_and_warm_rows(tmp_path, capsys):
     cold, warm = (results["peers"][row]["load"]["2"] for row in ("ours_s3_cold", "ours_s3_warm"))
     for row, load in (("ours_s3_cold", cold), ("ours_s3_warm", warm)):
         assert load["samples"] == local["samples"] and load["samples_per_s"] > 0
+        assert "peak_pss_bytes" not in load  # --no-memory: no run of its own for the memory
         assert any(line.startswith(row) for line in printed.splitlines())
     assert cold["storage"]["bytes_fetched"] > 0 and cold["storage"]["requests"] > 0
     assert cold["storage"]["cache_misses"] == cold["storage"]["requests"]  # every range fetched
@@ -472,6 +474,22 @@ def test_the_command_line_adds_the_memory_target_and_keeps_the_baseline_in_the_j
     assert {"target": name, "met": False, "value": "120 vs 100 MB (1.200x)"} in results["targets"]
 
 
+def test_no_memory_leaves_the_pss_column_empty_and_refuses_a_memory_baseline(tmp_path, capsys):
+    args = ["--only", "ours", "--workers", "0", "--workdir", str(tmp_path / "w"), "--quiet"]
+    with pytest.raises(SystemExit) as refused:
+        bench.main([*args, "--no-memory", "--memory-baseline", str(tmp_path / "r32.json")])
+    assert refused.value.code == 2 and "--no-memory" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+    row = load_row(1.0, pss=100e6)
+    del row["peak_pss_bytes"]
+    row["tokens_per_s"] = 512e3
+    printed = bench.table(results_of({"ours": peer_row({"0": row})}))
+    ours = next(line for line in printed.splitlines() if line.startswith("ours"))
+    header = next(line for line in printed.splitlines() if line.startswith("peer"))
+    cells, names = ours.split(), [c.strip() for c in header.split("  ") if c.strip()]
+    assert cells[names.index("peak PSS MB")] == "-"
+
+
 def test_bionemo_wds_benchmark_runs_the_checkouts_benchmarks(capsys):
     """`bionemo-wds benchmark` runs the top-level `benchmarks` package (not in the wheel)."""
     from bionemo_wds.cli.main import main as cli
@@ -658,7 +676,7 @@ def test_benchmark_on_a_tiny_metagenome_reports_the_padding_of_each_peer(tmp_pat
     # batch 2: the exact plan completes the last batch of packed samples with at most one all-PAD
     # filler, which stays under 1% of a few hundred samples (at batch 8, up to 7 fillers would not)
     args = ["--catalog", "metagenome", "--size-mbp", "4", "--batch-size", "2", "--workers", "0", "--repeat", "1"]
-    args += ["--only", only]
+    args += ["--only", only, "--no-memory"]  # padding only: no memory runs
     assert bench.main([*args, "--workdir", str(tmp_path / "w"), "--json", str(out), "--quiet"]) == 0
     results = json.loads(out.read_text())
     assert results["catalog"] == "metagenome" and results["seq_length"] == 8192

@@ -210,19 +210,39 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("executor", ["local", "dask"])
-def test_a_real_full_disk_is_one_line_from_the_cli_and_the_rerun_resumes(tmp_path, small_tmpfs, executor):
-    """The Klebsiella assembly (plain FASTA, so nothing is unpacked into the output's cache) into a
-    1 MiB tmpfs through the real command line and two worker processes (a process pool, or a Dask
-    LocalCluster); then the tmpfs grows and the same command resumes to the bytes of a run that had
-    room."""
-    if executor == "dask":
-        pytest.importorskip("distributed")
-    plain = tmp_path / "kleb.fa"
+#: the full-disk runs' options (beside the input, --out and --executor)
+FULL_DISK_ARGS = ["--seq-length", "1024", "--samples-per-shard", "400", "--workers", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def plain_klebsiella(tmp_path_factory) -> Path:
+    """The Klebsiella assembly as plain FASTA (so nothing is unpacked into the output's cache)."""
+    plain = tmp_path_factory.mktemp("plain") / "kleb.fa"
     with open(plain, "wb") as fh:
         fh.write(gzip.decompress(KLEBSIELLA.read_bytes()))
-    argv = [str(plain), "--seq-length", "1024", "--samples-per-shard", "400", "--workers", "2", "--quiet"]
+    return plain
+
+
+@pytest.fixture(scope="module")
+def roomy_klebsiella(plain_klebsiella, tmp_path_factory) -> Path:
+    """The full-disk runs' output where there is room: one run (in this process, the local executor)
+    for both executors, whose outputs are the same bytes (`test_dask_executor`)."""
+    roomy = tmp_path_factory.mktemp("roomy") / "out"
+    assert main(["prepare", str(plain_klebsiella), *FULL_DISK_ARGS, "--out", str(roomy)]) == 0
+    return roomy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_a_real_full_disk_is_one_line_from_the_cli_and_the_rerun_resumes(
+    tmp_path, small_tmpfs, executor, plain_klebsiella, roomy_klebsiella
+):
+    """The Klebsiella assembly into a 1 MiB tmpfs through the real command line and two worker
+    processes (a process pool, or a Dask LocalCluster); then the tmpfs grows and the same command
+    resumes to the bytes of a run that had room."""
+    if executor == "dask":
+        pytest.importorskip("distributed")
+    argv = [str(plain_klebsiella), *FULL_DISK_ARGS]
     command = [sys.executable, "-m", "bionemo_wds.cli", "prepare", *argv, "--executor", executor]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     out = small_tmpfs / "out"
@@ -239,10 +259,7 @@ def test_a_real_full_disk_is_one_line_from_the_cli_and_the_rerun_resumes(tmp_pat
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)], check=True)
     again = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
-    roomy = tmp_path / "roomy"
-    whole = subprocess.run([*command, "--out", str(roomy)], capture_output=True, text=True, timeout=600, env=env)
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    assert tree_bytes(out) == tree_bytes(roomy)
+    assert tree_bytes(out) == tree_bytes(roomy_klebsiella)
 
 
 def test_a_full_disk_while_writing_a_sequence_index_names_it_and_the_rerun_resumes(tmp_path, monkeypatch, capsys):

@@ -13,4 +13,9 @@ echo "ruff check, ruff format --check, mypy" >&2
 # mypy's cache lives with the environment: a fresh clone with a built environment re-checks only our
 # modules, not torch's and lightning's stubs again (a minute on 2 cores)
 "$PY" -m mypy --cache-dir "$("$PY" -c 'import sys; print(sys.prefix)')/.mypy_cache"
+# bytecode caches on: a machine that sets PYTHONDONTWRITEBYTECODE (ours do) made every test process
+# compile the package again and pytest rewrite every test module in each worker (about 12 s of CPU
+# per worker's collection, a fraction of a second per process the tests start); the caches go into
+# the clone's __pycache__ folders, which git ignores
+unset PYTHONDONTWRITEBYTECODE
 exec "$PY" -m pytest -n "${BIONEMO_WDS_TEST_WORKERS:-auto}" --dist loadfile "$@"
