@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -41,7 +42,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=["iterate", "group", "ddp_fit", "fit"])
+p.add_argument("mode", choices=["iterate", "group", "ddp_fit", "fit", "serve"])
 p.add_argument("--root", required=True)
 p.add_argument("--out", required=True)
 p.add_argument("--seed", type=int, default=0)
@@ -194,7 +195,41 @@ def group():
     sys.exit(1 if any(codes) else 0)
 
 
-{"iterate": iterate, "group": group, "ddp_fit": ddp_fit, "fit": fit}[args.mode]()
+def serve():
+    # `fit` runs, each in a process forked from this one once its imports are done (a fresh
+    # interpreter per fit imported Lightning again), in a session of its own. A request line of JSON
+    # {"argv": [...], "log": PATH} is answered {"pid": PID}; {"wait": PID} waits for that fit and is
+    # answered {"code": its exit code} (-9: killed)
+    global args
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "wait" in request:
+            _, status = os.waitpid(request["wait"], 0)
+            print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setsid()
+                log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                args = p.parse_args(request["argv"])
+                fit()
+                code = 0
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+
+
+{"iterate": iterate, "group": group, "ddp_fit": ddp_fit, "fit": fit, "serve": serve}[args.mode]()
 """
 
 
@@ -421,32 +456,102 @@ def read_record(path: Path) -> dict[int, list[str]]:
     return out
 
 
-def fit_cmd(script, dataset, run: Path, workers: int, **extra) -> list[str]:
-    cmd = [sys.executable, str(script), "fit", "--root", str(dataset), "--out", str(run / "record.jsonl")]
-    cmd += ["--seed", str(SEED), "--micro", str(MICRO_RESUME), "--workers", str(workers)]
-    cmd += ["--max-steps", str(MAX_STEPS), "--every", str(EVERY), "--ckpt-dir", str(run / "ckpt")]
+def fit_argv(dataset, run: Path, workers: int, **extra) -> list[str]:
+    argv = ["fit", "--root", str(dataset), "--out", str(run / "record.jsonl")]
+    argv += ["--seed", str(SEED), "--micro", str(MICRO_RESUME), "--workers", str(workers)]
+    argv += ["--max-steps", str(MAX_STEPS), "--every", str(EVERY), "--ckpt-dir", str(run / "ckpt")]
     for name, value in extra.items():
-        cmd += [f"--{name.replace('_', '-')}", str(value)]
-    return cmd
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+class Fits:
+    """The script's `serve` mode: `fit` runs, each a process of its own (forked from one that has
+    imported Lightning once), started and waited for through a pipe."""
+
+    def __init__(self, script: Path, log: Path) -> None:
+        self.log = log
+        argv = [sys.executable, str(script), "serve", "--root", "-", "--out", "-"]
+        with open(log, "w") as fh:
+            self.server = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=fh,
+                env=env(),
+                text=True,
+                start_new_session=True,
+            )
+        self.pids: list[int] = []
+
+    def ask(self, request: dict, timeout: float = TIMEOUT) -> dict:
+        assert self.server.stdin and self.server.stdout
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+        ready, _, _ = select.select([self.server.stdout], [], [], timeout)
+        line = self.server.stdout.readline() if ready else ""
+        if not line:
+            pytest.fail(f"no answer to {request} in {timeout} s:\n" + tails([self.log]))
+        return json.loads(line)
+
+    def start(self, argv: list[str], log: Path) -> int:
+        pid = self.ask({"argv": argv, "log": str(log)})["pid"]
+        self.pids.append(pid)
+        return pid
+
+    def wait(self, pid: int, log: Path) -> int:
+        code = self.ask({"wait": pid})["code"]
+        assert code in (0, -signal.SIGKILL), tails([log])
+        return code
+
+    @staticmethod
+    def running(pid: int) -> bool:
+        """Is fit `pid` still running (not ended and waiting to be waited for)?"""
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+    def close(self) -> None:
+        for pid in self.pids:  # a fit left running by a failed test, with its loader workers
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.server.kill()
+        self.server.wait()
+
+
+@pytest.fixture
+def fits(script, tmp_path):
+    server = Fits(script, tmp_path / "serve.log")
+    yield server
+    server.close()
 
 
 #: 2413 train windows in batches of 128: 18 batches per epoch, so 30 steps cross into the second epoch
 MICRO_RESUME, MAX_STEPS, EVERY = 128, 30, 7
 
 
-def resume(script, dataset, run: Path, workers: int, ckpt: Path) -> dict[int, list[str]]:
+def fit_whole(fits: Fits, argv: list[str], log: Path) -> None:
+    """One fit from start to end (a failure fails the test with its log)."""
+    assert fits.wait(fits.start(argv, log), log) == 0, tails([log])
+
+
+def resume(fits: Fits, dataset, run: Path, workers: int, ckpt: Path) -> dict[int, list[str]]:
     run.mkdir()
-    run_group([start(fit_cmd(script, dataset, run, workers, resume=ckpt), run / "log")], [run / "log"])
+    fit_whole(fits, fit_argv(dataset, run, workers, resume=ckpt), run / "log")
     return read_record(run / "record.jsonl")
 
 
-def test_killed_fit_resumes_with_exactly_the_batches_an_uninterrupted_fit_reads(script, dataset, windows, tmp_path):
+def test_killed_fit_resumes_with_exactly_the_batches_an_uninterrupted_fit_reads(fits, dataset, windows, tmp_path):
     per_epoch = len(windows["train"]) // MICRO_RESUME
     assert EVERY < per_epoch < 3 * EVERY < MAX_STEPS  # checkpoints in the first and in the second epoch
     # the uninterrupted run
     whole = tmp_path / "whole"
     whole.mkdir()
-    run_group([start(fit_cmd(script, dataset, whole, 0), whole / "log")], [whole / "log"])
+    fit_whole(fits, fit_argv(dataset, whole, 0), whole / "log")
     reference = read_record(whole / "record.jsonl")
     assert sorted(reference) == list(range(MAX_STEPS))
     epoch0 = [k for s in range(per_epoch) for k in reference[s]]
@@ -455,31 +560,30 @@ def test_killed_fit_resumes_with_exactly_the_batches_an_uninterrupted_fit_reads(
     killed = tmp_path / "killed"
     killed.mkdir()
     ckpt = killed / "ckpt" / f"epoch=0-step={EVERY}.ckpt"
-    proc = start(fit_cmd(script, dataset, killed, 0, hang_after=EVERY + 2), killed / "log")
+    pid = fits.start(fit_argv(dataset, killed, 0, hang_after=EVERY + 2), killed / "log")
     try:
         deadline, ready = time.monotonic() + TIMEOUT, False
-        while not ready and time.monotonic() < deadline and proc.poll() is None:
+        while not ready and time.monotonic() < deadline and fits.running(pid):
             time.sleep(0.1)
             record = killed / "record.jsonl"
             # training went on past the checkpoint (saved synchronously): the file is complete
             ready = ckpt.exists() and record.exists() and EVERY + 2 in read_record(record)
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        os.kill(pid, signal.SIGKILL)
+    assert fits.wait(pid, killed / "log") == -signal.SIGKILL
     assert ready, "the checkpoint did not appear:\n" + tails([killed / "log"])
-    assert proc.returncode == -signal.SIGKILL
     assert sorted(p.name for p in ckpt.parent.glob("*.ckpt")) == [ckpt.name]
     before_kill = read_record(killed / "record.jsonl")
     assert sorted(before_kill) == list(range(EVERY + 3))
     assert all(before_kill[s] == reference[s] for s in before_kill)
     # the restart, from the checkpoint in the first epoch, with loader workers now
-    after = resume(script, dataset, tmp_path / "resumed", 2, ckpt)
+    after = resume(fits, dataset, tmp_path / "resumed", 2, ckpt)
     assert sorted(after) == list(range(EVERY, MAX_STEPS))
     for step in range(EVERY, MAX_STEPS):
         assert after[step] == reference[step], f"step {step}: the resumed run read other windows"
     # and from the uninterrupted run's checkpoint in the second epoch, with one worker
     later = 3 * EVERY
-    after = resume(script, dataset, tmp_path / "resumed_later", 1, whole / "ckpt" / f"epoch=1-step={later}.ckpt")
+    after = resume(fits, dataset, tmp_path / "resumed_later", 1, whole / "ckpt" / f"epoch=1-step={later}.ckpt")
     assert sorted(after) == list(range(later, MAX_STEPS))
     for step in range(later, MAX_STEPS):
         assert after[step] == reference[step], f"step {step}: resumed in the second epoch, it read other windows"
