@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from conftest import main_here
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.models import tiny_lm
@@ -170,9 +171,11 @@ def test_max_len_follows_data_seq_length(kleb_1024, tmp_path, seq_length):
 
 
 @pytest.mark.slow
-def test_fit_from_another_directory_names_the_missing_fasta_in_one_line(tmp_path):
-    """The demo config's relative FASTA path does not exist elsewhere: one line naming it, exit 2."""
-    run = cli(["fit", "--config", str(DEMO), "--trainer.max_steps", "2", *tiny_model()], tmp_path)
+def test_fit_from_another_directory_names_the_missing_fasta_in_one_line(tmp_path, monkeypatch, capsys):
+    """The demo config's relative FASTA path does not exist elsewhere: one line naming it, exit 2
+    (through `main` in this process, run from `tmp_path`; the console script is the test above's)."""
+    monkeypatch.chdir(tmp_path)
+    run = main_here(capsys, "fit", "--config", DEMO, "--trainer.max_steps", "2", *tiny_model())
     assert run.returncode == 2, run.stderr
     errors = [line for line in run.stderr.splitlines() if "error" in line.lower()]
     assert errors == [
