@@ -73,33 +73,35 @@ def _zstd_reader(raw: IO[bytes]) -> IO[bytes]:
     try:
         import zstandard
     except ImportError as exc:
-        raise BadInputError("zstd-compressed JSON lines need the zstandard package: pip install 'bionemo-wds[zstd]'") from exc
+        raise BadInputError(
+            "zstd-compressed JSON lines need the zstandard package: pip install 'bionemo-wds[zstd]'"
+        ) from exc
     # every frame of the file, as the zstd command line reads it (pzstd and --long write several)
     reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BYTES, read_across_frames=True)
-    return io.BufferedReader(reader, READ_BYTES)  # type: ignore[arg-type]
+    return io.BufferedReader(reader, READ_BYTES)
 
 
-def _gzip_reader(path: str) -> IO[bytes]:
+def _gzip_reader(raw: IO[bytes]) -> IO[bytes]:
     try:
         from isal import igzip as gzip_module  # the same bytes as gzip's, faster (module docstring)
     except ImportError:  # a platform isal has no wheel for
         import gzip as gzip_module  # type: ignore[no-redef]
-    return gzip_module.open(path, "rb")  # type: ignore[return-value]
+    return gzip_module.open(raw, "rb")
 
 
 @contextmanager
 def open_lines(path: str) -> Iterator[Iterator[bytes]]:
     """The lines of `path` (plain, gzip or zstd by its first bytes); a damaged or truncated
     compressed file is refused naming it."""
-    with open(path, "rb") as raw:
-        magic = raw.read(4)
+    with open(path, "rb", buffering=READ_BYTES) as raw:
+        magic = raw.read(len(ZSTD_MAGIC))
         raw.seek(0)
         if magic.startswith(GZIP_MAGIC):
-            kind, stream = "gzip", _gzip_reader(path)
+            kind, stream = "gzip", _gzip_reader(raw)
         elif magic == ZSTD_MAGIC:
             kind, stream = "zstd", _zstd_reader(raw)
         else:
-            kind, stream = "plain", io.BufferedReader(raw, READ_BYTES)  # type: ignore[arg-type]
+            kind, stream = "plain", raw
         with stream:
             yield _checked_lines(stream, path, kind)
 
@@ -182,4 +184,3 @@ def catalog_jsonl(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) 
     size = sum(Path(f.path).stat().st_size for f in files)
     parts = run_parts(jsonl_part, context, tasks, size, TaskPlace.of(opts))
     return catalog_parts(context, files, [(task.number, part) for task, part in zip(tasks, parts)], opts)
-

@@ -147,9 +147,7 @@ def load_part(context: TextContext, task_number: int) -> TextPart | None:
         return None
     with np.load(table, allow_pickle=False) as saved:
         ids = _split(saved["ids"]) if bool(saved["has_ids"]) else None
-        part = TextPart(
-            str(bases), saved["numbers"], saved["lengths"], saved["tag_codes"], _split(saved["tags"]), ids
-        )
+        part = TextPart(str(bases), saved["numbers"], saved["lengths"], saved["tag_codes"], _split(saved["tags"]), ids)
     return part if bases.stat().st_size == int(part.lengths.sum()) else None
 
 
@@ -191,9 +189,7 @@ class PartWriter:
         )
 
 
-def write_part(
-    context: TextContext, task_number: int, origin: str, records: Callable[[PartWriter], None]
-) -> TextPart:
+def write_part(context: TextContext, task_number: int, origin: str, records: Callable[[PartWriter], None]) -> TextPart:
     """Task `task_number`'s part: the cached one, or a new one that `records(writer)` fills with the
     records of `origin` (an input file), written into the cache and kept there for a resumed run.
     The cache is a copy checked as it is reused (`load_part`), so its files are not fsynced."""
@@ -368,6 +364,6 @@ def catalog_parts(
 
 
 def _where(cols: list[list[np.ndarray]], files: Sequence[InputFile], unit: str, seq: int) -> str:
-    """"line N of FILE" of catalog sequence `seq` (from the columns being joined)."""
+    """ "line N of FILE" of catalog sequence `seq` (from the columns being joined)."""
     file_index, numbers = np.concatenate(cols[0]), np.concatenate(cols[3])
     return f"{unit} {int(numbers[seq])} of {files[int(file_index[seq])].path}"
