@@ -26,6 +26,7 @@ the tag a sequence starts with becomes its control tag, and every occurrence of 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -180,9 +181,14 @@ def note_untagged(catalog: Catalog, rule: str, strict: bool = False) -> Catalog:
 def embedded_tag(bases: bytes) -> str:
     """The lineage tag `bases` start with (``|d__...|``, checked by `lineage.parse_lineage`), or ""."""
     found = _LEADING_TAG.match(bases)
-    if found is None:
-        return ""
-    tag = found.group().decode("ascii", "replace")
+    return "" if found is None else lineage_text(found.group())
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def lineage_text(raw: bytes) -> str:
+    """``|d__...|`` bytes as tag text, or "" when they are no lineage (`lineage.parse_lineage`); cached:
+    a corpus repeats a few thousand lineages over millions of records."""
+    tag = raw.decode("ascii", "replace")
     return tag if parse_lineage(tag) is not None else ""
 
 

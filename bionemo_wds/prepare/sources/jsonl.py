@@ -155,7 +155,7 @@ def jsonl_part(context: TextContext, task: JsonlTask) -> TextPart:
                     continue
                 where = f"line {number} of {task.path}"
                 try:
-                    record = json.loads(line)
+                    record = json.loads(line.decode("utf-8"))  # JSON lines are UTF-8: no encoding to detect
                 except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
                     raise SourceError(f"{where} is not JSON: {exc}") from exc
                 if not isinstance(record, dict):

@@ -111,8 +111,8 @@ def parquet_part(context: TextContext, task: ParquetTask) -> TextPart:
 
     def records(writer: PartWriter) -> None:
         try:
-            with pq.ParquetFile(task.path) as handle:
-                table = handle.read_row_group(task.group, columns=columns)
+            with pq.ParquetFile(task.path, memory_map=True) as handle:  # a task is one process's work: one thread
+                table = handle.read_row_group(task.group, columns=columns, use_threads=False)
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(f"row group {task.group} of {task.path} cannot be read: {exc}") from exc
         text = table.column(context.text_column)

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 #: Input bytes from which the local executor runs the catalog's tasks in a process pool (below: here).
 POOL_BYTES = 64 << 20
+#: Bytes a task buffers before writing to its cache file (records are often a few kb).
+WRITE_BUFFER = 4 << 20
 #: Cache files a reader keeps open at once (a writer reads windows of every part in a shuffled order).
 MAX_OPEN = 64
 #: Characters an id may not hold (the sequence table is tab-separated, one sequence per line).
@@ -200,7 +202,7 @@ def write_part(context: TextContext, task_number: int, origin: str, records: Cal
     what = f"the bases of {origin}, copied into the cache of --out"
     with writing_output(bases_path, what, context.cache_dir):
         Path(context.cache_dir).mkdir(parents=True, exist_ok=True)
-        with atomic_write(bases_path, durable=False) as handle:
+        with atomic_write(bases_path, durable=False, buffering=WRITE_BUFFER) as handle:
             writer = PartWriter(context, handle)
             records(writer)
         part = writer.part(bases_path)
