@@ -159,3 +159,22 @@ def test_split_names_come_from_the_files(corpus, prepared):
     assert by_split["val"] == {f"{SUBDIR}/data_metagenomics_valid_chunk1.jsonl.zst"}
     assert by_split["test"] == {f"{SUBDIR}/data_metagenomics_test_chunk1.jsonl.gz"}
     assert len(by_split["train"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["jsonl", "parquet"])
+def test_the_scale_tool_times_the_record_sources(tmp_path, source):
+    """`tools/scan_scale.py --source jsonl|parquet` at a tiny size, in a process of its own: one and two
+    local workers find one catalog, and the rates per worker and per CPU second are printed."""
+    import subprocess
+    import sys
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "scan_scale.py"
+    args = ["--source", source, "--mbp", "6", "--files", "2", "--executors", "local", "--write-mbp", "2"]
+    done = subprocess.run(
+        [sys.executable, str(tool), *args, "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "same catalog in every run: True" in done.stdout
+    assert "catalog + check:" in done.stdout and "CPU time of local x1:" in done.stdout
+    assert "write:" in done.stdout

@@ -16,12 +16,15 @@ and checks that every configuration gives the same catalog. With `--source jsonl
 parquet` the same copies are written as records of `--record-kb` kb (each text starting with an Evo2
 lineage tag, as OpenGenome2's do) in JSON lines files (`--packing` gz, zst or plain) or Parquet files,
 and the index is the source's catalog (`catalog_jsonl` / `catalog_parquet`: parse, take the tag out,
-copy the bases into the cache); the line "catalog + check" gives both passes' rate per worker.
-The inputs are read from the page cache (written just before): the rates are of the CPU, not of a
-disk. `--write-mbp` Mbp of the input are also prepared (shards written) with the local executor and
-one process, for the rate of the writers. Then prints the model: per pass, bases / (rate per worker
-x nodes x cores per node; the slower of the two one-worker runs, local and Dask), bounded below by bytes / `--fs-gbps` (the shared filesystem's aggregate read rate), plus the plan
-(`--plan-seconds`, measured by tools/plan_scale.py), for 10 Tbp on the node counts of `--nodes`.
+copy the bases into the cache); the line "catalog + check" gives both passes' rate per worker, and
+the line "CPU time" the rates per CPU second of the one-process local run (what a core does when
+nothing else runs on it). The inputs are read from the page cache (written just before): the rates
+are of the CPU, not of a disk. `--write-mbp` Mbp of the input are also prepared (shards written)
+with the local executor and one process, for the rate of the writers. Then prints the model: per
+pass, bases / (rate per worker x nodes x cores per node; the slower of the two one-worker runs,
+local and Dask), bounded below by bytes / `--fs-gbps` (the shared filesystem's aggregate read
+rate), plus the plan (`--plan-seconds`, measured by tools/plan_scale.py), for 10 Tbp on the node
+counts of `--nodes`.
 
     python tools/scan_scale.py --mbp 1000 --files 8 --workdir /tmp/scan-scale
     python tools/scan_scale.py --source jsonl --mbp 1000 --files 8 --workers 1 --write-mbp 0
@@ -138,9 +141,12 @@ def read_plain_fasta(path: Path) -> list[bytes]:
 
 def timed(
     place: TaskPlace, inputs: list[Path], work: Path, source: str = "fasta"
-) -> tuple[float, float, tuple]:
+) -> tuple[float, float, tuple, tuple[float, float]]:
+    """Wall seconds of the index and of the check, the checked catalog's summary, and the CPU
+    seconds of both in this process (all of the work with one local worker, which runs here)."""
     cache = work / "cache"
     shutil.rmtree(cache, ignore_errors=True)
+    c0 = time.process_time()
     t0 = time.perf_counter()
     if source == "fasta":
         catalog = index_fasta(inputs, cache, progress=False, place=place)
@@ -150,11 +156,11 @@ def timed(
         )
         build = catalog_jsonl if source == "jsonl" else catalog_parquet
         catalog = build([str(p) for p in inputs], opts, cache)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     checked = scan(catalog, "replace-N", 1000, False, place)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     summary = (checked.names, checked.lengths.tolist(), checked.origin.tolist(), checked.notes)
-    return t1 - t0, t2 - t1, summary
+    return t1 - t0, t2 - t1, summary, (c1 - c0, c2 - c1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     fasta_index.RANGE_BYTES = args.range_mb << 20
     text_source.POOL_BYTES = 0  # the pool of every local run with 2 workers or more, as at scale
     rows, summaries = [], []
+    cpu_alone = None
     for executor in args.executors.split(","):
         for workers in [int(w) for w in args.workers.split(",")]:
             if executor == "dask":
@@ -199,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
                 cluster, startup, place = None, 0.0, TaskPlace("local", workers)
             try:
                 with client_session():  # one client for both passes, as in a prepare run
-                    index_s, check_s, summary = timed(place, inputs, work, args.source)
+                    index_s, check_s, summary, cpu = timed(place, inputs, work, args.source)
+                    if (executor, workers) == ("local", 1):
+                        cpu_alone = cpu
             finally:
                 if cluster is not None:
                     cluster.close()
@@ -221,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     check_rate = min(bases / row[2] for row in alone)
     both = min(bases / (row[1] + row[2]) for row in alone)
     print(f"catalog + check: {both / 1e6:.0f} Mbp/s per worker (the slower one-worker run)")
+    if cpu_alone is not None:  # what a core does when it is not shared: the CPU seconds of the local x1 run
+        index_cpu, check_cpu = cpu_alone
+        print(
+            f"CPU time of local x1: index {bases / index_cpu / 1e6:.0f}, check {bases / check_cpu / 1e6:.0f}, "
+            f"catalog + check {bases / (index_cpu + check_cpu) / 1e6:.0f} Mbp/s per CPU second"
+        )
     write_rate = None
     if args.write_mbp:
         (work / "write").mkdir(exist_ok=True)
