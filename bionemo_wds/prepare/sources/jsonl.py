@@ -90,9 +90,9 @@ def _gzip_reader(raw: IO[bytes]) -> IO[bytes]:
 
 
 @contextmanager
-def open_lines(path: str) -> Iterator[Iterator[bytes]]:
-    """The lines of `path` (plain, gzip or zstd by its first bytes); a damaged or truncated
-    compressed file is refused naming it."""
+def open_lines(path: str) -> Iterator[Iterator[list[bytes]]]:
+    """The lines of `path` (plain, gzip or zstd by its first bytes), in lists (`_checked_lines`); a
+    damaged or truncated compressed file is refused naming it."""
     with open(path, "rb", buffering=READ_BYTES) as raw:
         magic = raw.read(len(ZSTD_MAGIC))
         raw.seek(0)
@@ -106,7 +106,9 @@ def open_lines(path: str) -> Iterator[Iterator[bytes]]:
             yield _checked_lines(stream, path, kind)
 
 
-def _checked_lines(stream: IO[bytes], path: str, kind: str) -> Iterator[bytes]:
+def _checked_lines(stream: IO[bytes], path: str, kind: str) -> Iterator[list[bytes]]:
+    """The lines of `stream` in lists of about `READ_BYTES` (one call per list: the per-line work is
+    the caller's loop alone); a read error is the input's, naming it."""
     errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
     if kind == "zstd":
         import zstandard
@@ -114,12 +116,12 @@ def _checked_lines(stream: IO[bytes], path: str, kind: str) -> Iterator[bytes]:
         errors += (zstandard.ZstdError,)
     while True:
         try:
-            line = stream.readline()
+            lines = stream.readlines(READ_BYTES)
         except errors as exc:
             raise SourceError(f"input {path} is not a readable {kind} file: {exc}") from exc
-        if not line:
+        if not lines:
             return
-        yield line
+        yield lines
 
 
 @dataclass(frozen=True)
@@ -144,33 +146,40 @@ def json_type(value: object) -> str:
     return names.get(type(value), "null")
 
 
+def bad_record(record: object, column: str, where: str) -> SourceError:
+    """Why a parsed line (`where`) gives no text: not an object, no such field, not a string."""
+    if not isinstance(record, dict):
+        return SourceError(f"{where} is a JSON {json_type(record)}, not an object with a {column!r} field")
+    if record.get(column) is None:
+        said = "has null in" if column in record else "lacks"
+        return SourceError(
+            f"{where} {said} the field {column!r} (its fields: {fields_of(record)}); name the sequence "
+            "field with --text-column"
+        )
+    return SourceError(f"{where}: its {column!r} is a JSON {json_type(record[column])}, not a string")
+
+
 def jsonl_part(context: TextContext, task: JsonlTask) -> TextPart:
     """One file's records into the cache (`text_source.write_part`), each line checked."""
     column, id_column = context.text_column, context.id_column
 
     def records(writer: PartWriter) -> None:
-        with open_lines(task.path) as lines:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                where = f"line {number} of {task.path}"
-                try:
-                    record = json.loads(line.decode("utf-8"))  # JSON lines are UTF-8: no encoding to detect
-                except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
-                    raise SourceError(f"{where} is not JSON: {exc}") from exc
-                if not isinstance(record, dict):
-                    raise SourceError(f"{where} is a JSON {json_type(record)}, not an object with a {column!r} field")
-                text = record.get(column)
-                if text is None:
-                    said = "has null in" if column in record else "lacks"
-                    raise SourceError(
-                        f"{where} {said} the field {column!r} (its fields: {fields_of(record)}); name the sequence "
-                        "field with --text-column"
-                    )
-                if not isinstance(text, str):
-                    raise SourceError(f"{where}: its {column!r} is a JSON {json_type(text)}, not a string")
-                record_id = record.get(id_column) if id_column is not None else None
-                writer.add(number, text.encode("utf-8", "replace"), record_id, where)
+        number = 0
+        with open_lines(task.path) as batches:
+            for lines in batches:
+                for line in lines:
+                    number += 1
+                    try:
+                        record = json.loads(line.decode("utf-8"))  # JSON lines are UTF-8: no encoding to detect
+                    except ValueError as exc:  # JSONDecodeError; UnicodeDecodeError for bytes that are not UTF-8
+                        if line.isspace():
+                            continue  # a blank line
+                        raise SourceError(f"{writer.where(number)} is not JSON: {exc}") from exc
+                    text = record.get(column) if type(record) is dict else record
+                    if type(text) is not str:
+                        raise bad_record(record, column, writer.where(number))
+                    record_id = record.get(id_column) if id_column is not None else None
+                    writer.add(number, text.encode("utf-8", "replace"), record_id)
 
     return write_part(context, task.number, task.path, records)
 

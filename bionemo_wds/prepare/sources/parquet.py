@@ -128,10 +128,10 @@ def parquet_part(context: TextContext, task: ParquetTask) -> TextPart:
             for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
                 number = task.first_row + row
                 record_id = ids[row] if ids is not None else None
-                writer.add(number, bytes(view[lo:hi]), record_id, f"row {number} of {task.path}")
+                writer.add(number, bytes(view[lo:hi]), record_id)
                 row += 1
 
-    return write_part(context, task.number, f"row group {task.group} of {task.path}", records)
+    return write_part(context, task.number, task.path, records)
 
 
 def catalog_parquet(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:

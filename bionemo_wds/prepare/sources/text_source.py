@@ -156,8 +156,9 @@ def load_part(context: TextContext, task_number: int) -> TextPart | None:
 class PartWriter:
     """Adds one task's records to its cache file (`handle`) and keeps their table."""
 
-    def __init__(self, context: TextContext, handle: IO[bytes]) -> None:
-        self.handle = handle
+    def __init__(self, context: TextContext, handle: IO[bytes], path: str) -> None:
+        self.handle, self.path = handle, path
+        self.unit = "line" if context.kind == "jsonl" else "row"
         self.id_column = context.id_column
         self.numbers: list[int] = []
         self.lengths: list[int] = []
@@ -165,16 +166,19 @@ class PartWriter:
         self.tags: dict[str, int] = {"": 0}
         self.ids: list[str] | None = [] if context.id_column else None
 
-    def add(self, number: int, text: bytes, record_id: Any, where: str) -> None:
-        """One record: its line or row `number`, its text (tag still in), its id (with --id-column);
-        `where` names it in messages ("line 7 of FILE")."""
+    def where(self, number: int) -> str:
+        """Record `number` as messages name it: "line 7 of FILE", "row 7 of FILE"."""
+        return f"{self.unit} {number} of {self.path}"
+
+    def add(self, number: int, text: bytes, record_id: Any) -> None:
+        """One record: its line or row `number`, its text (tag still in), its id (with --id-column)."""
         tag, bases = strip_embedded_tag(text)
         code = self.tags.get(tag)
         if code is None:
-            encode_tag(tag, where)  # printable ASCII, else refused naming the record
+            encode_tag(tag, self.where(number))  # printable ASCII, else refused naming the record
             code = self.tags[tag] = len(self.tags)
         if self.ids is not None:
-            self.ids.append(checked_id(record_id, self.id_column, where))
+            self.ids.append(checked_id(record_id, self.id_column, self.where(number)))
         self.handle.write(bases)
         self.numbers.append(number)
         self.lengths.append(len(bases))
@@ -191,19 +195,19 @@ class PartWriter:
         )
 
 
-def write_part(context: TextContext, task_number: int, origin: str, records: Callable[[PartWriter], None]) -> TextPart:
-    """Task `task_number`'s part: the cached one, or a new one that `records(writer)` fills with the
-    records of `origin` (an input file), written into the cache and kept there for a resumed run.
+def write_part(context: TextContext, task_number: int, path: str, records: Callable[[PartWriter], None]) -> TextPart:
+    """Task `task_number`'s part: the cached one, or a new one that `records(writer)` fills with
+    records of input file `path`, written into the cache and kept there for a resumed run.
     The cache is a copy checked as it is reused (`load_part`), so its files are not fsynced."""
     cached = load_part(context, task_number)
     if cached is not None:
         return cached
     bases_path, table_path = part_paths(context, task_number)
-    what = f"the bases of {origin}, copied into the cache of --out"
+    what = f"the bases of {path}, copied into the cache of --out"
     with writing_output(bases_path, what, context.cache_dir):
         Path(context.cache_dir).mkdir(parents=True, exist_ok=True)
         with atomic_write(bases_path, durable=False, buffering=WRITE_BUFFER) as handle:
-            writer = PartWriter(context, handle)
+            writer = PartWriter(context, handle, path)
             records(writer)
         part = writer.part(bases_path)
         with atomic_write(table_path, durable=False) as fh:
