@@ -148,7 +148,7 @@ def load_part(context: TextContext, task_number: int) -> TextPart | None:
     if not (bases.is_file() and table.is_file()):
         return None
     with np.load(table, allow_pickle=False) as saved:
-        ids = _split(saved["ids"]) if bool(saved["has_ids"]) else None
+        ids = (_split(saved["ids"]) if saved["ids"].size else []) if bool(saved["has_ids"]) else None
         part = TextPart(str(bases), saved["numbers"], saved["lengths"], saved["tag_codes"], _split(saved["tags"]), ids)
     return part if bases.stat().st_size == int(part.lengths.sum()) else None
 
@@ -325,7 +325,8 @@ def catalog_parts(
         counts["empty"] += int((~keep).sum())
         own = part.ids if part.ids is not None else [f"{label}:{n}" for n in part.numbers.tolist()]
         for i in np.flatnonzero(~keep).tolist():
-            reason = f"{unit} {int(part.numbers[i])} of {path} holds no bases (after its lineage tag)"
+            where = f"{unit} {int(part.numbers[i])} of {path}"
+            reason = f"{where} holds no bases (its text is empty, or a lineage tag alone)"
             if opts.on_invalid != "skip":
                 raise SourceError(f"{reason}; use --on-invalid skip to leave such records out")
             skipped.append({"seq_id": own[i], "file": path, "reason": reason})
@@ -339,18 +340,19 @@ def catalog_parts(
             cols, (np.full(len(rows), f), np.full(len(rows), p), starts[rows], part.numbers[rows], part.lengths[rows])
         ):
             col.append(np.asarray(values, dtype=np.int64))
+    file_index, part_index, offsets, numbers, lengths = (
+        np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols
+    )
     if context.id_column is not None and len(set(names)) < len(names):
         first: dict[str, int] = {}
         for seq, name in enumerate(names):
             if name in first:
+                both = [f"{unit} {int(numbers[i])} of {files[int(file_index[i])].path}" for i in (first[name], seq)]
                 raise SourceError(
-                    f"{context.id_column!r} {name!r} (--id-column) names both {_where(cols, files, unit, first[name])} "
-                    f"and {_where(cols, files, unit, seq)}; ids must be unique"
+                    f"{context.id_column!r} {name!r} (--id-column) names both {both[0]} and {both[1]}; ids must be "
+                    "unique"
                 )
             first[name] = seq
-    file_index, part_index, offsets, numbers, lengths = (
-        np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols
-    )
     source = TextSource(
         context.kind,
         [f.path for f in files],
@@ -367,9 +369,3 @@ def catalog_parts(
     if not len(catalog) and not skipped:
         raise SourceError(f"the inputs hold no records ({', '.join(f.path for f in files[:3])})")
     return catalog
-
-
-def _where(cols: list[list[np.ndarray]], files: Sequence[InputFile], unit: str, seq: int) -> str:
-    """ "line N of FILE" of catalog sequence `seq` (from the columns being joined)."""
-    file_index, numbers = np.concatenate(cols[0]), np.concatenate(cols[3])
-    return f"{unit} {int(numbers[seq])} of {files[int(file_index[seq])].path}"
