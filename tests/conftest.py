@@ -257,3 +257,9 @@ def main_here(capsys, *args: str | os.PathLike[str]) -> subprocess.CompletedProc
     code = main(argv)
     captured = capsys.readouterr()
     return subprocess.CompletedProcess(["bionemo-wds", *argv], code, captured.out, captured.err)
+
+
+def refused(result: subprocess.CompletedProcess, *says: str) -> None:
+    """A refused run (`main_here` or a subprocess): exit 2 and one line on stderr holding each of `says`."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and all(s in lines[0] for s in says), result.stderr

@@ -49,6 +49,8 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
     "x_key": (["--x-key", "tokens"], {"x_key": "tokens"}, "tokens"),
     "y_key": (["--y-key", "label"], {"y-key": "label"}, "label"),
     "reference": (["--reference", "hg38.fa"], {"reference": "hg38.fa"}, "hg38.fa"),
+    "text_column": (["--text-column", "sequence"], {"text_column": "sequence"}, "sequence"),
+    "id_column": (["--id-column", "record"], {"id-column": "record"}, "record"),
     "group_by": (["--group-by", "regex:^(\\w+)_"], {"group_by": "regex:^(\\w+)_"}, "regex:^(\\w+)_"),
     "split_at_n": (["--split-at-n", "100"], {"split_at_n": 100}, 100),
     "seed": (["--seed", "7"], {"seed": 7}, 7),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, LAMBDA, LINEAGES, main_here, read_fasta, shard_windows
+from conftest import KLEBSIELLA, LAMBDA, LINEAGES, main_here, read_fasta, refused, shard_windows
 
 from bionemo_wds.core.tokenizer import COMPLEMENT
 from bionemo_wds.errors import BadInputError
@@ -103,12 +103,6 @@ def test_embedded_tags_and_reverse_complement_copies_are_taken_out(tmp_path):
         for start, bases, window_tag in by_doc[doc]:
             assert window_tag == tag and b"|" not in bases
             assert bases.decode() == part[start : start + len(bases)]
-
-
-def refused(result: subprocess.CompletedProcess, *says: str) -> None:
-    """Exit 2 and one line on stderr holding each of `says`."""
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1 and all(s in lines[0] for s in says), result.stderr
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):

@@ -40,7 +40,8 @@ def h5_file(tmp_path):
 
 
 def test_every_source_kind_has_a_reader():
-    assert tuple(SOURCES) == SOURCE_KINDS == ("fasta", "sharded-eden", "hdf5", "megatron", "bed")
+    kinds = ("fasta", "sharded-eden", "hdf5", "megatron", "bed", "jsonl", "parquet")
+    assert tuple(SOURCES) == SOURCE_KINDS == kinds
     assert reader_of(PrepareOptions(source="hdf5")) is SOURCES["hdf5"]
 
 
@@ -65,6 +66,20 @@ def test_a_bed_file_given_as_fasta_is_refused_with_a_hint(tmp_path):
     (tmp_path / "regions.bed").write_text("chr1\t0\t100\ttrain\n")
     with pytest.raises(BadInputError, match=r"is not valid FASTA: .*; the input looks like --source bed$"):
         prepare([tmp_path / "regions.bed"], tmp_path / "out", PrepareOptions(progress=False))
+    json_dir = tmp_path / "json"
+    json_dir.mkdir()
+    for name in ("data_metagenomics_train_chunk1.jsonl.gz", "b.ndjson", "c.jsonl.zst"):
+        (json_dir / name).write_bytes(b"")
+    assert detect_source([str(json_dir)]) == detect_source([str(json_dir / "b.ndjson")]) == "jsonl"
+    (tmp_path / "rows.parquet").write_bytes(b"")
+    assert detect_source([str(tmp_path / "rows.parquet")]) == "parquet"
+
+
+def test_json_lines_given_as_fasta_are_refused_with_a_hint(tmp_path):
+    path = tmp_path / "data_metagenomics_train_chunk1.jsonl"
+    path.write_text('{"text": "ACGT"}\n')
+    with pytest.raises(BadInputError, match=r"; the input looks like --source jsonl$"):
+        prepare([path], tmp_path / "out", PrepareOptions(progress=False))
 
 
 def test_an_eden_directory_given_as_fasta_is_refused_with_a_hint(eden_dir):

@@ -47,7 +47,10 @@ BUNDLED_GENOME = Path(__file__).resolve().parents[1] / "data" / "klebsiella_frag
 #: Config keys (and namespace names) of the run that are not `PrepareOptions` fields.
 RUN_KEYS = ("inputs", "out")
 
-HELP = "FASTA (or sharded-Eden SQLite, HDF5) to split, windowed, tokenized WebDataset tar shards plus manifest.json"
+HELP = (
+    "FASTA (or sharded-Eden SQLite, HDF5, Megatron, JSON lines, Parquet) to split, windowed, tokenized WebDataset "
+    "tar shards plus manifest.json"
+)
 #: INPUTS and --out are required, on the command line or in the --config file: the usage says so
 #: (argparse's own would show both as optional, since a config file may give them).
 USAGE = (
@@ -58,7 +61,8 @@ USAGE = (
 DESCRIPTION = (
     "Catalog every sequence of the inputs (--source fasta: FASTA files or directories, plain, gzip or "
     "bgzip, split gzip parts x.fasta.gz.aa ..., tar archives of FASTA; sharded-eden: a directory of per-sample "
-    "SQLite databases; hdf5: pre-tokenized rows; bed: intervals over --reference), check "
+    "SQLite databases; hdf5: pre-tokenized rows; megatron: indexed datasets; bed: intervals over --reference; "
+    "jsonl, parquet: records whose text field holds the sequence), check "
     "every base, split whole sequences (or whole groups, --group-by) into train/val/test, cut each "
     "into windows, and write "
     "<out>/<split>/<prefix>-NNNNNN.tar shards and <out>/manifest.json. The output is "
@@ -149,7 +153,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="INPUTS",
         help="FASTA files or directories (plain, gzip or bgzip; split gzip parts NAME.gz.aa ... read as one "
         "stream; .tar archives of FASTA files, each member an input); with --source sharded-eden one "
-        "SEQUENCE_DB_DIR, with --source hdf5 one FILE.h5, with --source bed BED files; required",
+        "SEQUENCE_DB_DIR, with --source hdf5 one FILE.h5, with --source bed BED files, with --source jsonl or "
+        "parquet files or directories of them; required",
     )
     run.add_argument(
         "--out",

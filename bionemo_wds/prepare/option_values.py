@@ -21,6 +21,11 @@ def prefix_problem(prefix: Any) -> str | None:
     return "must be a plain file-name stem (up to 200 letters, digits, '_', '-', '.'; not starting with '.' or '-')"
 
 
+def column_problem(name: Any) -> str | None:
+    """What is wrong with a field or column name (`--text-column`, `--id-column`), or None: non-empty text."""
+    return None if isinstance(name, str) and name else "must be a field or column name"
+
+
 def parse_ratios(text: str) -> tuple[float, ...]:
     """`--split 0.8,0.1,0.1` -> one ratio per split, in `SPLIT_NAMES` order."""
     try:

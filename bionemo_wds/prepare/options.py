@@ -24,7 +24,7 @@ from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX, LAYOUTS
 from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
 from bionemo_wds.prepare.groups import group_rule_problem
-from bionemo_wds.prepare.option_values import parse_ratios, parse_split_list, prefix_problem
+from bionemo_wds.prepare.option_values import column_problem, parse_ratios, parse_split_list, prefix_problem
 from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.sources import SOURCES
 from bionemo_wds.prepare.splits import DEFAULT_RATIOS, SPLIT_NAMES, ratio_problem
@@ -130,6 +130,8 @@ SOURCE_KINDS = tuple(SOURCES)
 #: Options that only one source reads: field -> that source.
 SOURCE_OPTIONS = {"split_parquet": "sharded-eden", "window_db": "sharded-eden", "x_key": "hdf5", "y_key": "hdf5"}
 SOURCE_OPTIONS["reference"] = "bed"
+#: Options that only the record sources read (`sources.text_source`): field -> those sources.
+TEXT_OPTIONS = {"text_column": ("jsonl", "parquet"), "id_column": ("jsonl", "parquet")}
 
 
 @dataclass
@@ -141,8 +143,11 @@ class PrepareOptions:
         "fasta",
         "what INPUTS are: fasta (files or directories); sharded-eden (one SEQUENCE_DB_DIR of "
         "<sample>/glm_dataset_<sample>.sqlite); hdf5 (one FILE.h5 of pre-tokenized rows, needs bionemo-wds[h5]); "
-        "megatron (PREFIX of PREFIX.bin + .idx as preprocess_evo2 writes them; needs megatron-core)"
-        "; bed (BED files of intervals chrom, start, end and optionally a split, cut from --reference)",
+        "megatron (PREFIX of PREFIX.bin + .idx as preprocess_evo2 writes them; needs megatron-core); bed (BED files "
+        "of intervals chrom, start, end and optionally a split, cut from --reference); jsonl (JSON lines "
+        "files or directories, plain, gzip or zstd, one record per line, OpenGenome2's json/ files); parquet (Parquet "
+        "files or directories, needs bionemo-wds[parquet]); for jsonl and parquet the sequence is the --text-column "
+        "field, and a lineage tag it starts with becomes its control tag",
         choices=SOURCE_KINDS,
     )
 
@@ -225,6 +230,21 @@ class PrepareOptions:
         "bed: the reference FASTA the BED intervals are cut from (any FASTA input: plain, gzip, split parts, tar)",
         metavar="FASTA",
         default_help="required for bed",
+    )
+    text_column: str = option(
+        "text",
+        "jsonl, parquet: the field (JSON lines) or column (Parquet) holding each record's sequence; other fields are "
+        "ignored, so files may differ in schema",
+        metavar="NAME",
+        check=column_problem,
+    )
+    id_column: str | None = option(
+        None,
+        "jsonl, parquet: the field or column holding each record's id (unique; no tab or line break)",
+        default_help="<file>:<line> for JSON lines (1-based), <file>:<row> for Parquet (0-based), <file> the "
+        "file's path below the directory given, or its name",
+        metavar="NAME",
+        check=column_problem,
     )
     group_by: str | None = option(
         None,
@@ -398,4 +418,9 @@ class PrepareOptions:
             if getattr(self, f.name) and source is not None and self.source != source:
                 raise BadInputError(
                     f"{flags_of(f)[0]} is an option of --source {source}, not of --source {self.source}"
+                )
+            sources = TEXT_OPTIONS.get(f.name, ())
+            if sources and getattr(self, f.name) not in (None, f.default) and self.source not in sources:
+                raise BadInputError(
+                    f"{flags_of(f)[0]} is an option of --source {' and '.join(sources)}, not of --source {self.source}"
                 )

@@ -192,6 +192,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         request["tag_map"] = dict(opts.tag_map)
     if opts.split_from_names:  # only then, likewise
         request["split_from_names"] = True
+    if opts.source in ("jsonl", "parquet"):  # the record sources' fields (`sources.text_source`)
+        request.update(text_column=opts.text_column, id_column=opts.id_column)
     return request
 
 

@@ -17,16 +17,21 @@ Rules, in the way each data source writes its tags:
 
 A sequence the rule gives no tag is counted (`note_untagged`): a warning, and
 ``params.source.tags.untagged_sequences`` in the manifest; ``--strict-tags`` makes it an error.
+
+Sources whose sequences carry Evo2's lineage tag inside the bases (Megatron documents written by
+``preprocess_evo2``, the texts of OpenGenome2's JSON lines) take it out with `strip_embedded_tag`:
+the tag a sequence starts with becomes its control tag, and every occurrence of it leaves the bases.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import warnings
 from collections.abc import Callable, Mapping
 
-from bionemo_wds.core.lineage import find_lineage
+from bionemo_wds.core.lineage import find_lineage, parse_lineage
 from bionemo_wds.core.tokenizer import encode_tag
 from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
@@ -38,6 +43,8 @@ TAG_MODES = ("none", "description", "lineage", "sharded-eden", "substring")
 TAG_RULES = (*TAG_MODES, "regex:PATTERN", "tsv:FILE")
 #: Plain rules that read the header line's description (a source without headers cannot serve them).
 HEADER_TAGS = ("description", "lineage")
+# a lineage tag at the very start of a sequence's bases
+_LEADING_TAG = re.compile(rb"^\|d__[^|]*\|")
 
 
 def tag_rule_problem(rule: object) -> str | None:
@@ -169,3 +176,24 @@ def note_untagged(catalog: Catalog, rule: str, strict: bool = False) -> Catalog:
             raise SourceError(f"{what}; --strict-tags refuses untagged sequences")
         warnings.warn(f"{what}; they get an empty tag", stacklevel=2)
     return catalog
+
+
+def embedded_tag(bases: bytes) -> str:
+    """The lineage tag `bases` start with (``|d__...|``, checked by `lineage.parse_lineage`), or ""."""
+    found = _LEADING_TAG.match(bases)
+    return "" if found is None else lineage_text(found.group())
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def lineage_text(raw: bytes) -> str:
+    """``|d__...|`` bytes as tag text, or "" when they are no lineage (`lineage.parse_lineage`); cached:
+    a corpus repeats a few thousand lineages over millions of records."""
+    tag = raw.decode("ascii", "replace")
+    return tag if parse_lineage(tag) is not None else ""
+
+
+def strip_embedded_tag(data: bytes) -> tuple[str, bytes]:
+    """(the lineage tag `data` starts with, `data` with every occurrence of that tag taken out);
+    ("", `data`) when it starts with none (a tag elsewhere is left in: `scan` refuses its ``|``)."""
+    tag = embedded_tag(data) if data[:4] == b"|d__" else ""
+    return tag, (data.replace(tag.encode(), b"") if tag else data)

@@ -15,6 +15,8 @@ input that looks like another kind says so (``--source fasta`` given an Eden dir
   sequence (HyenaDNA's and Caduceus' hg38 intervals).
 - `megatron`: Megatron indexed datasets (``PREFIX.bin`` / ``.idx``, as bionemo's ``preprocess_evo2``
   writes them), read with megatron-core (the `[megatron]` extra).
+- `jsonl`, `parquet`: records whose text field or column holds the sequence (OpenGenome2's JSON
+  lines, Evo 1's Parquet), their bases copied into the run's cache (`text_source`).
 """
 
 from __future__ import annotations
@@ -154,6 +156,42 @@ def _is_bed(path: Path) -> bool:
     return is_bed_name(path) or (path.is_dir() and any(map(is_bed_name, path.glob("*.*"))))
 
 
+def _jsonl_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    from bionemo_wds.prepare.sources.jsonl import jsonl_input_files
+
+    return jsonl_input_files(inputs, opts)
+
+
+def _jsonl_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.sources.jsonl import catalog_jsonl
+
+    return catalog_jsonl(inputs, opts, cache_dir)
+
+
+def _is_jsonl(path: Path) -> bool:
+    from bionemo_wds.prepare.sources.jsonl import is_jsonl_name
+
+    return is_jsonl_name(path.name.lower()) or (path.is_dir() and any(_is_jsonl(p) for p in path.glob("*.*")))
+
+
+def _parquet_files(inputs: Sequence[str], opts: PrepareOptions) -> list[Path]:
+    from bionemo_wds.prepare.sources.parquet import parquet_input_files
+
+    return parquet_input_files(inputs, opts)
+
+
+def _parquet_catalog(inputs: Sequence[str], opts: PrepareOptions, cache_dir: Path) -> Catalog:
+    from bionemo_wds.prepare.sources.parquet import catalog_parquet
+
+    return catalog_parquet(inputs, opts, cache_dir)
+
+
+def _is_parquet(path: Path) -> bool:
+    from bionemo_wds.prepare.sources.parquet import is_parquet_name
+
+    return is_parquet_name(path.name.lower()) or (path.is_dir() and any(_is_parquet(p) for p in path.glob("*.*")))
+
+
 #: ``--source`` name -> its reader (`options.SOURCE_KINDS` lists the same names).
 SOURCES: dict[str, SourceReader] = {
     "fasta": SourceReader(_fasta_files, _fasta_catalog, _is_fasta),
@@ -161,6 +199,8 @@ SOURCES: dict[str, SourceReader] = {
     "hdf5": SourceReader(_hdf5_files, _hdf5_catalog, _is_hdf5),
     "megatron": SourceReader(_megatron_files, _megatron_catalog, _is_megatron),
     "bed": SourceReader(_bed_files, _bed_catalog, _is_bed),
+    "jsonl": SourceReader(_jsonl_files, _jsonl_catalog, _is_jsonl),
+    "parquet": SourceReader(_parquet_files, _parquet_catalog, _is_parquet),
 }
 
 

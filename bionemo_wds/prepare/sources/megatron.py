@@ -33,7 +33,6 @@ its ``.idx`` describes.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -44,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from bionemo_wds.core.lineage import parse_lineage
 from bionemo_wds.core.tokenizer import COMPLEMENT
 from bionemo_wds.errors import BadInputError, SourceError
 from bionemo_wds.format.megatron_indexed import EOD_ID, indexed_dataset_module
 from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.tags import strip_embedded_tag
 
 if TYPE_CHECKING:
     from bionemo_wds.prepare.options import PrepareOptions
@@ -58,8 +57,6 @@ NAMES_SUFFIX = ".documents.tsv"
 NAMES_HEADER = ("document", "seq_id", "start", "length")
 #: Token dtypes a document may be stored in.
 DTYPES = (np.uint8, np.uint16)
-# a lineage tag at the very start of a document
-_LEADING_TAG = re.compile(rb"^\|d__[^|]*\|")
 
 
 def indexed_dataset_class() -> Any:
@@ -218,15 +215,6 @@ class MegatronReader:
         self.datasets, self.seq, self.bases = {}, -1, b""
 
 
-def embedded_tag(bases: bytes) -> str:
-    """The lineage tag a document starts with (``|d__...|``), or ""."""
-    found = _LEADING_TAG.match(bases)
-    if found is None:
-        return ""
-    tag = found.group().decode("ascii", "replace")
-    return tag if parse_lineage(tag) is not None else ""
-
-
 def is_reverse_complement(bases: bytes, previous: bytes | None) -> bool:
     """Whether `bases` is the reverse complement of `previous` (case kept, IUPAC codes)."""
     if previous is None or len(previous) != len(bases) or not bases:
@@ -264,9 +252,7 @@ def catalog_megatron(inputs: Sequence[str], opts: PrepareOptions) -> Catalog:
             check_length(named, d, ids, prefix)
             if dtype != np.uint8:  # ids of 256 and more are not bytes
                 check_ids(ids, d, prefix)
-            raw = as_bases(ids, "")
-            tag = embedded_tag(raw)
-            bases = as_bases(ids, tag)
+            tag, bases = strip_embedded_tag(as_bases(ids, ""))
             counts["documents"] += 1
             if is_reverse_complement(bases, previous):
                 counts["reverse_complement_copies"] += 1
