@@ -36,7 +36,7 @@ from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_com
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
 from bionemo_wds.prepare.evo2_config import read_evo2_config
-from bionemo_wds.prepare.options import CliOption, cli_of, flags_of
+from bionemo_wds.prepare.option_fields import CliOption, cli_of, flags_of
 from bionemo_wds.prepare.report import inspect_text
 from bionemo_wds.prepare.shard_plan import request_of
 from bionemo_wds.storage.location import is_url
