@@ -498,34 +498,54 @@ def test_loader_workers_do_not_change_the_batches(roots):
 # --- a real 2-rank gloo group ---------------------------------------------------------------------
 
 SCRIPT = r"""
-import json, sys, zlib
+import json, os, sys, zlib
 import torch.distributed as dist
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
+from rank_groups import run_forked_ranks
 
-rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-datasets = json.loads(sys.argv[5])
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-result = {}
-for samples in (2000, 2003):
-    dm = GenomicWebDataModule(datasets=datasets, micro_batch_size=8, samples_per_epoch=samples, seed=11, rc_prob=0.5)
-    dm.setup("fit")
-    epochs = []
-    for epoch in range(2):
-        dm.set_epoch(epoch)
-        loader = dm.train_dataloader()
-        batches = []
-        for b in loader:
-            lengths = b["lengths"].tolist()
-            batches.append([
-                [int(d), str(k), bool(rc), zlib.crc32(b["bases"][i, :n].numpy().tobytes())]
-                for i, (d, k, rc, n) in enumerate(zip(b["dataset"].tolist(), b["keys"], b["rc"].tolist(), lengths))
-            ])
-        epochs.append({"batches": batches, "len": len(loader), "counts": dm.source_counts[epoch]})
-    result[samples] = {"world": [dm.world.rank, dm.world.size], "quotas": dm.quotas.tolist(), "epochs": epochs}
-with open(out, "w") as fh:
-    json.dump(result, fh)
-dist.barrier()
-dist.destroy_process_group()
+world, port, out_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+datasets = json.loads(sys.argv[4])
+
+
+def rank_main(rank):
+    # one rank of the gloo group, forked from this process once its imports are done: it writes
+    # OUT_DIR/rank-R.json and its output to OUT_DIR/rank-R.log
+    log = os.open(os.path.join(out_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    run_rank(os.path.join(out_dir, f"rank-{rank}.json"))
+
+
+def run_rank(out):
+    result = {}
+    for samples in (2000, 2003):
+        dm = GenomicWebDataModule(
+            datasets=datasets, micro_batch_size=8, samples_per_epoch=samples, seed=11, rc_prob=0.5
+        )
+        dm.setup("fit")
+        epochs = []
+        for epoch in range(2):
+            dm.set_epoch(epoch)
+            loader = dm.train_dataloader()
+            batches = []
+            for b in loader:
+                lengths = b["lengths"].tolist()
+                batches.append([
+                    [int(d), str(k), bool(rc), zlib.crc32(b["bases"][i, :n].numpy().tobytes())]
+                    for i, (d, k, rc, n) in enumerate(zip(b["dataset"].tolist(), b["keys"], b["rc"].tolist(), lengths))
+                ])
+            epochs.append({"batches": batches, "len": len(loader), "counts": dm.source_counts[epoch]})
+        result[samples] = {"world": [dm.world.rank, dm.world.size], "quotas": dm.quotas.tolist(), "epochs": epochs}
+    with open(out, "w") as fh:
+        json.dump(result, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+codes = run_forked_ranks(rank_main, world)
+print("rank exit codes", codes, flush=True)
+sys.exit(1 if any(codes) else 0)
 """
 
 
@@ -534,13 +554,10 @@ def gloo_ranks(roots, tmp_path_factory) -> list[dict]:
     run = tmp_path_factory.mktemp("gloo")
     script = run / "mixed_rank.py"
     script.write_text(SCRIPT)
-    port, procs, logs = free_port(), [], []
-    for rank in range(2):
-        cmd = [sys.executable, str(script), str(rank), "2", str(port), str(run / f"rank-{rank}.json")]
-        cmd.append(json.dumps(blend(roots)))
-        logs.append(run / f"rank-{rank}.log")
-        procs.append(start(cmd, logs[-1], cwd=run))
-    run_group(procs, logs)
+    # the two ranks are forked from one process that has done the imports (`rank_groups`)
+    cmd = [sys.executable, str(script), "2", str(free_port()), str(run), json.dumps(blend(roots))]
+    logs = [run / "group.log", *(run / f"rank-{rank}.log" for rank in range(2))]
+    run_group([start(cmd, logs[0], cwd=run)], logs)
     return [json.loads((run / f"rank-{r}.json").read_text()) for r in range(2)]
 
 
