@@ -41,7 +41,7 @@ def buffer_shuffle(items: Iterable[T], buffer_size: int, seed: int) -> Iterator[
             slot = next(slots)
         yield buffer[slot]
         buffer[slot] = item
-    rng.shuffle(buffer)  # type: ignore[arg-type]
+    rng.shuffle(buffer)
     yield from buffer
 
 

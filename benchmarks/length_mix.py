@@ -65,8 +65,12 @@ def distinct_per_block(values: np.ndarray, size: int = 1000) -> np.ndarray:
 
 
 def order_metrics(
-    streams_length: Sequence[np.ndarray], streams_file: Sequence[np.ndarray], edges: np.ndarray, corpus: np.ndarray,
-    micro_batch: int, block: int = 1000,
+    streams_length: Sequence[np.ndarray],
+    streams_file: Sequence[np.ndarray],
+    edges: np.ndarray,
+    corpus: np.ndarray,
+    micro_batch: int,
+    block: int = 1000,
 ) -> dict[str, float]:
     """An order's figures: the length-mix distance of its global batches (mean, 95th percentile) and
     the distinct files per `block` consecutive samples of a rank (mean and min over every rank's blocks)."""

@@ -36,13 +36,6 @@ class SortedCorpus:
     files: list[Path]
     lengths: list[np.ndarray]
 
-    def record_length(self, name: str, line: int) -> int:
-        """The length of the record on 1-based `line` of the file named `name`."""
-        return int(self.lengths[self.index(name)][line - 1])
-
-    def index(self, name: str) -> int:
-        """The place of the file named `name` (its name, not its path) among `files`."""
-        return [f.name for f in self.files].index(name)
 
 
 def file_name(k: int, split: str = "train") -> str:

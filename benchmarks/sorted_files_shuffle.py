@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.buffer_shuffle import recipe_order
-from benchmarks.length_mix import length_edges, order_metrics, shares, bucket_of
+from benchmarks.length_mix import bucket_of, length_edges, order_metrics, shares
 from benchmarks.sorted_corpus import SortedCorpus, write_sorted_corpus
 from bionemo_wds.load.provenance import parse_window_key
 
@@ -59,18 +59,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--files", type=int, default=8, help="JSON lines files in the corpus (default: 8)")
     size = p.add_mutually_exclusive_group()
     size.add_argument(
-        "--windows-per-file", type=int, default=None, help="windows of --seq-length each file holds, about (default: 20000)"
+        "--windows-per-file",
+        type=int,
+        default=None,
+        help="windows of --seq-length each file holds, about (default: 20000)",
     )
-    size.add_argument("--mbp", type=float, default=None, help="the corpus's size in Mbp instead (split evenly over the files)")
-    p.add_argument("--seq-length", type=int, default=1024, help="tokens per window, prepare's --seq-length (default: 1024)")
+    size.add_argument(
+        "--mbp", type=float, default=None, help="the corpus's size in Mbp instead (split evenly over the files)"
+    )
     p.add_argument(
-        "--buffer", type=int, default=50_000, help="the recipe's shuffle buffer, in windows (default: 50000, the recipe's)"
+        "--seq-length", type=int, default=1024, help="tokens per window, prepare's --seq-length (default: 1024)"
+    )
+    p.add_argument(
+        "--buffer",
+        type=int,
+        default=50_000,
+        help="the recipe's shuffle buffer, in windows (default: 50000, the recipe's)",
     )
     p.add_argument("--world", type=int, default=4, help="data-parallel ranks (default: 4)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per batch on each rank (default: 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the corpus and of every order (default: 0)")
     p.add_argument(
-        "--workdir", type=Path, default=None, help="where the corpus and the prepared dataset go (default: a temporary directory, removed)"
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where the corpus and the prepared dataset go (default: a temporary directory, removed)",
     )
     p.add_argument("--json", action="store_true", help="print the results as one JSON object after the table")
     args = p.parse_args(argv)
@@ -112,14 +125,18 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     t_prepared = time.perf_counter()
     ours_keys = our_streams(work / "prepared", args.world, args.batch_size, args.seed)
 
+    names = {f.name: i for i, f in enumerate(corpus.files)}
+
+    def place(key: str) -> tuple[int, int]:
+        """(file, line) of a window key: its sequence is ``<file>:<line>``."""
+        name, _, line = parse_window_key(key)[0].rpartition(":")
+        return names[Path(name).name], int(line)
+
     # every window of our epoch, numbered in stream order: file by file, line by line, window by window
     windows: dict[tuple[int, int], int] = {}
     for stream in ours_keys:
         for key in stream:
-            seq_id, _ = parse_window_key(key)
-            name, _, line = seq_id.rpartition(":")
-            place = (corpus.index(Path(name).name), int(line))
-            windows[place] = windows.get(place, 0) + 1
+            windows[place(key)] = windows.get(place(key), 0) + 1
     places = sorted(windows)
     counts = np.array([windows[p] for p in places], dtype=np.int64)
     first = dict(zip(places, np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()))
@@ -131,11 +148,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         seen: dict[tuple[int, int], int] = {}
         out = np.empty(len(stream), dtype=np.int64)
         for i, key in enumerate(stream):
-            seq_id, _ = parse_window_key(key)
-            name, _, line = seq_id.rpartition(":")
-            place = (corpus.index(Path(name).name), int(line))
-            out[i] = first[place] + seen.get(place, 0)
-            seen[place] = seen.get(place, 0) + 1
+            at = place(key)
+            out[i] = first[at] + seen.get(at, 0)
+            seen[at] = seen.get(at, 0) + 1
         return out
 
     n = len(file_of)
@@ -152,7 +167,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "files": args.files,
             "windows": int(n),
             "windows_per_file": float(n / args.files),
-            "records": int(len(places)),
+            "records": len(places),
             "seq_length": args.seq_length,
             "buffer": args.buffer,
             "world": args.world,
@@ -187,7 +202,8 @@ def table_text(result: dict[str, Any]) -> str:
         f"{s['files']} files x {s['windows_per_file']:,.0f} windows of {s['seq_length']} tokens "
         f"({s['windows']:,} windows, {s['records']:,} records, each file sorted longest first); "
         f"recipe buffer {s['buffer']:,} windows ({s['buffer'] / s['windows_per_file']:.2f} of a file); "
-        f"world {s['world']}, batch {s['batch_size']} per rank (global {s['world'] * s['batch_size']}), seed {s['seed']}"
+        f"world {s['world']}, batch {s['batch_size']} per rank "
+        f"(global {s['world'] * s['batch_size']}), seed {s['seed']}"
     )
     width = max(len(c) for c, _, _ in COLUMNS)
     lines = [head, "order          " + "  ".join(c.rjust(width) for c, _, _ in COLUMNS)]
