@@ -434,6 +434,22 @@ def test_honest_split_example(tmp_path: Path, example: Any) -> None:
     assert "all leaks at >= 0.95: 0 sequence(s)" in by_similarity
 
 
+@pytest.mark.slow
+def test_from_the_hub_example(tmp_path: Path, example: Any) -> None:
+    """examples/from_the_hub.py (the hub page's example): OpenGenome2's json/ tree prepared with the
+    splits of its file names, its fasta/ tree joined and unpacked, and the tiny model trained on it."""
+    from bionemo_wds.format import read_manifest
+
+    out, _ = example("from_the_hub.py", str(tmp_path / "hub"))
+    found = re.search(r"windows per split: \{'train': (\d+), 'val': (\d+), 'test': (\d+)\}", out)
+    assert found and all(int(n) > 0 for n in found.groups()), out
+    assert re.search(r"a sample's key: \S*data_metagenomics_train_chunk[12]\.jsonl\.gz:\d+/\d+", out), out
+    assert "trained 5 steps" in out
+    assert read_manifest(str(tmp_path / "hub" / "og2-json")).params.source["tagged"] == 119
+    fasta = read_manifest(str(tmp_path / "hub" / "og2-fasta"))
+    assert sum(split.n_sequences or 0 for split in fasta.splits.values()) == 61  # 60 contigs and lambda
+
+
 # --- what the pages promise: links, extras, batch keys ----------------------------------------------
 
 
