@@ -37,7 +37,6 @@ class SortedCorpus:
     lengths: list[np.ndarray]
 
 
-
 def file_name(k: int, split: str = "train") -> str:
     """OpenGenome2's name for chunk `k` of a split of the metagenome subset."""
     return f"data_{SOURCE}_{split}_chunk{k}.jsonl.gz"
@@ -80,7 +79,8 @@ def write_sorted_corpus(
             record = {"record": f"contig_{k}_{i}", "text": text} if k % 2 == 0 else {"text": text}
             lines.append(json.dumps(record))
         path = out / file_name(k)
-        path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), compresslevel=1))
+        # mtime 0: the same corpus is the same bytes (gzip stamps the time of writing otherwise)
+        path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), compresslevel=1, mtime=0))
         paths.append(path)
         all_lengths.append(lengths)
     return SortedCorpus(paths, all_lengths)

@@ -52,7 +52,7 @@ windows with a buffer of 10,000. The shape is printed above the table.
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="sorted_files_shuffle.py",
+        prog="shuffle_quality.py --sorted-files",
         description=HELP,
         formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, width=100),
     )

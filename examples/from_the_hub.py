@@ -6,7 +6,7 @@ Writes, below OUT_DIR, the two trees of OpenGenome2 in small: ``json/`` (gzip JS
 ``data_metagenomics_<split>_chunk<N>.jsonl.gz``, the sequence in ``text`` after an Evo2 lineage tag,
 some files with a ``record`` field and some without) and ``fasta/`` (a gzip FASTA cut into parts
 ``.aa``, ``.ab``, ... and a tar of FASTA files). Prepares the ``json/`` tree with the splits its
-file names give, and the ``fasta/`` tree's files once joined and unpacked; then reads a batch and
+file names give, and the ``fasta/`` tree as it is (parts and archive read in place); then reads a batch and
 trains the tiny model a few steps on the JSON lines dataset.
 """
 
@@ -74,15 +74,8 @@ dataset = out / "og2-json"
 argv = ["prepare", "--source", "jsonl", "--split-from-names", str(out / "json"), "--out", str(dataset)]
 assert bionemo_wds_cli([*argv, "--seq-length", "1024", "--quiet"]) == 0
 
-# --- the fasta/ tree: the parts joined (cat windows_5kb.fasta.gz.a? > ...), the tar unpacked -------
-joined = out / "fasta-joined"
-joined.mkdir(exist_ok=True)
-with open(joined / "windows_5kb.fasta.gz", "wb") as fh:
-    for part in sorted(fasta_dir.glob("windows_5kb.fasta.gz.a?")):
-        fh.write(part.read_bytes())
-with tarfile.open(fasta_dir / "gtdb_v220" / "batch1.tar") as tar:
-    tar.extractall(joined, filter="data")
-argv = ["prepare", str(joined / "windows_5kb.fasta.gz"), str(joined / "lambda.fa.gz"), "--out", str(out / "og2-fasta")]
+# --- the fasta/ tree as it is: the split gzip parts read as one stream, the tar's members in place --
+argv = ["prepare", str(fasta_dir), "--out", str(out / "og2-fasta")]
 assert bionemo_wds_cli([*argv, "--seq-length", "1024", "--quiet"]) == 0
 
 # --- what a batch holds, then a few training steps -----------------------------------------------

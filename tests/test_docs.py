@@ -437,7 +437,7 @@ def test_honest_split_example(tmp_path: Path, example: Any) -> None:
 @pytest.mark.slow
 def test_from_the_hub_example(tmp_path: Path, example: Any) -> None:
     """examples/from_the_hub.py (the hub page's example): OpenGenome2's json/ tree prepared with the
-    splits of its file names, its fasta/ tree joined and unpacked, and the tiny model trained on it."""
+    splits of its file names, its fasta/ tree (split gzip parts, a tar) as it is, and the tiny model trained on it."""
     from bionemo_wds.format import read_manifest
 
     out, _ = example("from_the_hub.py", str(tmp_path / "hub"))

@@ -1,4 +1,4 @@
-"""tools/sorted_files_shuffle.py: the recipe's buffer shuffle, the mixing figures on orders made by
+"""tools/shuffle_quality.py --sorted-files: the recipe's buffer shuffle, the mixing figures on orders made by
 hand, the corpus's shape, and the tool end to end at a tiny size (ours mixes lengths better than the
 buffer over files sorted longest first)."""
 
@@ -124,3 +124,14 @@ def test_options_are_checked() -> None:
     with pytest.raises(SystemExit):
         tool.parse_args(["--mbp", "10", "--windows-per-file", "5"])
     assert tool.parse_args(["--mbp", "8", "--files", "4", "--seq-length", "1024"]).windows_per_file == 2002
+
+
+def test_the_shuffle_quality_tool_runs_this_mode_with_sorted_files():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "shuffle_quality.py"
+    done = subprocess.run([sys.executable, str(tool), "--sorted-files", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "shuffle_quality.py --sorted-files" in done.stdout and "--windows-per-file" in done.stdout

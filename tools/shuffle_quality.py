@@ -46,6 +46,14 @@ Two modes:
         if adjacent ranges were merged), KB/GET, streamed/1000 (whole-shard GETs of a streaming
         reader; not for ours, which reads records).
 
+    python tools/shuffle_quality.py --sorted-files [--files 8 --windows-per-file 20000 --buffer 10000 ...]
+        (the sorted-files mode) writes a JSON lines corpus shaped as OpenGenome2's metagenome files
+        (each file sorted longest to shortest), prepares it, and compares one epoch of our order
+        with a streaming recipe's (each rank's files in turn through a buffer shuffle, as Hugging
+        Face `datasets` streams them): each global batch's length mix against the corpus's, and
+        distinct files per 1000 samples (`benchmarks.sorted_files_shuffle`; its options:
+        ``--sorted-files --help``).
+
 Every option is listed by ``--help`` with its default.
 """
 
@@ -347,6 +355,12 @@ def legacy(root: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--sorted-files" in argv:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: `benchmarks` is not installed
+        from benchmarks.sorted_files_shuffle import main as sorted_files
+
+        sys.exit(sorted_files([a for a in argv if a != "--sorted-files"]))
     args = parse_args(argv)
     if not args.plan:
         legacy(str(args.dataset))
