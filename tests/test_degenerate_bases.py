@@ -20,7 +20,10 @@ import torch
 from conftest import lambda_pieces, write_fasta
 
 from bionemo_wds import GenomicDataset
-from bionemo_wds.load.batch.hf import IGNORE_INDEX
+from bionemo_wds.load.batch.hf import IGNORE_INDEX, finish
+from bionemo_wds.load.batch.labels import LabelRules
+from bionemo_wds.load.batch.model_inputs import model_inputs_gather, to_model_inputs
+from bionemo_wds.load.batch.packed import packed_inputs_gather, packed_model_inputs, varlen_keys
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 IUPAC = "RYKMSWBDHVrykmswbdhv"
@@ -91,11 +94,16 @@ def passes(root: Path, **options) -> list[dict[str, torch.Tensor]]:
     return list(ds)
 
 
-@pytest.mark.parametrize(("fold_case", "uppercase"), [(False, False), (False, True), (True, False)])
-def test_our_rule_is_evo2s_on_n_runs_iupac_codes_lower_case_and_tags(datasets, fold_case, uppercase):
+@pytest.mark.parametrize(
+    ("fold_case", "uppercase", "tags"),
+    [(False, False, True), (False, True, True), (False, True, False), (True, False, False)],
+)
+def test_our_rule_is_evo2s_on_n_runs_iupac_codes_lower_case_and_tags(datasets, fold_case, uppercase, tags):
     """Every training window of an epoch: the ``hf`` labels equal the reference, and the default
-    batch trains exactly those labels (``loss_mask`` > 0 one column before, the same label)."""
-    options = {"fold_case": fold_case, "uppercase_labels": uppercase}
+    batch trains exactly those labels (``loss_mask`` > 0 one column before, the same label). With
+    tags the rows of a batch differ in tag length (the per-row layout and the rules after it);
+    without, the whole-batch layout applies the rules itself."""
+    options = {"fold_case": fold_case, "uppercase_labels": uppercase, "control_tags": tags}
     hf = passes(datasets["windows"], batch_format="hf", **options)
     megatron = passes(datasets["windows"], **options)
     seen = {"N": 0, "iupac": 0, "lower": 0, "tags": 0}
@@ -111,8 +119,41 @@ def test_our_rule_is_evo2s_on_n_runs_iupac_codes_lower_case_and_tags(datasets, f
         seen["iupac"] += int(torch.isin(ids, torch.tensor([ord(c) for c in IUPAC])).sum())
         seen["lower"] += int(torch.isin(ids[ref != IGNORE_INDEX], torch.tensor([ord(c) for c in "acgt"])).sum())
         seen["tags"] += int((ids == PIPE).sum())
-    assert seen["N"] > 500 and seen["iupac"] > 100 and seen["tags"] > 100
+    assert seen["N"] > 500 and seen["iupac"] > 100 and (seen["tags"] > 100) == tags
     assert (seen["lower"] > 500) == (not fold_case)  # soft-masked bases trained (lower case in the tokens)
+
+
+@pytest.mark.parametrize("layout", ["windows", "sequences"])
+@pytest.mark.parametrize(
+    ("fold_case", "uppercase", "weight", "fmt"),
+    [
+        (True, False, None, "megatron"),
+        (False, True, 0.1, "megatron"),
+        (False, True, 0.0, "hf"),
+        (True, False, None, "hf"),
+    ],
+)
+def test_the_rules_laid_out_on_a_cpu_are_the_rules_applied_after(datasets, layout, fold_case, uppercase, weight, fmt):
+    """The CPU builders' own form of the rules (no tags: the whole-batch layout) equals the layout
+    without rules with `LabelRules.apply` and `hf.from_megatron` after it, as an accelerator runs them."""
+    rules = LabelRules(uppercase_labels=uppercase)
+    options = {"control_tags": False, "rc_prob": 0.5, "seed": 2, "model_inputs": False}
+    if layout == "sequences":
+        options |= {"pack": True, "seq_length": 384}
+    ds = GenomicDataset(str(datasets[layout]), "train", micro_batch_size=8, **options)
+    dropped = 0
+    for compact in ds:
+        if layout == "sequences":
+            laid = packed_model_inputs(compact, fold_case, weight, rules, fmt)
+            after = finish(packed_inputs_gather(compact, fold_case, weight), rules, fmt == "hf", packed=True)
+            after |= varlen_keys(after, compact) if fmt == "hf" else {}
+        else:
+            laid = to_model_inputs(compact, 384, False, fold_case, weight, rules, fmt)
+            after = model_inputs_gather(compact, 384, False, fold_case, weight, rules, fmt == "hf")
+        for key, value in after.items():
+            assert torch.equal(torch.as_tensor(laid[key]), torch.as_tensor(value)), key
+        dropped += int((laid["labels"] == IGNORE_INDEX).sum()) if fmt == "hf" else int((laid["loss_mask"] == 0).sum())
+    assert dropped
 
 
 def test_without_the_mask_degenerate_bases_are_trained(datasets):
