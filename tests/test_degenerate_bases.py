@@ -12,6 +12,7 @@ document, applied to the ids our loader gives the model.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +124,7 @@ def test_our_rule_is_evo2s_on_n_runs_iupac_codes_lower_case_and_tags(datasets, f
     assert (seen["lower"] > 500) == (not fold_case)  # soft-masked bases trained (lower case in the tokens)
 
 
-@pytest.mark.parametrize("layout", ["windows", "sequences"])
+@pytest.mark.parametrize(("layout", "tags"), [("windows", False), ("sequences", False), ("sequences", True)])
 @pytest.mark.parametrize(
     ("fold_case", "uppercase", "weight", "fmt"),
     [
@@ -133,11 +134,14 @@ def test_our_rule_is_evo2s_on_n_runs_iupac_codes_lower_case_and_tags(datasets, f
         (True, False, None, "hf"),
     ],
 )
-def test_the_rules_laid_out_on_a_cpu_are_the_rules_applied_after(datasets, layout, fold_case, uppercase, weight, fmt):
-    """The CPU builders' own form of the rules (no tags: the whole-batch layout) equals the layout
-    without rules with `LabelRules.apply` and `hf.from_megatron` after it, as an accelerator runs them."""
+def test_the_rules_laid_out_on_a_cpu_are_the_rules_applied_after(
+    datasets, layout, tags, fold_case, uppercase, weight, fmt
+):
+    """The CPU builders' own form of the rules (windows without tags: the whole-batch layout; packed,
+    with tags or without) equals the layout without rules with `LabelRules.apply` and
+    `hf.from_megatron` after it, as an accelerator runs them."""
     rules = LabelRules(uppercase_labels=uppercase)
-    options = {"control_tags": False, "rc_prob": 0.5, "seed": 2, "model_inputs": False}
+    options = {"control_tags": tags, "rc_prob": 0.5, "seed": 2, "model_inputs": False}
     if layout == "sequences":
         options |= {"pack": True, "seq_length": 384}
     ds = GenomicDataset(str(datasets[layout]), "train", micro_batch_size=8, **options)
@@ -221,3 +225,13 @@ def test_a_packed_document_with_too_few_real_bases_is_left_out_alone(datasets):
 def test_a_bad_fraction_is_refused(datasets, bad):
     with pytest.raises(ValueError, match="min_real_fraction"):
         GenomicDataset(str(datasets["windows"]), "train", min_real_fraction=bad)
+
+
+def test_upper_case_labels_with_folded_case_warn_that_they_change_nothing(datasets):
+    """fold_case=True gives the model upper-case ids, and the labels are those ids: said once, when
+    the dataset opens; with fold_case=False nothing is said."""
+    with pytest.warns(UserWarning, match="uppercase_labels=True has no effect"):
+        GenomicDataset(str(datasets["windows"]), "train", uppercase_labels=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GenomicDataset(str(datasets["windows"]), "train", uppercase_labels=True, fold_case=False)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.core.tokenizer import PAD_ID
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 from bionemo_wds.errors import OptionError
 
 #: The bases that are trained when degenerate bases are masked: A, C, G, T in either case.
@@ -49,6 +49,8 @@ NOT_REAL: np.ndarray = _not_real()
 _TABLES: dict[torch.device, torch.Tensor] = {}
 #: What a compact batch's base matrix holds besides degenerate bases: real bases and its padding.
 NOT_DEGENERATE = REAL_BASES + bytes([PAD_ID])
+#: The specials a packed token matrix holds besides its bases and tags.
+SPECIALS = bytes([EOS_ID, PAD_ID, BOS_ID, SEP_ID, UNK_ID])
 
 
 def degenerate_bases(bases: np.ndarray) -> np.ndarray | None:
@@ -58,6 +60,15 @@ def degenerate_bases(bases: np.ndarray) -> np.ndarray | None:
     if not len(bases.tobytes().translate(None, NOT_DEGENERATE)):
         return None
     return NOT_REAL[bases] & (bases != PAD_ID)
+
+
+def degenerate_in_documents(tokens: np.ndarray, is_base: np.ndarray) -> np.ndarray | None:
+    """`degenerate_bases` of a packed token matrix (uint8: specials, tags and bases), where
+    `is_base`: one pass decides that a batch without tags or degenerate bases has none; with tags,
+    the bases are picked out first (tag bytes are letters too)."""
+    if not len(tokens.tobytes().translate(None, NOT_DEGENERATE + SPECIALS)):
+        return None
+    return degenerate_bases(np.where(is_base, tokens, np.uint8(PAD_ID)))
 
 
 def not_real(labels: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,10 @@ before its first base; `packed_model_inputs` expands it on whatever device it is
   whole batch that flash-attention's varlen functions and Transformer Engine's THD layout take;
   `document_mask` the dense causal block-diagonal mask for attention that takes a mask.
 
+The label rules (`labels`: degenerate bases out of the loss, ...) apply to both forms, and with
+``batch_format="hf"`` the batch is the one a `transformers` model takes (`hf`): ``input_ids``,
+``labels`` not shifted, ``position_ids`` and the flattened varlen keys (`varlen_keys`).
+
 Beside them both forms carry what the rows hold (`PACKED_FIELDS`): ``keys`` (every document's,
 joined by ``;``), ``doc_rc`` (each document's strand), ``lengths`` (the row's bases, all its
 documents together, as a window row's ``lengths`` counts its bases), ``dataset``, and ``seq_id``,
@@ -35,7 +39,7 @@ import torch
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.load.batch.compact import Part, part_length, put_bases
 from bionemo_wds.load.batch.hf import IGNORE_INDEX, check_batch_format, finish
-from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, NOT_REAL, LabelRules
+from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, LabelRules, degenerate_in_documents
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
 from bionemo_wds.load.batch.schema import Field, slot_nbytes
 
@@ -237,8 +241,7 @@ def packed_inputs_cpu(
         label_ids = np.where(lower, tokens - CASE_OFFSET, tokens)
     dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
     if rules.mask_degenerate_bases:
-        degenerate = is_base & NOT_REAL[raw]
-        dropped = degenerate if degenerate.any() else None
+        dropped = degenerate_in_documents(raw, is_base)
     # position ids: the column minus where its document (or the padding after them) began
     row_at = np.arange(0, n * seq_length, seq_length)[:, None]
     starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
