@@ -307,13 +307,19 @@ def write_hf_labels(out: np.ndarray, bases: np.ndarray, p: int, lengths: np.ndar
         out[:, p : p + width][np.arange(width) >= lengths[:, None]] = IGNORE_INDEX
 
 
+#: One attention-mask row by (seq_length, end): the usual batch's rows all end alike.
+_ATTENTION_ROWS: dict[tuple[int, int], torch.Tensor] = {}
+
+
 def attention_mask(ends: np.ndarray, seq_length: int) -> torch.Tensor:
-    """int64 rows of 1 before each row's end (after its EOS), 0 after: one row expanded when all
-    rows end alike (the usual batch: no memory per row)."""
-    columns = np.arange(seq_length)
+    """int64 rows of 1 before each row's end (after its EOS), 0 after: when all rows end alike (the
+    usual batch), an expanded view of one row made once per (seq_length, end), as `position_ids`."""
     if (ends == ends[0]).all():
-        return torch.from_numpy((columns < ends[0]).astype(np.int64)).expand(len(ends), seq_length)
-    return torch.from_numpy((columns < ends[:, None]).astype(np.int64))
+        key = (seq_length, int(ends[0]))
+        if key not in _ATTENTION_ROWS:
+            _ATTENTION_ROWS[key] = torch.from_numpy((np.arange(seq_length) < key[1]).astype(np.int64))
+        return _ATTENTION_ROWS[key].expand(len(ends), seq_length)
+    return torch.from_numpy((np.arange(seq_length) < ends[:, None]).astype(np.int64))
 
 
 def write_layout(
