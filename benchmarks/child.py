@@ -32,7 +32,7 @@ from benchmarks.peers import PEERS, make_peer
 from bionemo_wds.core.tokenizer import PAD_ID
 
 #: The peers whose loaders are Lightning data modules (ours, or the classic WebDataModule's pickles).
-LIGHTNING_PEERS = frozenset({"ours", "ours_windows", "ours_packed", "pickled_int64"})
+LIGHTNING_PEERS = frozenset({"ours", "ours_windows", "ours_packed", "ours_hf", "ours_packed_hf", "pickled_int64"})
 
 
 def _import_everything(peer: str, action: str) -> None:
@@ -115,10 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first is None:
             first = time.perf_counter() - t0
         t_count, cpu_count = time.perf_counter(), time.thread_time()
-        samples += batch["tokens"].shape[0]
-        tokens += batch["tokens"].numel()
+        ids = batch["tokens"] if "tokens" in batch else batch["input_ids"]  # the hf format's name
+        samples += ids.shape[0]
+        tokens += ids.numel()
         # the slots that are not padding (numpy: one thread, whose CPU time thread_time measures)
-        real += int(np.count_nonzero(batch["tokens"].numpy() != PAD_ID))
+        real += int(np.count_nonzero(ids.numpy() != PAD_ID))
         counting += time.perf_counter() - t_count
         counting_cpu += time.thread_time() - cpu_count
     seconds = time.perf_counter() - t0 - counting

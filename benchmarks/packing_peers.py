@@ -42,7 +42,7 @@ from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, SEP_ID, UPPERCASE_TABLE
 from bionemo_wds.load.batch.model_inputs import position_ids
 
 #: The peers that read a sequence-layout dataset.
-SEQUENCE_PEERS = ("ours_windows", "ours_packed")
+SEQUENCE_PEERS = ("ours_windows", "ours_packed", "ours_packed_hf")
 #: Sequences per `litdata.optimize` input (each input a span of sequence indices).
 SEQUENCES_PER_INPUT = 256
 

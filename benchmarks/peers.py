@@ -50,6 +50,8 @@ PEERS = (
     "ours",
     "ours_windows",
     "ours_packed",
+    "ours_hf",
+    "ours_packed_hf",
     "litdata",
     "litdata_packed",
     "mosaic",
@@ -383,10 +385,12 @@ class Ours(Peer):
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:
+    from benchmarks.format_peers import OursHF, OursPackedHF
     from benchmarks.packing_peers import LitDataPacked, OursPacked, OursWindows
     from benchmarks.streaming_peers import LitData, Mosaic  # optional libraries: see there
 
-    kinds = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, LitData, LitDataPacked, Mosaic)
+    kinds = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, OursHF, OursPackedHF, LitData)
+    kinds += (LitDataPacked, Mosaic)
     classes = {cls.name: cls for cls in kinds}
     if name not in classes:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")

@@ -73,10 +73,13 @@ def unavailable(peer: str) -> str | None:
     """Why `peer` cannot run here (its library is missing or fails to import), or None when it can
     (and for every peer that needs no optional library). The sequence-layout peers say so where
     this checkout cannot prepare or load that layout yet (`packing_peers.layout_missing`)."""
+    from benchmarks.format_peers import FORMAT_PEERS, format_missing
     from benchmarks.packing_peers import SEQUENCE_PEERS, layout_missing
 
     if peer in SEQUENCE_PEERS:
-        return layout_missing()
+        return layout_missing() or (format_missing() if peer in FORMAT_PEERS else None)
+    if peer in FORMAT_PEERS:
+        return format_missing()
     if peer not in LIBRARIES:
         return None
     try:

@@ -22,6 +22,7 @@ from bionemo_wds.core.lineage import dropout_length
 from bionemo_wds.core.tokenizer import encode_tag, first_invalid
 from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.format import window_key
+from bionemo_wds.load.batch.labels import LabelRules
 from bionemo_wds.load.batch.model_inputs import to_model_inputs
 from bionemo_wds.prepare.windows import TAIL_MODES, check_stride, window_length, window_table
 
@@ -43,6 +44,8 @@ def encode(
     soft_mask_weight: float | None = None,
     stride: int | None = None,
     tail: str = "end",
+    mask_degenerate_bases: bool = True,
+    uppercase_labels: bool = False,
 ) -> dict[str, Any]:
     """Model inputs of `sequences` (bases as text: IUPAC codes of either case), one row per window.
 
@@ -57,6 +60,8 @@ def encode(
             bases; loss weight of lower-case labels).
         stride: bases between window starts (default: the window length, so windows tile a sequence).
         tail: "end" (a last window aligned to the sequence end, no base lost) or "drop" (Eden's count).
+        mask_degenerate_bases, uppercase_labels: as in `GenomicWebDataModule` (``loss_mask`` 0 where
+            the label is not A/C/G/T; upper-case labels of soft-masked bases).
 
     Returns:
         ``tokens``, ``labels`` (int64), ``loss_mask`` (float32), ``position_ids`` of shape
@@ -106,7 +111,8 @@ def encode(
             }
         )
     compact = collate_compact(samples, window, longest)
-    out = to_model_inputs(compact, seq_length, control_tags, fold_case, soft_mask_weight)
+    rules = LabelRules(mask_degenerate_bases, uppercase_labels)
+    out = to_model_inputs(compact, seq_length, control_tags, fold_case, soft_mask_weight, rules)
     del out["seq_id"], out["rc"]  # the input's index says which sequence; nothing is flipped here
     out["sequence"] = torch.from_numpy(table.seq_index.copy())
     return out

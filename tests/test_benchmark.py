@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from benchmarks import run as bench
+from benchmarks.format_peers import FORMAT_PEERS
 from benchmarks.packing_peers import SEQUENCE_PEERS
 from benchmarks.peers import PEERS, make_peer
 from benchmarks.streaming_peers import LIBRARIES, unavailable
@@ -19,8 +21,9 @@ from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.prepare.windows import window_counts
 
 SEQ, STRIDE = 512, 480
-#: The peers that need no optional library nor the sequence layout (those have tests of their own).
-CORE_PEERS = [p for p in PEERS if p not in LIBRARIES and p not in SEQUENCE_PEERS]
+#: The peers that need no optional library nor the sequence layout and yield the default batch
+#: format (those have tests of their own).
+CORE_PEERS = [p for p in PEERS if p not in LIBRARIES and p not in SEQUENCE_PEERS and p not in FORMAT_PEERS]
 #: The streaming peers that serve the same windows as the others.
 WINDOW_LIBRARIES = ["litdata", "mosaic"]
 
@@ -667,6 +670,31 @@ def test_ours_windows_serves_the_windows_of_format_4(tmp_path, genome, workers):
     peer.prepare(1)
     got = windows_of(peer.batches(workers, rc_prob=0.0))
     assert not got - expected and sum((expected - got).values()) < 8  # an exact epoch, as ours
+
+
+@pytest.mark.parametrize(("name", "base"), [("ours_hf", "ours"), ("ours_packed_hf", "ours_packed")])
+def test_the_hf_peers_serve_their_peers_batches_in_the_hf_format(tmp_path, genome, name, base):
+    """The same pass as the peer they repeat, as ``model(**batch)`` of a transformers model takes it:
+    the same ids, and labels that are the default batch's, not shifted, -100 where not trained."""
+    hf, default = (make_peer(n, genome, tmp_path, SEQ, STRIDE, "end", 8) for n in (name, base))
+    for peer in (hf, default):
+        peer.prepare(1)
+    batches = 0
+    for h, d in zip(hf.batches(0), default.batches(0), strict=True):
+        assert torch.equal(h["input_ids"], d["tokens"])
+        want = torch.where(d["loss_mask"][:, :-1] > 0, d["labels"][:, :-1], -100)
+        assert torch.equal(h["labels"][:, 1:], want) and (h["labels"][:, 0] == -100).all()
+        batches += 1
+    assert batches > 10
+
+
+def test_target_hf_format_within_10_percent_of_the_default():
+    rows = {"ours": peer_row({"0": load_row(1000.0)}), "ours_hf": peer_row({"0": load_row(899.0)})}
+    got = found(results_of(rows))
+    name = "load: ours_hf (batch_format hf) >= 0.9x ours with 0 workers"
+    assert got[name][0] is False and "(899 vs 1,000 samples/s)" in got[name][1]
+    rows["ours_hf"] = peer_row({"0": load_row(900.0)})
+    assert found(results_of(rows))[name][0] is True
 
 
 @pytest.mark.slow

@@ -379,6 +379,16 @@ def test_load_batches_example(getting_started: tuple[Path, str], example: Any) -
 
 
 @pytest.mark.slow
+def test_hf_model_example(getting_started: tuple[Path, str], example: Any) -> None:
+    """examples/hf_model.py (the training page's transformers example): a Llama trained by
+    ``model(**batch)`` on ``batch_format="hf"`` batches learns the alphabet in 20 steps."""
+    data, _ = getting_started
+    out, _ = example("hf_model.py", str(data))
+    found = re.search(r"after 20 steps: train_loss ([\d.]+), val_loss ([\d.]+)", out)
+    assert found and float(found.group(1)) < 3.0 and float(found.group(2)) < 3.0, out
+
+
+@pytest.mark.slow
 def test_resume_example(getting_started: tuple[Path, str], example: Any) -> None:
     data, _ = getting_started
     out, _ = example("resume.py", str(data))
@@ -554,6 +564,8 @@ KEY_TABLES: dict[tuple[str, str, int], tuple[str | None, bool]] = {
     ("docs/guide/load.md", "Model inputs", 1): ("windows compact", True),
     ("docs/guide/packing.md", "Packing", 0): ("packed", True),
     ("docs/guide/packing.md", "Packing", 1): ("packed compact", True),
+    ("docs/guide/training.md", "Hugging Face transformers models", 0): ("windows hf", True),
+    ("docs/guide/training.md", "Hugging Face transformers models", 1): ("packed hf", True),
     ("docs/reference/format.md", "manifest.json", 0): (None, False),  # the manifest's keys
 }
 
@@ -598,6 +610,9 @@ def real_batches(lambda_datasets: dict[str, Path]) -> dict[str, set[str]]:
         compact = next(iter(dm.train_dataloader()))
         out[f"{kind} compact"] = set(compact)
         out[kind] = set(dm.model_inputs(compact))
+        hf = GenomicWebDataModule(str(root), micro_batch_size=4, batch_format="hf", **options)
+        hf.setup("fit")
+        out[f"{kind} hf"] = set(hf.model_inputs(next(iter(hf.train_dataloader()))))
         ds = GenomicDataset(str(root), "train", micro_batch_size=4, model_inputs=False, **options)
         out[f"{kind} dataset compact"] = set(next(iter(ds)))
     return out

@@ -115,6 +115,17 @@ class GenomicWebDataModule(L.LightningDataModule):
             of long ones, each its own document, so every base is read once per epoch (no `stride`).
         window_offset: "fixed" (a sequence's windows at 0, stride, 2 x stride, ...) or "random" (the
             grid shifted each epoch by an offset drawn from seed, epoch and sequence); sequence layout.
+        mask_degenerate_bases: keep labels that are not A/C/G/T (either case: N, R, Y, ...) out of the
+            loss (``loss_mask`` 0; -100 in ``hf`` labels), as Evo2's recipes do (default True).
+        uppercase_labels: give a soft-masked (lower-case) base's label as its upper-case id, for a model
+            that sees the case (``fold_case=False``); with fold_case=True the labels are upper case already.
+        min_real_fraction: a sample (a packed sample's document) whose bases are less than this
+            fraction A/C/G/T trains nothing (every label out of the loss) but keeps its place, so every
+            rank keeps its number of batches (0: none left out).
+        batch_format: "megatron" (default: ``tokens``, ``labels`` shifted by one, ``loss_mask``,
+            ``position_ids``) or "hf": ``input_ids``, ``attention_mask``, ``labels`` (not shifted; -100
+            where nothing is trained), ``position_ids`` and, packed, ``cu_seq_lens_q/k`` and
+            ``max_length_q/k``: what ``model(**batch)`` of a `transformers` causal LM takes.
     """
 
     def __init__(
@@ -155,6 +166,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         tail: str | None = None,
         pack: bool = False,
         window_offset: str = "fixed",
+        mask_degenerate_bases: bool = True,
+        uppercase_labels: bool = False,
+        min_real_fraction: float = 0.0,
+        batch_format: str = "megatron",
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -162,7 +177,17 @@ class GenomicWebDataModule(L.LightningDataModule):
         check_module_options(fasta, seq_length, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         self.entries = blend_entries(shards, datasets, blend)
-        self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
+        self.samples = SampleOptions(
+            rc_prob,
+            control_tags,
+            tag_dropout,
+            fold_case,
+            soft_mask_weight,
+            mask_degenerate_bases,
+            uppercase_labels,
+            min_real_fraction,
+            batch_format,
+        )
         check_cache_memory(cache_memory)
         self.cached_splits = cached_splits(cache_in_memory)
         self.opening = OpenOptions(
@@ -355,7 +380,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         return trainer.current_epoch if trainer is not None else None
 
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
-        """Compact batch -> tokens, labels, loss_mask, position_ids (for users iterating loaders)."""
+        """Compact batch -> model inputs in the module's `batch_format` (for users iterating loaders)."""
         assert self.seq_length is not None, "setup() first"
         return self.samples.model_inputs(compact, self.seq_length)
 

@@ -118,6 +118,15 @@ class GenomicDataset(IterableDataset):
         window_offset: ``"fixed"`` (windows at 0, stride, ...) or ``"random"`` (each sequence's grid
             shifted per epoch by an offset drawn from seed, epoch and sequence, within the room its tail
             leaves: a fresh cut every epoch with the same number of samples).
+        mask_degenerate_bases: ``loss_mask`` 0 where the label is not A/C/G/T of either case (N, R, Y,
+            ...), as Evo2's recipes train (`batch.labels`).
+        uppercase_labels: a soft-masked base's label is its upper-case id (with ``fold_case=False``).
+        min_real_fraction: a sample (a packed sample's document) with fewer than this fraction of
+            A/C/G/T bases has no label trained; it keeps its place in the batch (0: none left out).
+        batch_format: ``"megatron"`` (``tokens``, shifted ``labels``, ``loss_mask``, ``position_ids``)
+            or ``"hf"``: ``input_ids``, ``attention_mask``, ``labels`` (not shifted, -100 where not
+            trained), ``position_ids`` (packed: the flattened varlen keys), for ``model(**batch)`` of
+            a `transformers` causal LM (`batch.hf`).
     """
 
     def __init__(
@@ -153,10 +162,24 @@ class GenomicDataset(IterableDataset):
         tail: str | None = None,
         pack: bool = False,
         window_offset: str = "fixed",
+        mask_degenerate_bases: bool = True,
+        uppercase_labels: bool = False,
+        min_real_fraction: float = 0.0,
+        batch_format: str = "megatron",
     ):
         super().__init__()
         world = World.detect(None, dp_rank, dp_size)
-        samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight)
+        samples = SampleOptions(
+            rc_prob,
+            control_tags,
+            tag_dropout,
+            fold_case,
+            soft_mask_weight,
+            mask_degenerate_bases,
+            uppercase_labels,
+            min_real_fraction,
+            batch_format,
+        )
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)
@@ -313,7 +336,7 @@ class GenomicDataset(IterableDataset):
         return self.model_inputs(out) if self.emit_model_inputs else out
 
     def model_inputs(self, compact: dict[str, Any]) -> dict[str, Any]:
-        """Compact batch -> tokens, labels, loss_mask, position_ids (for ``model_inputs=False``)."""
+        """Compact batch -> model inputs in the dataset's `batch_format` (for ``model_inputs=False``)."""
         return self.samples.model_inputs(compact, self.seq_length)
 
     def provenance(self, batch: dict[str, Any]) -> list[Provenance]:

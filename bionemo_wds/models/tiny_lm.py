@@ -3,7 +3,8 @@
 Byte-level vocabulary (256), learned positions, a few pre-norm transformer blocks with causal
 attention, loss averaged over ``loss_mask`` (bases only). Takes the batches `to_model_inputs`
 makes: ``tokens``, ``labels``, ``loss_mask``, ``position_ids``; a packed batch (``pack=True``: several
-documents per sample, ``seq_lens`` present) is attended document by document.
+documents per sample, ``seq_lens`` present) is attended document by document. A batch of the ``hf``
+format (``batch_format="hf"``) is read as the same (`megatron_view`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,33 @@ import torch.nn.functional as F
 from torch import nn
 
 from bionemo_wds.errors import OptionError
+from bionemo_wds.load.batch.hf import IGNORE_INDEX
 from bionemo_wds.load.batch.packed import document_mask
+
+
+def megatron_view(batch: dict[str, Any]) -> dict[str, Any]:
+    """A batch of either format as ``tokens``, shifted ``labels``, ``loss_mask``, ``position_ids``
+    (and, packed, its document boundaries: `holds_documents`). An ``hf`` batch's labels are not shifted and
+    -100 where nothing is trained: shifted back, the -100 become the mask."""
+    if "input_ids" not in batch:
+        return batch
+    labels = torch.full_like(batch["labels"], IGNORE_INDEX)
+    labels[:, :-1] = batch["labels"][:, 1:]
+    trained = labels != IGNORE_INDEX
+    out = {
+        "tokens": batch["input_ids"],
+        "labels": labels.clamp(min=0),
+        "loss_mask": trained.float(),
+        "position_ids": batch["position_ids"],
+    }
+    if "cu_seq_lens_q" in batch:
+        out["cu_seq_lens_q"] = batch["cu_seq_lens_q"]
+    return out
+
+
+def holds_documents(batch: dict[str, Any]) -> bool:
+    """Whether a batch of either format holds packed samples (document boundaries present)."""
+    return "seq_lens" in batch or "cu_seq_lens_q" in batch
 
 
 class TinyDNALM(L.LightningModule):
@@ -78,30 +105,32 @@ class TinyDNALM(L.LightningModule):
         return self.head(self.norm(self.blocks(x, mask=mask, is_causal=True)))
 
     def _loss(self, batch: dict[str, Any]) -> torch.Tensor:
-        logits = self(batch["tokens"], batch["position_ids"], "seq_lens" in batch)
+        batch = megatron_view(batch)
+        logits = self(batch["tokens"], batch["position_ids"], holds_documents(batch))
         per_token = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), reduction="none")
         mask = batch["loss_mask"].flatten()
         return (per_token * mask).sum() / mask.sum().clamp(min=1)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
-        self.log("train_loss", loss, prog_bar=True, batch_size=batch["tokens"].shape[0])
+        self.log("train_loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
         return loss
 
     # dataloader_idx: a blend of datasets validates each in a loader of its own (Lightning logs
     # val_loss/dataloader_idx_N for each)
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         loss = self._loss(batch)
-        self.log("val_loss", loss, prog_bar=True, batch_size=batch["tokens"].shape[0])
+        self.log("val_loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
         return loss
 
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         loss = self._loss(batch)
-        self.log("test_loss", loss, batch_size=batch["tokens"].shape[0])
+        self.log("test_loss", loss, batch_size=len(batch["labels"]))
         return loss
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
-        logits = self(batch["tokens"], batch["position_ids"], "seq_lens" in batch)
+        batch = megatron_view(batch)
+        logits = self(batch["tokens"], batch["position_ids"], holds_documents(batch))
         return {"keys": batch.get("keys"), "next_token": logits.argmax(-1)}
 
     def configure_optimizers(self):
@@ -159,8 +188,9 @@ class Throughput(L.Callback):
             self.pause_start = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.samples += batch["tokens"].shape[0]
-        self.tokens += batch["tokens"].numel()
+        ids = batch["tokens"] if "tokens" in batch else batch["input_ids"]  # either batch format
+        self.samples += ids.shape[0]
+        self.tokens += ids.numel()
         self.points.append((self.clock(), self.samples, self.tokens))
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:

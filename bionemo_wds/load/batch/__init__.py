@@ -6,7 +6,10 @@
 - `compact`: writing rows of bases and tags into the compact batch's arrays;
 - `assemble`: the one assembly path, a planned batch's windows -> a compact batch;
 - `options`: the per-sample choices of a dataset (`SampleOptions`);
-- `model_inputs`: compact batch -> ``tokens``/``labels``/``loss_mask``/``position_ids``, on the device.
+- `model_inputs`: compact batch -> ``tokens``/``labels``/``loss_mask``/``position_ids``, on the device
+  (`packed`: the same for packed samples);
+- `labels`: which labels are trained (degenerate bases, upper-case labels, too few real bases);
+- `hf`: the batch format of Hugging Face `transformers` models (``batch_format="hf"``).
 """
 
 from bionemo_wds.load.batch.assemble import PlannedRows, assemble

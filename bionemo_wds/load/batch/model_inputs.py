@@ -17,6 +17,8 @@ from webdataset.filters import pipelinefilter
 
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 from bionemo_wds.errors import OptionError
+from bionemo_wds.load.batch.hf import IGNORE_INDEX, check_batch_format, finish
+from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, LabelRules, degenerate_bases
 
 #: The smallest lower-case letter: a base id at or above it is soft-masked.
 LOWER_A = ord("a")
@@ -97,6 +99,8 @@ def to_model_inputs(
     control_tags: bool = True,
     fold_case: bool = True,
     soft_mask_weight: float | None = None,
+    rules: LabelRules = DEFAULT_RULES,
+    batch_format: str = "megatron",
 ) -> dict[str, Any]:
     """Compact batch -> Eden's layout, on whatever device the batch is on.
 
@@ -109,13 +113,19 @@ def to_model_inputs(
     Soft-masked (lower-case) bases: `fold_case` gives the model their upper-case ids (tags are never
     folded); with a `soft_mask_weight` w the loss mask is w where the label is a lower-case base
     (Evo2's ``lowercase_loss_reweighting``), 1 for other bases, 0 for specials, tags and padding.
+    `rules` (`labels.LabelRules`) take degenerate bases out of the loss (by default), upper-case
+    labels, or leave out windows of too few real bases. ``batch_format="hf"``: the same layout as a
+    `transformers` model takes it (`hf`: ``input_ids``, ``attention_mask``, ``labels`` not shifted,
+    ``position_ids``; nothing passes through).
     """
     check_soft_mask_weight(soft_mask_weight)
+    check_batch_format(batch_format, soft_mask_weight)
     bases = batch["bases"]
     on_cpu = isinstance(bases, np.ndarray) or bases.device.type == "cpu"
     build = model_inputs_cpu if on_cpu else model_inputs_gather
-    out = build(batch, seq_length, control_tags, fold_case, soft_mask_weight)
-    for passthrough in ("keys", "seq_id", "start", "rc", "lengths", "dataset"):
+    hf = batch_format == "hf"
+    out = build(batch, seq_length, control_tags, fold_case, soft_mask_weight, rules, hf)
+    for passthrough in () if hf else ("keys", "seq_id", "start", "rc", "lengths", "dataset"):
         if passthrough in batch:
             value = batch[passthrough]
             if isinstance(value, np.ndarray):
@@ -161,15 +171,97 @@ def model_inputs_cpu(
     control_tags: bool,
     fold_case: bool = True,
     soft_mask_weight: float | None = None,
+    rules: LabelRules = DEFAULT_RULES,
+    hf: bool = False,
 ) -> dict[str, Any]:
     """numpy slices over the whole batch, the fastest form on a CPU.
 
     When every row has the same tag length (always so without tags) the rows differ only in where
     EOS goes: tokens and labels are each written from the uint8 bases by a few whole-batch slice
     copies (`write_layout`; labels are not copied from the int64 tokens, which costs more memory
-    traffic), EOS placed with one fancy index. Otherwise a loop per row. On a CPU the gather/where
-    form below is several times slower (a dozen full-size torch kernels).
+    traffic), EOS placed with one fancy index, and the label rules and the ``hf`` format applied on
+    the way (`uniform_layout`). Otherwise a loop per row, the rules and the format applied after it
+    (`labels.LabelRules.apply`, `hf.from_megatron`), as they are for a fraction of real bases per
+    sample. On a CPU the gather/where form below is several times slower (a dozen full-size torch
+    kernels).
     """
+    lengths, tlen = _np(batch["lengths"]).astype(np.int64), _np(batch["tag_lengths"]).astype(np.int64)
+    if not control_tags:
+        tlen = np.zeros_like(lengths)
+    if len(lengths) and (tlen == tlen[0]).all():
+        if not rules.min_real_fraction:
+            return uniform_layout(batch, seq_length, control_tags, fold_case, soft_mask_weight, rules, hf)
+        out = uniform_layout(batch, seq_length, control_tags, fold_case, soft_mask_weight, NO_RULES, False)
+    else:
+        out = rowwise_layout(batch, seq_length, control_tags, fold_case, soft_mask_weight)
+    return finish(out, rules, hf, packed=False)
+
+
+def uniform_layout(
+    batch: dict[str, Any],
+    seq_length: int,
+    control_tags: bool,
+    fold_case: bool,
+    soft_mask_weight: float | None,
+    rules: LabelRules,
+    hf: bool,
+) -> dict[str, Any]:
+    """`model_inputs_cpu` of a batch whose rows all have one tag length (and no fraction of real
+    bases to check): every label rule but that one, and either format, by whole-batch slices."""
+    raw, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
+    tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
+    t = int(tlen[0]) if control_tags else 0
+    lower = soft_masked(raw) if (fold_case or soft_mask_weight is not None or rules.uppercase_labels) else None
+    bases = UPPER_IDS[raw] if lower is not None and fold_case else raw
+    # the labels' bases: upper case when asked (the model's ids keep their case)
+    label_bases = UPPER_IDS[raw] if lower is not None and rules.uppercase_labels and not fold_case else bases
+    degenerate = degenerate_bases(raw) if rules.mask_degenerate_bases else None
+    n = len(lengths)
+    p = int(_layout(lengths, np.full_like(lengths, t), seq_length, control_tags)[0])
+    tokens = np.empty((n, seq_length), dtype=np.int64)
+    write_layout(tokens, 0, bases, tags[:, :t], p, lengths, control_tags)
+    if hf:  # labels not shifted: a base where its column is a base, -100 elsewhere
+        labels = np.empty_like(tokens)
+        write_hf_labels(labels, label_bases, p, lengths)
+        region = labels[:, p : min(p + raw.shape[1], seq_length)]
+        for dropped in (degenerate, lower if soft_mask_weight == 0 else None):
+            if dropped is not None:
+                region[dropped[:, : region.shape[1]]] = IGNORE_INDEX  # padding is never either
+        return {
+            "input_ids": torch.from_numpy(tokens),
+            "attention_mask": attention_mask(p + lengths + 1, seq_length),
+            "labels": torch.from_numpy(labels),
+            "position_ids": position_ids(seq_length).expand(n, seq_length),
+        }
+    # tokens, then labels (the tokens shifted left by one, PAD last) written from the uint8 bases
+    # the same way: half the cost of copying the int64 tokens over
+    labels = np.empty_like(tokens)
+    write_layout(labels, 1, label_bases, tags[:, :t], p, lengths, control_tags)
+    # the mask by row slices on zeroed memory: half the cost of a (columns < stop) comparison
+    loss_mask = np.zeros((n, seq_length), dtype=np.float32)
+    if (lengths == lengths[0]).all():  # the usual batch: full windows only
+        loss_mask[:, p - 1 : p - 1 + int(lengths[0])] = 1.0
+    else:
+        for i, m in enumerate(lengths.tolist()):
+            loss_mask[i, p - 1 : p - 1 + m] = 1.0
+    # the label of column c is base c + 1 - p: the base columns shifted left by one
+    weights = loss_mask[:, p - 1 : min(p - 1 + raw.shape[1], seq_length)]
+    if lower is not None and soft_mask_weight is not None:
+        weights[lower[:, : weights.shape[1]]] = soft_mask_weight  # padding is never lower-case
+    if degenerate is not None:
+        weights[degenerate[:, : weights.shape[1]]] = 0.0
+    return {
+        "tokens": torch.from_numpy(tokens),
+        "labels": torch.from_numpy(labels),
+        "loss_mask": torch.from_numpy(loss_mask),
+        "position_ids": position_ids(seq_length).expand(n, seq_length),
+    }
+
+
+def rowwise_layout(
+    batch: dict[str, Any], seq_length: int, control_tags: bool, fold_case: bool, soft_mask_weight: float | None
+) -> dict[str, Any]:
+    """`model_inputs_cpu` of a batch whose rows differ in tag length: a loop per row, no label rules."""
     bases, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
     tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
     lower = soft_masked(bases) if (fold_case or soft_mask_weight is not None) else None
@@ -180,46 +272,54 @@ def model_inputs_cpu(
     n = len(lengths)
     prefix = _layout(lengths, tlen, seq_length, control_tags)
     tokens = np.empty((n, seq_length), dtype=np.int64)
-    # the mask by row slices on zeroed memory: half the cost of a (columns < stop) comparison
     loss_mask = np.zeros((n, seq_length), dtype=np.float32)
-    if n and (tlen == tlen[0]).all():
-        p = int(prefix[0])
-        # tokens, then labels (the tokens shifted left by one, PAD last) written from the uint8 bases
-        # the same way: half the cost of copying the int64 tokens over
-        labels = np.empty_like(tokens)
-        for out, shift in ((tokens, 0), (labels, 1)):
-            write_layout(out, shift, bases, tags[:, : int(tlen[0])], p, lengths, control_tags)
-        if (lengths == lengths[0]).all():  # the usual batch: full windows only
-            loss_mask[:, p - 1 : p - 1 + int(lengths[0])] = 1.0
-        else:
-            for i, m in enumerate(lengths.tolist()):
-                loss_mask[i, p - 1 : p - 1 + m] = 1.0
+    tokens[:, 0] = BOS_ID
+    for i in range(n):
+        p, m, t = int(prefix[i]), int(lengths[i]), int(tlen[i])
+        if control_tags:
+            tokens[i, 1 : 1 + t] = tags[i, :t]
+            tokens[i, 1 + t] = SEP_ID
+        tokens[i, p : p + m] = bases[i, :m]
+        tokens[i, p + m] = EOS_ID
+        tokens[i, p + m + 1 :] = PAD_ID
+        loss_mask[i, p - 1 : p - 1 + m] = 1.0
         if lower is not None and soft_mask_weight is not None:
-            # the label of column c is base c + 1 - p: the base columns shifted left by one
-            region = loss_mask[:, p - 1 : min(p - 1 + bases.shape[1], seq_length)]
-            region[lower[:, : region.shape[1]]] = soft_mask_weight  # padding is never lower-case
-    else:
-        tokens[:, 0] = BOS_ID
-        for i in range(n):
-            p, m, t = int(prefix[i]), int(lengths[i]), int(tlen[i])
-            if control_tags:
-                tokens[i, 1 : 1 + t] = tags[i, :t]
-                tokens[i, 1 + t] = SEP_ID
-            tokens[i, p : p + m] = bases[i, :m]
-            tokens[i, p + m] = EOS_ID
-            tokens[i, p + m + 1 :] = PAD_ID
-            loss_mask[i, p - 1 : p - 1 + m] = 1.0
-            if lower is not None and soft_mask_weight is not None:
-                loss_mask[i, p - 1 : p - 1 + m][lower[i, :m]] = soft_mask_weight
-        labels = np.empty_like(tokens)
-        labels[:, :-1] = tokens[:, 1:]
-        labels[:, -1] = PAD_ID
+            loss_mask[i, p - 1 : p - 1 + m][lower[i, :m]] = soft_mask_weight
+    labels = np.empty_like(tokens)
+    labels[:, :-1] = tokens[:, 1:]
+    labels[:, -1] = PAD_ID
     return {
         "tokens": torch.from_numpy(tokens),
         "labels": torch.from_numpy(labels),
         "loss_mask": torch.from_numpy(loss_mask),
         "position_ids": position_ids(seq_length).expand(n, seq_length),
     }
+
+
+def write_hf_labels(out: np.ndarray, bases: np.ndarray, p: int, lengths: np.ndarray) -> None:
+    """The ``hf`` labels of rows whose bases all start at column `p`: the bases, -100 everywhere
+    else (BOS, tag, SEP, EOS, padding)."""
+    width = min(bases.shape[1], out.shape[1] - p)
+    out[:, :p] = IGNORE_INDEX
+    out[:, p : p + width] = bases[:, :width]
+    out[:, p + width :] = IGNORE_INDEX
+    if not (lengths == width).all():  # rows shorter than the window carry PAD after their bases
+        out[:, p : p + width][np.arange(width) >= lengths[:, None]] = IGNORE_INDEX
+
+
+#: One attention-mask row by (seq_length, end): the usual batch's rows all end alike.
+_ATTENTION_ROWS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def attention_mask(ends: np.ndarray, seq_length: int) -> torch.Tensor:
+    """int64 rows of 1 before each row's end (after its EOS), 0 after: when all rows end alike (the
+    usual batch), an expanded view of one row made once per (seq_length, end), as `position_ids`."""
+    if (ends == ends[0]).all():
+        key = (seq_length, int(ends[0]))
+        if key not in _ATTENTION_ROWS:
+            _ATTENTION_ROWS[key] = torch.from_numpy((np.arange(seq_length) < key[1]).astype(np.int64))
+        return _ATTENTION_ROWS[key].expand(len(ends), seq_length)
+    return torch.from_numpy((np.arange(seq_length) < ends[:, None]).astype(np.int64))
 
 
 def write_layout(
@@ -264,8 +364,11 @@ def model_inputs_gather(
     control_tags: bool,
     fold_case: bool = True,
     soft_mask_weight: float | None = None,
+    rules: LabelRules = DEFAULT_RULES,
+    hf: bool = False,
 ) -> dict[str, Any]:
-    """Whole-batch tensor ops (gather/where): no per-row work, which is what an accelerator wants."""
+    """Whole-batch tensor ops (gather/where): no per-row work, which is what an accelerator wants;
+    the label rules and the format applied after the layout (`hf.finish`)."""
     bases, lengths = batch["bases"], batch["lengths"].long()
     lower = bases >= LOWER_A
     if fold_case:
@@ -300,7 +403,8 @@ def model_inputs_gather(
         label_is_lower = torch.zeros_like(is_lower)
         label_is_lower[:, :-1] = is_lower[:, 1:]
         loss_mask = torch.where(label_is_lower, torch.full_like(loss_mask, soft_mask_weight), loss_mask)
-    return {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "position_ids": col}
+    out = {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "position_ids": col}
+    return finish(out, rules, hf, packed=False)
 
 
 to_tensors = pipelinefilter(_to_tensors)

@@ -1,14 +1,16 @@
-"""How a window becomes a sample: strand, control tag, case and loss weights, in one place.
+"""How a window becomes a sample: strand, control tag, case, loss weights and batch format, in one place.
 
 `SampleOptions` holds the per-sample choices of a `GenomicDataset` and builds both halves of a
 batch from them: `assemble_stage` makes compact batches in the loader workers (reverse complement,
 tag dropout: seeded by seed, pass and window key) and `model_inputs` expands a compact batch where
-it is used (case folding, soft-mask weights).
+it is used (case folding, soft-mask weights, the label rules of `labels`, and the ``hf`` format of
+`hf`, all laid out by the builders of `model_inputs` and `packed`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -16,6 +18,8 @@ import torch
 from bionemo_wds.errors import OptionError
 from bionemo_wds.format.manifest import Manifest, stored_case
 from bionemo_wds.load.batch.assemble import assemble
+from bionemo_wds.load.batch.hf import check_batch_format
+from bionemo_wds.load.batch.labels import LabelRules
 from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
 from bionemo_wds.load.batch.schema import BatchSchema
@@ -31,6 +35,10 @@ class SampleOptions:
     tag_dropout: float = 0.0
     fold_case: bool = True
     soft_mask_weight: float | None = None
+    mask_degenerate_bases: bool = True
+    uppercase_labels: bool = False
+    min_real_fraction: float = 0.0
+    batch_format: str = "megatron"
 
     def __post_init__(self) -> None:
         if not 0 <= self.rc_prob <= 1:
@@ -38,6 +46,13 @@ class SampleOptions:
         if not 0 <= self.tag_dropout <= 1:
             raise OptionError(f"tag_dropout must be in [0, 1], got {self.tag_dropout}")
         check_soft_mask_weight(self.soft_mask_weight)
+        check_batch_format(self.batch_format, self.soft_mask_weight)
+        _ = self.label_rules  # checked now
+
+    @cached_property
+    def label_rules(self) -> LabelRules:
+        """Which labels are trained (`labels.LabelRules`)."""
+        return LabelRules(self.mask_degenerate_bases, self.uppercase_labels, self.min_real_fraction)
 
     def unused(self, manifest: Manifest) -> list[str]:
         """The options that can have no effect on the dataset of `manifest`, and why (to warn about)."""
@@ -50,6 +65,11 @@ class SampleOptions:
         if self.tag_dropout > 0 and (not self.control_tags or not manifest.params.max_tag_bytes):
             why = "control_tags is False" if not self.control_tags else "the dataset has no control tags"
             problems.append(f"tag_dropout={self.tag_dropout} has no effect: {why}")
+        if self.uppercase_labels and self.fold_case:
+            problems.append(
+                "uppercase_labels=True has no effect: fold_case=True gives the model upper-case ids, and the "
+                "labels are those ids (give fold_case=False for a model that sees the case)"
+            )
         return problems
 
     def assemble_stage(self, schema: BatchSchema | PackedSchema, seed: int, epoch: EpochState, train: bool) -> Any:
@@ -60,12 +80,15 @@ class SampleOptions:
 
     def model_inputs(self, compact: dict[str, Any], seq_length: int) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (and a packed batch's document
-        boundaries: `packed.packed_model_inputs`)."""
+        boundaries: `packed.packed_model_inputs`), the label rules applied; with
+        ``batch_format="hf"``, the batch a `transformers` model takes (`hf`)."""
+        rules, fmt = self.label_rules, self.batch_format
         if "doc_tokens" in compact:
-            out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight)
-            for passthrough in ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
+            out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight, rules, fmt)
+            for passthrough in () if fmt == "hf" else ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
                 if passthrough in compact:
                     value = compact[passthrough]
                     out[passthrough] = SampleNames(value) if isinstance(value, list) else torch.as_tensor(value)
             return out
-        return to_model_inputs(compact, seq_length, self.control_tags, self.fold_case, self.soft_mask_weight)
+        case = (self.fold_case, self.soft_mask_weight)
+        return to_model_inputs(compact, seq_length, self.control_tags, *case, rules, fmt)

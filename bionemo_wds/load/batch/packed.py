@@ -17,6 +17,10 @@ before its first base; `packed_model_inputs` expands it on whatever device it is
   whole batch that flash-attention's varlen functions and Transformer Engine's THD layout take;
   `document_mask` the dense causal block-diagonal mask for attention that takes a mask.
 
+The label rules (`labels`: degenerate bases out of the loss, ...) apply to both forms, and with
+``batch_format="hf"`` the batch is the one a `transformers` model takes (`hf`): ``input_ids``,
+``labels`` not shifted, ``position_ids`` and the flattened varlen keys (`varlen_keys`).
+
 Beside them both forms carry what the rows hold (`PACKED_FIELDS`): ``keys`` (every document's,
 joined by ``;``), ``doc_rc`` (each document's strand), ``lengths`` (the row's bases, all its
 documents together, as a window row's ``lengths`` counts its bases), ``dataset``, and ``seq_id``,
@@ -34,6 +38,8 @@ import torch
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.load.batch.compact import Part, part_length, put_bases
+from bionemo_wds.load.batch.hf import IGNORE_INDEX, check_batch_format, finish
+from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, LabelRules, degenerate_in_documents
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
 from bionemo_wds.load.batch.schema import Field, slot_nbytes
 
@@ -151,16 +157,46 @@ def document_columns(doc_tokens: torch.Tensor, seq_length: int) -> tuple[torch.T
 
 
 def packed_model_inputs(
-    batch: dict[str, Any], fold_case: bool = True, soft_mask_weight: float | None = None
+    batch: dict[str, Any],
+    fold_case: bool = True,
+    soft_mask_weight: float | None = None,
+    rules: LabelRules = DEFAULT_RULES,
+    batch_format: str = "megatron",
 ) -> dict[str, Any]:
     """Compact packed batch -> ``tokens``, ``labels``, ``loss_mask``, ``position_ids``, ``seq_lens``,
-    ``cu_seqlens`` (module docstring), on the device the batch is on: numpy slices per document on a
-    CPU (`packed_inputs_cpu`), whole-batch tensor ops elsewhere (`packed_inputs_gather`)."""
+    ``cu_seqlens`` (module docstring), with the label `rules` (`labels.LabelRules`), on the device the
+    batch is on: numpy slices per document on a CPU (`packed_inputs_cpu`), whole-batch tensor ops
+    elsewhere (`packed_inputs_gather`). ``batch_format="hf"``: ``input_ids``, ``labels`` (not shifted),
+    ``position_ids`` and the flattened varlen keys (`hf`, `varlen_keys`)."""
     check_soft_mask_weight(soft_mask_weight)
+    check_batch_format(batch_format, soft_mask_weight)
+    hf = batch_format == "hf"
     tokens = batch["tokens"]
-    if isinstance(tokens, np.ndarray) or tokens.device.type == "cpu":
-        return packed_inputs_cpu(batch, fold_case, soft_mask_weight)
-    return packed_inputs_gather(batch, fold_case, soft_mask_weight)
+    on_cpu = isinstance(tokens, np.ndarray) or tokens.device.type == "cpu"
+    if on_cpu and not rules.min_real_fraction:
+        out = packed_inputs_cpu(batch, fold_case, soft_mask_weight, rules, hf)
+    else:  # a fraction of real bases per document, or an accelerator: the rules after the layout
+        if on_cpu:
+            laid = packed_inputs_cpu(batch, fold_case, soft_mask_weight, NO_RULES)
+        else:
+            laid = packed_inputs_gather(batch, fold_case, soft_mask_weight)
+        out = finish(laid, rules, hf, packed=True)
+    return out | varlen_keys(out, batch) if hf else out
+
+
+def varlen_keys(inputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, Any]:
+    """The ``hf`` batch's flattened variable-length keys (`hf`): ``cu_seq_lens_q/k`` and
+    ``max_length_q/k`` over the flattened batch (`flat_cu_seqlens` of the documents' token counts),
+    and ``use_cache=False``."""
+    sizes = torch.as_tensor(batch["doc_tokens"]).to(inputs["input_ids"].device)
+    cu, longest = flat_cu_seqlens({"seq_lens": sizes, "tokens": inputs["input_ids"]})
+    return {
+        "cu_seq_lens_q": cu,
+        "cu_seq_lens_k": cu,
+        "max_length_q": longest,
+        "max_length_k": longest,
+        "use_cache": False,
+    }
 
 
 def boundaries(doc_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -172,11 +208,18 @@ def boundaries(doc_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"seq_lens": seq_lens, "cu_seqlens": torch.where(present, cu, torch.full_like(cu, CU_SEQLENS_PAD))}
 
 
-def packed_inputs_cpu(batch: dict[str, Any], fold_case: bool, soft_mask_weight: float | None) -> dict[str, Any]:
+def packed_inputs_cpu(
+    batch: dict[str, Any],
+    fold_case: bool,
+    soft_mask_weight: float | None,
+    rules: LabelRules = DEFAULT_RULES,
+    hf: bool = False,
+) -> dict[str, Any]:
     """Whole-batch numpy, no loop over documents: every column's place (in a document's bases or not,
     its position) is expanded from a few numbers per document by `np.repeat`; labels are the tokens
-    shifted by one with PAD written at each EOS and over the padding. On a CPU several times faster
-    than the tensor form below."""
+    shifted by one with PAD written at each EOS and over the padding (``hf``: the tokens where they
+    are bases, -100 elsewhere). On a CPU several times faster than the tensor form below. Every
+    label rule but a fraction of real bases per document (`labels.LabelRules.apply`, after)."""
     raw = np.asarray(batch["tokens"])
     sizes = np.asarray(batch["doc_tokens"]).astype(np.int64)
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
@@ -188,13 +231,31 @@ def packed_inputs_cpu(batch: dict[str, Any], fold_case: bool, soft_mask_weight: 
     # per row: (document: BOS/tag/SEP False, bases True, EOS False) ..., padding False
     is_base = segments(np.stack([prefix * present, np.maximum(inner - prefix, 0), present], axis=2), pad, n, seq_length)
     tokens = raw.astype(np.int64)
-    lower = is_base & (raw >= LOWER_A) if fold_case or soft_mask_weight is not None else None
+    cased = fold_case or soft_mask_weight is not None or rules.uppercase_labels
+    lower = is_base & (raw >= LOWER_A) if cased else None
     if lower is not None and fold_case and lower.any():
         tokens[lower] -= CASE_OFFSET
+    # the labels' ids: upper case when asked (the model's keep their case)
+    label_ids = tokens
+    if lower is not None and rules.uppercase_labels and not fold_case and lower.any():
+        label_ids = np.where(lower, tokens - CASE_OFFSET, tokens)
+    dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
+    if rules.mask_degenerate_bases:
+        dropped = degenerate_in_documents(raw, is_base)
+    # position ids: the column minus where its document (or the padding after them) began
+    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
+    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
+    began = np.repeat(starts.ravel(), np.concatenate([sizes, pad], axis=1).ravel())
+    positions = torch.from_numpy((np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length))
+    if hf:
+        labels = np.where(is_base, label_ids, IGNORE_INDEX)
+        for out in (dropped, lower if soft_mask_weight == 0 else None):
+            if out is not None:
+                labels[out] = IGNORE_INDEX
+        return {"input_ids": torch.from_numpy(tokens), "labels": torch.from_numpy(labels), "position_ids": positions}
     # labels: the next token, then PAD at every EOS (no label crosses a document) and in the padding
     labels = np.empty_like(tokens)
-    labels.ravel()[:-1] = tokens.ravel()[1:]
-    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
+    labels.ravel()[:-1] = label_ids.ravel()[1:]
     labels.ravel()[(ends - 1 + row_at)[sizes > 0]] = PAD_ID
     labels[:, -1] = PAD_ID
     for i, used in enumerate(ends[:, -1].tolist()):
@@ -203,15 +264,13 @@ def packed_inputs_cpu(batch: dict[str, Any], fold_case: bool, soft_mask_weight: 
     loss_mask[:, :-1] = is_base[:, 1:]  # where the label is a base
     if lower is not None and soft_mask_weight is not None:
         loss_mask[:, :-1][lower[:, 1:]] = soft_mask_weight
-    # position ids: the column minus where its document (or the padding after them) began
-    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
-    began = np.repeat(starts.ravel(), np.concatenate([sizes, pad], axis=1).ravel())
-    positions = (np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length)
+    if dropped is not None:
+        loss_mask[:, :-1][dropped[:, 1:]] = 0.0
     return {
         "tokens": torch.from_numpy(tokens),
         "labels": torch.from_numpy(labels),
         "loss_mask": torch.from_numpy(loss_mask),
-        "position_ids": torch.from_numpy(positions),
+        "position_ids": positions,
         **boundaries(torch.as_tensor(sizes)),
     }
 
