@@ -389,8 +389,8 @@ def make_peer(name: str, *args, **kwargs) -> Peer:
     from benchmarks.packing_peers import LitDataPacked, OursPacked, OursWindows
     from benchmarks.streaming_peers import LitData, Mosaic  # optional libraries: see there
 
-    kinds = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, OursHF, OursPackedHF, LitData)
-    kinds += (LitDataPacked, Mosaic)
+    kinds: tuple[type[Peer], ...] = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, OursHF)
+    kinds += (OursPackedHF, LitData, LitDataPacked, Mosaic)
     classes = {cls.name: cls for cls in kinds}
     if name not in classes:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
