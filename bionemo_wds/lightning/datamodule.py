@@ -1,15 +1,12 @@
 """`GenomicWebDataModule`: prepared genome shards (or FASTA) to model-ready batches in Lightning.
 
 A thin `LightningDataModule` over `load.dataset.GenomicDataset`: per split it builds the dataset
-(one per evaluated dataset for val and test, so a blend's per-dataset loss is visible as
-Lightning's multiple dataloaders), hands each to `split_loaders.SplitLoaders` for loaders, and
-adds what only Lightning knows: the Trainer's data-parallel rank and size (`World.detect`), its
-epoch, the batches a training step consumed (``on_after_batch_transfer``), and the checkpoint
-state wired to the train loader. Loaders yield compact uint8 batches; ``on_after_batch_transfer``
-expands them with `to_model_inputs` on the device (users who iterate a loader themselves call
-`model_inputs(batch)`). Given ``fasta=[...]``, `prepare_data` runs the preparer once (under the
-output's file lock, which `prepare` takes, so nodes sharing a filesystem do not race) and reuses a
-complete output.
+(one per evaluated dataset for val and test: a blend's per-dataset loss as Lightning's multiple
+dataloaders), hands each to `split_loaders.SplitLoaders`, and adds what only Lightning knows: the
+Trainer's rank and size (`World.detect`), its epoch, the batches a training step consumed
+(``on_after_batch_transfer``, which also expands the compact uint8 batches into model inputs on the
+device; users iterating a loader call `model_inputs(batch)`), and the checkpoint state. Given
+``fasta=[...]``, `prepare_data` runs the preparer once (under the output's lock) and reuses it.
 """
 
 from __future__ import annotations
@@ -117,11 +114,9 @@ class GenomicWebDataModule(L.LightningDataModule):
             grid shifted each epoch by an offset drawn from seed, epoch and sequence); sequence layout.
         mask_degenerate_bases: keep labels that are not A/C/G/T (either case: N, R, Y, ...) out of the
             loss (``loss_mask`` 0; -100 in ``hf`` labels), as Evo2's recipes do (default True).
-        uppercase_labels: give a soft-masked (lower-case) base's label as its upper-case id, for a model
-            that sees the case (``fold_case=False``); with fold_case=True the labels are upper case already.
-        min_real_fraction: a sample (a packed sample's document) whose bases are less than this
-            fraction A/C/G/T trains nothing (every label out of the loss) but keeps its place, so every
-            rank keeps its number of batches (0: none left out).
+        uppercase_labels: a soft-masked base's label is its upper-case id (for ``fold_case=False``).
+        min_real_fraction: a sample (packed: a document) less than this fraction A/C/G/T trains
+            nothing but keeps its place, so every rank keeps its batch count (0: none left out).
         batch_format: "megatron" (default: ``tokens``, ``labels`` shifted by one, ``loss_mask``,
             ``position_ids``) or "hf": ``input_ids``, ``attention_mask``, ``labels`` (not shifted; -100
             where nothing is trained), ``position_ids`` and, packed, ``cu_seq_lens_q/k`` and
@@ -177,17 +172,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         check_module_options(fasta, seq_length, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         self.entries = blend_entries(shards, datasets, blend)
-        self.samples = SampleOptions(
-            rc_prob,
-            control_tags,
-            tag_dropout,
-            fold_case,
-            soft_mask_weight,
-            mask_degenerate_bases,
-            uppercase_labels,
-            min_real_fraction,
-            batch_format,
-        )
+        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format)
+        self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, *labels)
         check_cache_memory(cache_memory)
         self.cached_splits = cached_splits(cache_in_memory)
         self.opening = OpenOptions(
@@ -224,15 +210,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         splits = check_stage(stage)
         if self.sources is None:  # once; later stages reuse what was built so far
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
-            self.sources = Sources(
-                self.entries,
-                self.samples_per_epoch,
-                self.seed,
-                self.opening,
-                self.world.rank,
-                self.samples.unused,
-                self.cutting,
-            )
+            opened = (self.opening, self.world.rank, self.samples.unused, self.cutting)
+            self.sources = Sources(self.entries, self.samples_per_epoch, self.seed, *opened)
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size
         for split in REQUIRED_SPLITS[stage]:
             lacking = self.sources.lacking(split)
@@ -285,8 +264,6 @@ class GenomicWebDataModule(L.LightningDataModule):
             )
             for dataset in datasets
         ]
-
-    # -- what was opened --------------------------------------------------------------------------
 
     @property
     def manifest(self) -> Any:
@@ -388,8 +365,6 @@ class GenomicWebDataModule(L.LightningDataModule):
         """`GenomicDataset.provenance` of a `batch` of `split` (val/test: of its `loader`-th dataset)."""
         return self.datasets[as_split(split)][loader].provenance(batch)
 
-    # -- counters ---------------------------------------------------------------------------------
-
     @property
     def quotas(self) -> np.ndarray | None:
         """Windows of each train dataset per epoch (None before the train split is set up)."""
@@ -407,8 +382,7 @@ class GenomicWebDataModule(L.LightningDataModule):
 
     @property
     def storage_stats(self) -> dict[str, int]:
-        """What the storage layer did so far, over all loader workers: bytes fetched, requests,
-        cache hits and misses, retries, shards skipped (all zero for a local dataset)."""
+        """Storage counters so far, over all loader workers (bytes, requests, cache, retries, skips)."""
         if self.sources is None:
             return dict.fromkeys(STORAGE_FIELDS, 0)
         return self.sources.storage_stats()

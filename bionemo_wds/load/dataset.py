@@ -169,17 +169,8 @@ class GenomicDataset(IterableDataset):
     ):
         super().__init__()
         world = World.detect(None, dp_rank, dp_size)
-        samples = SampleOptions(
-            rc_prob,
-            control_tags,
-            tag_dropout,
-            fold_case,
-            soft_mask_weight,
-            mask_degenerate_bases,
-            uppercase_labels,
-            min_real_fraction,
-            batch_format,
-        )
+        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format)
+        samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, *labels)
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)
