@@ -263,3 +263,18 @@ def refused(result: subprocess.CompletedProcess, *says: str) -> None:
     """A refused run (`main_here` or a subprocess): exit 2 and one line on stderr holding each of `says`."""
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and all(s in lines[0] for s in says), result.stderr
+
+
+@pytest.fixture(scope="session")
+def zygote(tmp_path_factory):
+    """The server that forks script runs after importing torch, Lightning and our data module once
+    (`forked_runs`), one per test process: ``tests/`` and the repository on the runs' path, output
+    unbuffered, one thread per run for torch's operators (the runs share the machine's cores)."""
+    from forked_runs import Zygote
+
+    tests = Path(__file__).parent
+    path = os.pathsep.join(filter(None, [str(tests), str(tests.parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    server = Zygote(tmp_path_factory.mktemp("zygote") / "server.log", env)
+    yield server
+    server.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KLEBSIELLA, LAMBDA
+from forked_runs import ForkedRun, Zygote
 
 from bionemo_wds.format import read_manifest
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
@@ -42,7 +42,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=["iterate", "group", "ddp_fit", "fit", "serve"])
+p.add_argument("mode", choices=["iterate", "group", "ddp_fit", "fit"])
 p.add_argument("--root", required=True)
 p.add_argument("--out", required=True)
 p.add_argument("--seed", type=int, default=0)
@@ -195,41 +195,7 @@ def group():
     sys.exit(1 if any(codes) else 0)
 
 
-def serve():
-    # `fit` runs, each in a process forked from this one once its imports are done (a fresh
-    # interpreter per fit imported Lightning again), in a session of its own. A request line of JSON
-    # {"argv": [...], "log": PATH} is answered {"pid": PID}; {"wait": PID} waits for that fit and is
-    # answered {"code": its exit code} (-9: killed)
-    global args
-    for line in sys.stdin:
-        request = json.loads(line)
-        if "wait" in request:
-            _, status = os.waitpid(request["wait"], 0)
-            print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
-            continue
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.setsid()
-                log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-                args = p.parse_args(request["argv"])
-                fit()
-                code = 0
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        print(json.dumps({"pid": pid}), flush=True)
-
-
-{"iterate": iterate, "group": group, "ddp_fit": ddp_fit, "fit": fit, "serve": serve}[args.mode]()
+{"iterate": iterate, "group": group, "ddp_fit": ddp_fit, "fit": fit}[args.mode]()
 """
 
 
@@ -266,14 +232,14 @@ def script(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def group(script, dataset, tmp_path_factory):
+def group(script, dataset, tmp_path_factory, zygote):
     """Runs a gloo group iterating the loaders (`iterate`), once per layout for the whole module."""
     runs: dict[tuple, list[dict]] = {}
 
     def run(world: int, workers: int, micro: int = 8, dp_size: int | None = None) -> list[dict]:
         layout = (world, workers, micro, dp_size)
         if layout not in runs:
-            runs[layout] = iterate(script, dataset, tmp_path_factory.mktemp("group"), *layout)
+            runs[layout] = iterate(zygote, script, dataset, tmp_path_factory.mktemp("group"), *layout)
         return runs[layout]
 
     return run
@@ -291,7 +257,7 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
 
-def run_group(procs: list[subprocess.Popen], logs: list[Path], timeout: float = TIMEOUT) -> None:
+def run_group(procs: list[subprocess.Popen] | list[ForkedRun], logs: list[Path], timeout: float = TIMEOUT) -> None:
     """Wait for every process. A hang (past `timeout`) or a failure of one kills them all (with their
     loader workers: each was started in its own session) and fails the test with their logs."""
     deadline = time.monotonic() + timeout
@@ -322,19 +288,19 @@ def tails(logs: list[Path]) -> str:
     return "\n".join(f"--- {log} ---\n{log.read_text()[-3000:]}" for log in logs if log.exists())
 
 
-def iterate(script, dataset, tmp_path, world, workers, micro, dp_size=None, extra=()) -> list[dict]:
+def iterate(zygote, script, dataset, tmp_path, world, workers, micro, dp_size=None, extra=()) -> list[dict]:
     """Each rank of a gloo group of `world` processes iterates one train and one val pass (the
-    script's `group` mode forks the ranks from one process that has done the imports)."""
+    script's `group` mode, run by the `zygote`, forks the ranks)."""
     run = tmp_path / f"iterate-w{world}-n{workers}-m{micro}-dp{dp_size}"
     run.mkdir()
-    cmd = [sys.executable, str(script), "group", "--root", str(dataset), "--out", str(run)]
-    cmd += ["--seed", str(SEED), "--micro", str(micro), "--workers", str(workers)]
-    cmd += ["--world", str(world), "--port", str(free_port())]
+    argv = ["group", "--root", str(dataset), "--out", str(run)]
+    argv += ["--seed", str(SEED), "--micro", str(micro), "--workers", str(workers)]
+    argv += ["--world", str(world), "--port", str(free_port())]
     if dp_size is not None:
-        cmd += ["--dp-size", str(dp_size)]
-    cmd += list(extra)
+        argv += ["--dp-size", str(dp_size)]
+    argv += list(extra)
     logs = [run / "group.log", *(run / f"rank-{rank}.log" for rank in range(world))]
-    run_group([start(cmd, logs[0], cwd=run)], logs)
+    run_group([zygote.run(script, argv, logs[0], cwd=run)], logs)
     return [json.loads((run / f"rank-{rank}.json").read_text()) for rank in range(world)]
 
 
@@ -465,93 +431,31 @@ def fit_argv(dataset, run: Path, workers: int, **extra) -> list[str]:
     return argv
 
 
-class Fits:
-    """The script's `serve` mode: `fit` runs, each a process of its own (forked from one that has
-    imported Lightning once), started and waited for through a pipe."""
-
-    def __init__(self, script: Path, log: Path) -> None:
-        self.log = log
-        argv = [sys.executable, str(script), "serve", "--root", "-", "--out", "-"]
-        with open(log, "w") as fh:
-            self.server = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=fh,
-                env=env(),
-                text=True,
-                start_new_session=True,
-            )
-        self.pids: list[int] = []
-
-    def ask(self, request: dict, timeout: float = TIMEOUT) -> dict:
-        assert self.server.stdin and self.server.stdout
-        self.server.stdin.write(json.dumps(request) + "\n")
-        self.server.stdin.flush()
-        ready, _, _ = select.select([self.server.stdout], [], [], timeout)
-        line = self.server.stdout.readline() if ready else ""
-        if not line:
-            pytest.fail(f"no answer to {request} in {timeout} s:\n" + tails([self.log]))
-        return json.loads(line)
-
-    def start(self, argv: list[str], log: Path) -> int:
-        pid = self.ask({"argv": argv, "log": str(log)})["pid"]
-        self.pids.append(pid)
-        return pid
-
-    def wait(self, pid: int, log: Path) -> int:
-        code = self.ask({"wait": pid})["code"]
-        assert code in (0, -signal.SIGKILL), tails([log])
-        return code
-
-    @staticmethod
-    def running(pid: int) -> bool:
-        """Is fit `pid` still running (not ended and waiting to be waited for)?"""
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            return False
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-    def close(self) -> None:
-        for pid in self.pids:  # a fit left running by a failed test, with its loader workers
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self.server.kill()
-        self.server.wait()
-
-
-@pytest.fixture
-def fits(script, tmp_path):
-    server = Fits(script, tmp_path / "serve.log")
-    yield server
-    server.close()
-
-
 #: 2413 train windows in batches of 128: 18 batches per epoch, so 30 steps cross into the second epoch
 MICRO_RESUME, MAX_STEPS, EVERY = 128, 30, 7
 
 
-def fit_whole(fits: Fits, argv: list[str], log: Path) -> None:
-    """One fit from start to end (a failure fails the test with its log)."""
-    assert fits.wait(fits.start(argv, log), log) == 0, tails([log])
+def fit_whole(zygote: Zygote, script: Path, argv: list[str], log: Path) -> None:
+    """One fit (the script's `fit` mode, forked by the `zygote`) from start to end (a failure fails
+    the test with its log)."""
+    assert zygote.run(script, argv, log).wait(TIMEOUT) == 0, tails([log])
 
 
-def resume(fits: Fits, dataset, run: Path, workers: int, ckpt: Path) -> dict[int, list[str]]:
+def resume(zygote: Zygote, script: Path, dataset, run: Path, workers: int, ckpt: Path) -> dict[int, list[str]]:
     run.mkdir()
-    fit_whole(fits, fit_argv(dataset, run, workers, resume=ckpt), run / "log")
+    fit_whole(zygote, script, fit_argv(dataset, run, workers, resume=ckpt), run / "log")
     return read_record(run / "record.jsonl")
 
 
-def test_killed_fit_resumes_with_exactly_the_batches_an_uninterrupted_fit_reads(fits, dataset, windows, tmp_path):
+def test_killed_fit_resumes_with_exactly_the_batches_an_uninterrupted_fit_reads(
+    zygote, script, dataset, windows, tmp_path
+):
     per_epoch = len(windows["train"]) // MICRO_RESUME
     assert EVERY < per_epoch < 3 * EVERY < MAX_STEPS  # checkpoints in the first and in the second epoch
     # the uninterrupted run
     whole = tmp_path / "whole"
     whole.mkdir()
-    fit_whole(fits, fit_argv(dataset, whole, 0), whole / "log")
+    fit_whole(zygote, script, fit_argv(dataset, whole, 0), whole / "log")
     reference = read_record(whole / "record.jsonl")
     assert sorted(reference) == list(range(MAX_STEPS))
     epoch0 = [k for s in range(per_epoch) for k in reference[s]]
@@ -560,49 +464,51 @@ def test_killed_fit_resumes_with_exactly_the_batches_an_uninterrupted_fit_reads(
     killed = tmp_path / "killed"
     killed.mkdir()
     ckpt = killed / "ckpt" / f"epoch=0-step={EVERY}.ckpt"
-    pid = fits.start(fit_argv(dataset, killed, 0, hang_after=EVERY + 2), killed / "log")
+    run = zygote.run(script, fit_argv(dataset, killed, 0, hang_after=EVERY + 2), killed / "log")
     try:
         deadline, ready = time.monotonic() + TIMEOUT, False
-        while not ready and time.monotonic() < deadline and fits.running(pid):
+        while not ready and time.monotonic() < deadline and run.running():
             time.sleep(0.1)
             record = killed / "record.jsonl"
             # training went on past the checkpoint (saved synchronously): the file is complete
             ready = ckpt.exists() and record.exists() and EVERY + 2 in read_record(record)
     finally:
-        os.kill(pid, signal.SIGKILL)
-    assert fits.wait(pid, killed / "log") == -signal.SIGKILL
+        os.kill(run.pid, signal.SIGKILL)
+    assert run.wait(TIMEOUT) == -signal.SIGKILL, tails([killed / "log"])
     assert ready, "the checkpoint did not appear:\n" + tails([killed / "log"])
     assert sorted(p.name for p in ckpt.parent.glob("*.ckpt")) == [ckpt.name]
     before_kill = read_record(killed / "record.jsonl")
     assert sorted(before_kill) == list(range(EVERY + 3))
     assert all(before_kill[s] == reference[s] for s in before_kill)
     # the restart, from the checkpoint in the first epoch, with loader workers now
-    after = resume(fits, dataset, tmp_path / "resumed", 2, ckpt)
+    after = resume(zygote, script, dataset, tmp_path / "resumed", 2, ckpt)
     assert sorted(after) == list(range(EVERY, MAX_STEPS))
     for step in range(EVERY, MAX_STEPS):
         assert after[step] == reference[step], f"step {step}: the resumed run read other windows"
     # and from the uninterrupted run's checkpoint in the second epoch, with one worker
     later = 3 * EVERY
-    after = resume(fits, dataset, tmp_path / "resumed_later", 1, whole / "ckpt" / f"epoch=1-step={later}.ckpt")
+    after = resume(
+        zygote, script, dataset, tmp_path / "resumed_later", 1, whole / "ckpt" / f"epoch=1-step={later}.ckpt"
+    )
     assert sorted(after) == list(range(later, MAX_STEPS))
     for step in range(later, MAX_STEPS):
         assert after[step] == reference[step], f"step {step}: resumed in the second epoch, it read other windows"
 
 
-def test_elastic_resume_from_2_to_3_ranks_reads_exactly_what_was_left(script, dataset, windows, tmp_path):
+def test_elastic_resume_from_2_to_3_ranks_reads_exactly_what_was_left(zygote, script, dataset, windows, tmp_path):
     """Two gloo ranks (micro 6) consume 5 batches each and save the state; three ranks (micro 4, the
     same global batch of 12) restore it: the multiset of all keys is the train split, each once, less
     fewer than one global batch."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first = iterate(script, dataset, tmp_path / "a", 2, 0, 6, extra=["--stop-after", "5"])
+    first = iterate(zygote, script, dataset, tmp_path / "a", 2, 0, 6, extra=["--stop-after", "5"])
     states = [
         json.loads((tmp_path / "a" / "iterate-w2-n0-m6-dpNone" / f"rank-{r}.json.state").read_text()) for r in range(2)
     ]
     assert states[0] == states[1] and states[0]["consumed"] == [[2, 6, 5]]
     state_file = tmp_path / "state.json"
     state_file.write_text(json.dumps(states[0]))
-    rest = iterate(script, dataset, tmp_path / "b", 3, 1, 4, extra=["--state", str(state_file)])
+    rest = iterate(zygote, script, dataset, tmp_path / "b", 3, 1, 4, extra=["--state", str(state_file)])
     consumed = [k for r in first for k in flat(r["train"])]
     remaining = [k for r in rest for k in flat(r["train"])]
     every = Counter(consumed + remaining)

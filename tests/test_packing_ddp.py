@@ -12,13 +12,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import metagenome_contigs
+from forked_runs import Zygote
 
 from bionemo_wds.format import read_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
@@ -110,29 +109,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_group(tmp: Path, root: Path, world: int, **kw) -> list[dict]:
-    """Start `world` processes of one gloo group; what each rank read."""
+def run_group(zygote: Zygote, tmp: Path, root: Path, world: int, **kw) -> list[dict]:
+    """Run `world` processes of one gloo group (forked by the script, which the `zygote` forks after
+    its imports); what each rank read."""
     script = tmp / "script.py"
     script.write_text(SCRIPT)
     port = free_port()
     out = tmp / f"group-{port}"
-    cmd = [sys.executable, str(script), "--root", str(root), "--out", str(out), "--port", str(port)]
-    cmd += ["--world", str(world), "--seq-length", str(SEQ_LENGTH)]
+    argv = ["--root", str(root), "--out", str(out), "--port", str(port)]
+    argv += ["--world", str(world), "--seq-length", str(SEQ_LENGTH)]
     for key, value in kw.items():
         if value is not None:
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
-    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}  # tests/ on the path: `rank_groups`
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
-    )
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    log = tmp / f"group-{port}.log"
+    run = zygote.run(script, argv, log)
     try:
-        log = proc.communicate(timeout=TIMEOUT)[0]
+        run.wait(TIMEOUT)
     finally:
-        if proc.poll() is None:  # a hang: the group's processes with it
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, log[-4000:]
+        if run.poll() is None:  # a hang: the group's processes with it
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == 0, log.read_text()[-4000:]
     return [json.loads(Path(f"{out}-rank{rank}.json").read_text()) for rank in range(world)]
 
 
@@ -157,9 +154,9 @@ def coverage(seqs: dict[str, str], names: list[str], docs: list[tuple[str, int, 
 
 
 @pytest.mark.parametrize(("world", "workers"), [(2, 0), (3, 2)])
-def test_every_base_is_trained_once_per_epoch_in_equal_batches(catalog, tmp_path, world, workers):
+def test_every_base_is_trained_once_per_epoch_in_equal_batches(zygote, catalog, tmp_path, world, workers):
     root, seqs, train = catalog
-    ranks = run_group(tmp_path, root, world, workers=workers, epoch=1)
+    ranks = run_group(zygote, tmp_path, root, world, workers=workers, epoch=1)
     counts = {len(r["batches"]) for r in ranks}
     assert len(counts) == 1 and counts == {ranks[0]["len"]}, counts
     cover = coverage(seqs, train, documents([b for r in ranks for b in r["batches"]]))
@@ -183,22 +180,24 @@ def test_every_base_is_trained_once_per_epoch_in_equal_batches(catalog, tmp_path
     assert trained == real and sum(len(seqs[n]) for n in train) - real < 10
 
 
-def test_a_model_parallel_group_reads_identical_packed_batches(catalog, tmp_path):
+def test_a_model_parallel_group_reads_identical_packed_batches(zygote, catalog, tmp_path):
     root, _, _ = catalog
-    ranks = run_group(tmp_path, root, 4, dp_size=2)
+    ranks = run_group(zygote, tmp_path, root, 4, dp_size=2)
     assert ranks[0]["batches"] == ranks[1]["batches"] and ranks[2]["batches"] == ranks[3]["batches"]
     assert ranks[0]["batches"] != ranks[2]["batches"]
 
 
 @pytest.mark.parametrize(("world", "then_world", "workers", "then_workers"), [(3, 3, 1, 0), (2, 3, 0, 2)])
-def test_a_stopped_epoch_resumes_to_exactly_the_rest(catalog, tmp_path, world, then_world, workers, then_workers):
+def test_a_stopped_epoch_resumes_to_exactly_the_rest(
+    zygote, catalog, tmp_path, world, then_world, workers, then_workers
+):
     root, seqs, train = catalog
-    whole = run_group(tmp_path, root, world, workers=workers, epoch=2)
-    first = run_group(tmp_path, root, world, workers=workers, epoch=2, stop_after=5)
+    whole = run_group(zygote, tmp_path, root, world, workers=workers, epoch=2)
+    first = run_group(zygote, tmp_path, root, world, workers=workers, epoch=2, stop_after=5)
     assert [r["batches"] for r in first] == [r["batches"][:5] for r in whole]
     state = tmp_path / "state.json"
     state.write_text(json.dumps(first[0]["state"]))
-    rest = run_group(tmp_path, root, then_world, workers=then_workers, state=state, epoch=2)
+    rest = run_group(zygote, tmp_path, root, then_world, workers=then_workers, state=state, epoch=2)
     if then_world == world:  # the same layout: exactly the batches the uninterrupted run read next
         assert [r["batches"] for r in rest] == [r["batches"][5:] for r in whole]
     read = [b for r in first for b in r["batches"]] + [b for r in rest for b in r["batches"]]

@@ -4,6 +4,7 @@ loader (`load.shm_segments`); a live loader's segments and other programs' are n
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from forked_runs import ForkedRun, Zygote
 
 from bionemo_wds.load import shm_segments
 from bionemo_wds.load.shm_segments import SHM_DIR, owner, pid_namespace, remove_stale_segments, segment_name
@@ -72,26 +74,24 @@ if sys.argv[1] == "stay":
 """
 
 
-def start_loader(script: Path, mode: str) -> tuple[subprocess.Popen, list[str]]:
-    """A loader in its own process group (session); returns it once its first batch is out, with
-    the names of its segments."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    proc = subprocess.Popen(
-        [sys.executable, str(script), mode],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().split()
-    assert line, proc.stderr.read()[-3000:] if proc.stderr else "no output"
+def start_loader(zygote: Zygote, script: Path, mode: str) -> tuple[ForkedRun, list[str]]:
+    """A loader in its own process group (session), forked by the `zygote` (which imported the data
+    module once); returns it once its first batch is out, with the names of its segments."""
+    log = script.with_name(f"{script.stem}-{len(zygote.runs)}.log")
+    run = zygote.run(script, [mode], log)
+    deadline = time.monotonic() + 120
+    line: list[str] = []
+    while not line and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+        text = log.read_text() if log.exists() else ""  # its stderr too: a warning may come first
+        found = re.search(r"^((?:bwds_\S+ )+\d+)\n", text, re.MULTILINE)
+        line = found.group(1).split() if found else []
+    assert line, log.read_text()[-3000:] if log.exists() else "no output"
     assert line[-1] == "4"  # a whole first batch came through the rings
-    return proc, line[:-1]
+    return run, line[:-1]
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: ForkedRun) -> None:
     """What a scheduler's time limit does: SIGKILL to every process of the loader's group."""
     os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
     proc.wait(timeout=60)
@@ -106,19 +106,19 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm here")
-def test_a_loader_removes_the_segments_of_a_killed_process_group(tmp_path, kleb_1024):
+def test_a_loader_removes_the_segments_of_a_killed_process_group(tmp_path, kleb_1024, zygote):
     script = tmp_path / "loader.py"
     script.write_text(LOADER.format(root=str(kleb_1024)))
-    killed, stale = start_loader(script, "stay")
-    live, kept = start_loader(script, "stay")
+    killed, stale = start_loader(zygote, script, "stay")
+    live, kept = start_loader(zygote, script, "stay")
     try:
         assert len(stale) == 2 and all(owner(n) == (pid_namespace(), killed.pid) for n in stale), stale
         assert all((SHM_DIR / n).exists() for n in stale + kept)
         kill_group(killed)
         assert all((SHM_DIR / n).exists() for n in stale), "the killed group's segments were not left"
 
-        after, fresh = start_loader(script, "exit")  # the next loader: starts, reads, exits normally
-        assert after.wait(timeout=120) == 0, after.stderr.read()[-3000:] if after.stderr else ""
+        after, fresh = start_loader(zygote, script, "exit")  # the next loader: starts, reads, exits normally
+        assert after.wait(timeout=120) == 0
         assert not any((SHM_DIR / n).exists() for n in stale), "stale segments were not removed"
         assert all((SHM_DIR / n).exists() for n in kept), "a live loader's segments were removed"
         assert not any((SHM_DIR / n).exists() for n in fresh)  # a normal exit unlinks its own
@@ -126,10 +126,6 @@ def test_a_loader_removes_the_segments_of_a_killed_process_group(tmp_path, kleb_
         for proc in (killed, live):
             if proc.poll() is None:
                 kill_group(proc)
-        for proc in (killed, live):
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
         remove_stale_segments()  # what the live loader, now killed too, left
     assert not any((SHM_DIR / n).exists() for n in kept)
 
@@ -179,12 +175,12 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child pids from /proc (Linux)")
-def test_loader_workers_leave_within_seconds_of_a_kill_9_of_their_main_process(tmp_path, kleb_1024):
+def test_loader_workers_leave_within_seconds_of_a_kill_9_of_their_main_process(tmp_path, kleb_1024, zygote):
     """The main process stops taking batches after its first (the workers fill their rings and
     block on a slot or a pipe), then gets SIGKILL alone, as a crashed or killed `fit` does."""
     script = tmp_path / "loader.py"
     script.write_text(FILLING.format(root=str(kleb_1024)))
-    proc, segments = start_loader(script, "stay")
+    proc, segments = start_loader(zygote, script, "stay")
     workers: list[int] = []
     try:
         # its children: the two loader workers and Python's resource tracker
@@ -204,9 +200,6 @@ def test_loader_workers_leave_within_seconds_of_a_kill_9_of_their_main_process(t
         for pid in workers:  # what a failure left
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
     remove_stale_segments()
     assert not any((SHM_DIR / n).exists() for n in segments)
 

@@ -61,19 +61,26 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_the_suite_runs_against_our_module(tmp_path: Path) -> None:
-    checkout = suite(tmp_path / "bionemo-framework", failing=False)
+def test_the_suite_runs_against_our_module_and_a_failing_test_fails_the_run(tmp_path: Path) -> None:
+    """One run of the small suite (a run imports Lightning, about 10 s of CPU): the two tests that use
+    our names and a GPU trainer pass, the failing one fails the run with pytest's exit code, and the
+    checkout is only read."""
+    checkout = suite(tmp_path / "bionemo-framework", failing=True)
     done = run(str(checkout), "--", "-q")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 passed" in done.stdout
+    assert done.returncode == 1 and "1 failed, 2 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "test_FAILS" in done.stdout
     assert not list(checkout.rglob(".pytest_cache")) and not list(checkout.rglob("__pycache__"))  # only read
 
 
-@pytest.mark.slow
-def test_a_failing_upstream_test_fails_the_run(tmp_path: Path) -> None:
-    checkout = suite(tmp_path / "bionemo-framework", failing=True)
-    done = run(str(checkout / "sub-packages" / "bionemo-webdatamodule" / "tests"), "--", "-q")
-    assert done.returncode == 1 and "1 failed, 2 passed" in done.stdout, done.stdout[-3000:]
+def test_the_suite_is_found_from_the_checkout_or_its_tests_folder(tmp_path: Path) -> None:
+    import runpy
+
+    find_suite = runpy.run_path(str(TOOL), run_name="upstream_tests")["find_suite"]
+    checkout = suite(tmp_path / "bionemo-framework", failing=False)
+    tests = checkout / "sub-packages" / "bionemo-webdatamodule" / "tests"
+    assert find_suite(checkout) == tests and find_suite(tests) == tests
+    with pytest.raises(SystemExit, match="holds no bionemo-webdatamodule tests"):
+        find_suite(tmp_path)
 
 
 def test_a_folder_without_the_suite_is_one_line(tmp_path: Path) -> None:
