@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 #: The server: imports the modules named on its command line, then answers one JSON request per
-#: line: {"script", "argv", "log", "cwd", "env"} -> {"pid"}; {"poll": pid} -> {"code": int or None}.
+#: line: {"script", "module", "argv", "log", "err", "cwd", "env"} -> {"pid"}; {"poll": pid} -> {"code": int
+#: or None}. "module": the script is a module's name, run as ``python -m`` runs it; "err": stderr's
+#: own file (None: with stdout in "log").
 SERVER = r"""
 import importlib, json, os, runpy, sys, traceback
 
@@ -41,14 +43,17 @@ for line in sys.stdin:
             os.setsid()
             log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(log, 1)
-            os.dup2(log, 2)
+            os.dup2(os.open(request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if request["err"] else log, 2)
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the requests are the server's, not the run's
             sys.stdin = open(os.devnull)
             os.environ.update(request["env"])
             os.chdir(request["cwd"])
             sys.argv = [request["script"], *request["argv"]]
             try:
-                runpy.run_path(request["script"], run_name="__main__")
+                if request["module"]:  # python -m MODULE
+                    runpy.run_module(request["script"], run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(request["script"], run_name="__main__")
                 code = 0
             except SystemExit as stop:
                 code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -94,10 +99,20 @@ class Zygote:
             raise RuntimeError(f"no answer to {request} in {ANSWER_TIMEOUT} s:\n{self.log.read_text()[-3000:]}")
         return json.loads(line)
 
-    def run(self, script: Path, argv: list[str], log: Path, cwd: Path | None = None, **env: str) -> ForkedRun:
-        """Start `script` with `argv` (output to `log`, in `cwd`, `env` added to the server's)."""
-        request = {"script": str(script), "argv": [str(a) for a in argv], "log": str(log)}
-        request |= {"cwd": str(cwd or Path.cwd()), "env": env}
+    def run(
+        self,
+        script: Path | str,
+        argv: list[str],
+        log: Path,
+        cwd: Path | None = None,
+        err: Path | None = None,
+        module: bool = False,
+        **env: str,
+    ) -> ForkedRun:
+        """Start `script` (a module's name with `module`, as ``python -m``) with `argv`: output to
+        `log` (stderr to `err` when given), in `cwd`, `env` added to the server's environment."""
+        request = {"script": str(script), "module": module, "argv": [str(a) for a in argv], "log": str(log)}
+        request |= {"err": str(err) if err else None, "cwd": str(cwd or Path.cwd()), "env": env}
         run = ForkedRun(self, self.ask(request)["pid"])
         self.runs.append(run)
         return run

@@ -8,8 +8,6 @@ as ``--model test_cli_fit.PlainLM``, as a user names ``my_pkg.MyLM``.
 from __future__ import annotations
 
 import inspect
-import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -103,14 +101,6 @@ def tiny_model() -> list[str]:
     return ["--model.d_model", "32", "--model.n_layers", "1"]
 
 
-def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """`python -m bionemo_wds.cli ARGS` in `cwd`, with this directory importable (for `test_cli_fit.PlainLM`)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, "-m", "bionemo_wds.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
 def hparams(logs: Path) -> dict:
     return yaml.safe_load(next(logs.rglob("hparams.yaml")).read_text())
 
@@ -119,16 +109,21 @@ def hparams(logs: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_fit_trains_a_model_of_the_tests_own_from_the_command_line(kleb_1024, tmp_path):
+def test_fit_trains_a_model_of_the_tests_own_from_the_command_line(kleb_1024, tmp_path, zygote):
     """`--model test_cli_fit.PlainLM` over the demo config (whose model section is TinyDNALM's) trains that
-    model; it has no max_len, so data.seq_length links to nothing; LightningCLI's args= warning is gone."""
+    model; it has no max_len, so data.seq_length links to nothing; LightningCLI's args= warning is gone.
+    ``python -m bionemo_wds.cli`` as a process of its own, forked by the `zygote` (Lightning imported
+    once per test process; `tests/` is on its path)."""
     logs = tmp_path / "logs"
-    run = cli(small(kleb_1024, logs, "--model", "test_cli_fit.PlainLM"), tmp_path)
-    assert run.returncode == 0, run.stderr
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    args = small(kleb_1024, logs, "--model", "test_cli_fit.PlainLM")
+    code = zygote.run("bionemo_wds.cli", args, out, cwd=tmp_path, err=err, module=True).wait(600)
+    stdout, stderr = out.read_text(), err.read_text()
+    assert code == 0, stderr
     metrics = next(logs.rglob("metrics.csv")).read_text()
     assert "plain_loss" in metrics and "samples_per_s" in metrics
-    assert "args parameter" not in run.stderr
-    assert "train loss" in run.stdout and "samples/s" in run.stdout
+    assert "args parameter" not in stderr
+    assert "train loss" in stdout and "samples/s" in stdout
     assert hparams(logs)["hidden"] == 8
 
 

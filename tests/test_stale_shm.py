@@ -111,11 +111,18 @@ def test_a_loader_removes_the_segments_of_a_killed_process_group(tmp_path, kleb_
     script.write_text(LOADER.format(root=str(kleb_1024)))
     killed, stale = start_loader(zygote, script, "stay")
     live, kept = start_loader(zygote, script, "stay")
+    held: list[int] = []
     try:
         assert len(stale) == 2 and all(owner(n) == (pid_namespace(), killed.pid) for n in stale), stale
         assert all((SHM_DIR / n).exists() for n in stale + kept)
+        # held open here, so no other loader on this machine (the other test worker's, say) removes
+        # them once their owner is gone: only the killed group itself could have unlinked them now
+        held = [os.open(SHM_DIR / n, os.O_RDONLY) for n in stale]
         kill_group(killed)
         assert all((SHM_DIR / n).exists() for n in stale), "the killed group's segments were not left"
+        for fd in held:
+            os.close(fd)
+        held = []
 
         after, fresh = start_loader(zygote, script, "exit")  # the next loader: starts, reads, exits normally
         assert after.wait(timeout=120) == 0
@@ -123,6 +130,8 @@ def test_a_loader_removes_the_segments_of_a_killed_process_group(tmp_path, kleb_
         assert all((SHM_DIR / n).exists() for n in kept), "a live loader's segments were removed"
         assert not any((SHM_DIR / n).exists() for n in fresh)  # a normal exit unlinks its own
     finally:
+        for fd in held:
+            os.close(fd)
         for proc in (killed, live):
             if proc.poll() is None:
                 kill_group(proc)
