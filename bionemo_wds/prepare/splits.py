@@ -130,7 +130,7 @@ def stratified_split(
     if rule == SEEDED:
         names = [str(i) for i in range(len(lengths))] if ids is None else ids
         keys = identity_keys(seed, "split", names)
-        size = stratum_size(share)
+        size = stratum_size(share, len(lengths))
     assignment = np.full(len(lengths), -1, dtype=np.int8)
     buckets = length_buckets(lengths, edges)
     for bucket in distinct(buckets):
@@ -145,11 +145,12 @@ def stratified_split(
     return assignment
 
 
-def stratum_size(share: np.ndarray) -> int:
-    """Sequences per stratum of the ``seeded`` rule: the fewest in which the smallest wanted split
-    expects one (10 for 0.8,0.1,0.1), so each stratum gives every split its draw; at least 2."""
+def stratum_size(share: np.ndarray, n: int) -> int:
+    """Sequences per stratum of the ``seeded`` rule for `n` sequences: the fewest in which the
+    smallest wanted split expects one (10 for 0.8,0.1,0.1), so each stratum gives every split its
+    draw; at least 2, at most `n` (one stratum: a split too small to expect one sequence in all)."""
     smallest = float(share[share > 0].min())
-    return max(2, math.ceil(1 / smallest - 1e-9))  # 1/0.1 may round to just above 10
+    return max(2, math.ceil(min(float(n), 1 / smallest - 1e-9)))  # 1/0.1 may round to just above 10
 
 
 def seeded_order(lengths: np.ndarray, keys: np.ndarray, size: int) -> np.ndarray:
