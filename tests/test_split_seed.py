@@ -27,6 +27,7 @@ from bionemo_wds.format import read_manifest
 from bionemo_wds.format.manifest import dumps_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.outdir import PLAN_NAME
+from bionemo_wds.prepare.report import inspect_text
 from bionemo_wds.prepare.splits import (
     SPLIT_NAMES,
     grouped_split,
@@ -169,6 +170,7 @@ def test_seeds_1_2_3_give_different_val_and_test_sets(kleb):
         for a, b in itertools.combinations(by_seed, 2):
             assert len(a[split] & b[split]) <= len(a[split]) // 2, (split, sorted(a[split] & b[split]))
     assert all(read_manifest(kleb[seed, 1]).params.split_rule == "seeded" for seed in (1, 2, 3))
+    assert "; split by the seeded rule, seed 2\n" in inspect_text(kleb[2, 1])
 
 
 def test_each_split_keeps_the_corpus_length_mix(kleb):
@@ -267,6 +269,7 @@ def test_an_interrupted_old_run_resumes_with_its_own_split(before, tmp_path):
         result = prepare([KLEBSIELLA], out, quick(seed=1))
     assert result.status == "resumed" and result.shards_written == 1
     assert result.manifest.params.split_rule == "longest-first"
+    assert "split by the" not in inspect_text(before)  # a manifest of before names no rule
     assert members(out) == members(before)
     shards = {k: v for k, v in tree_bytes(out).items() if k.endswith(".tar")}
     assert shards == {k: v for k, v in tree_bytes(before).items() if k.endswith(".tar")}
