@@ -104,7 +104,7 @@ def recorded_split_rule(out: Store, request: dict[str, Any]) -> str | None:
     request, the same rule, or other changes too: those are refused, or replaced with
     ``--overwrite``, as any change is)."""
     stored = _stored_request(out, out.names())
-    if stored is None or "split_rule" not in request:
+    if stored is None or request.get("split_rule") is None:
         return None
     old = _as_meant(stored[1])
     rule = old.get("split_rule")

@@ -164,6 +164,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "stride": None if sequences else opts.requested_stride,  # cut at load
         "tail": opts.tail,
         "split": [float(r) for r in opts.split] if not (lists or parquet or opts.split_from_names) else None,
+        "split_rule": None if lists or parquet or opts.split_from_names else opts.split_rule or SEEDED,  # `splits`
         "split_lists": lists,
         "split_parquet": parquet,
         "window_db": window_dbs,
@@ -193,8 +194,6 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         request["tag_map"] = dict(opts.tag_map)
     if opts.split_from_names:  # only then, likewise
         request["split_from_names"] = True
-    if request["split"] is not None:  # the ratios decide the split: by which rule (absent: `LEGACY_SPLIT_RULE`)
-        request["split_rule"] = opts.split_rule or SEEDED
     if opts.source in ("jsonl", "parquet"):  # the record sources' fields (`sources.text_source`)
         request.update(text_column=opts.text_column, id_column=opts.id_column)
     return request
@@ -260,11 +259,9 @@ def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
         unique = list(dict.fromkeys(catalog.names))  # pieces share their sequence's name
         by_name = dict(zip(unique, split_from_lists(unique, lists).tolist()))
         return np.fromiter((by_name[n] for n in catalog.names), dtype=np.int8, count=len(catalog))
-    rule = opts.split_rule or SEEDED
+    rule, names = opts.split_rule or SEEDED, catalog.group_names
     if catalog.groups is not None:
-        return grouped_split(
-            catalog.groups, catalog.lengths, opts.split, opts.seed, names=catalog.group_names, rule=rule
-        )
+        return grouped_split(catalog.groups, catalog.lengths, opts.split, opts.seed, names=names, rule=rule)
     return stratified_split(catalog.lengths, opts.split, opts.seed, ids=catalog.names, rule=rule)
 
 
@@ -333,7 +330,6 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     per_shard = opts.samples_per_shard or max(1, SHARD_TARGET_BYTES // window)
     per_record = min(opts.windows_per_record or max(1, RECORD_TARGET_BYTES // window), per_shard)
     assignment = _assign_splits(catalog, opts)
-    computed = catalog.split is None and not opts.split_lists  # the ratios split the sequences
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": SEQUENCE_FORMAT_VERSION if sequences else FORMAT_VERSION,  # params.codec says which codec
@@ -348,9 +344,8 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "max_tag_bytes": max_tag,  # room for the longest tag after lineage dropout (`Catalog.max_tag_bytes`)
             "case": opts.case,
             "seed": opts.seed,
-            # how the ratios split the sequences (`splits.SPLIT_RULES`); absent when lists, file names or
-            # the source decided it, and in manifests written before the rule was named (`LEGACY_SPLIT_RULE`)
-            **({"split_rule": request["split_rule"]} if computed and "split_rule" in request else {}),
+            # how the ratios split (absent: lists, names or the source did, or written before `LEGACY_SPLIT_RULE`)
+            **({"split_rule": request["split_rule"]} if request.get("split_rule") and catalog.split is None else {}),
             "samples_per_shard": per_shard,  # the largest; each split says its own (`split_shard_size`)
             "windows_per_record": per_record,
             # "bases": records of about windows_per_record full windows of bases; "windows": exactly that many
