@@ -22,6 +22,7 @@ from bionemo_wds.format import CASE_MODES, CODECS, LAYOUTS
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.options import EXECUTORS, SOURCE_KINDS
 from bionemo_wds.prepare.scan import ON_INVALID
+from bionemo_wds.prepare.splits import SPLIT_RULES
 from bionemo_wds.prepare.windows import TAIL_MODES
 
 CLI_DIR = Path(__file__).resolve().parents[1] / "bionemo_wds" / "cli"
@@ -34,6 +35,7 @@ SAMPLES: dict[str, tuple[list[str], dict, object]] = {
     "tail": (["--tail", "drop"], {"tail": "drop"}, "drop"),
     "layout": (["--layout", "sequences"], {"layout": "sequences"}, "sequences"),
     "split": (["--split", "0.5,0.25,0.25"], {"split": [0.5, 0.25, 0.25]}, (0.5, 0.25, 0.25)),
+    "split_rule": (["--split-rule", "longest-first"], {"split-rule": "longest-first"}, "longest-first"),
     "split_lists": (
         ["--split-list", "train=a.txt", "--split-list", "val=b.txt"],
         {"split_list": {"train": "a.txt", "val": "b.txt"}},
@@ -169,6 +171,7 @@ def test_choices_are_the_constants_the_code_checks_against():
         "source": SOURCE_KINDS,
         "tail": TAIL_MODES,
         "layout": LAYOUTS,
+        "split_rule": SPLIT_RULES,
         "case": CASE_MODES,
         "on_invalid": ON_INVALID,
         "compress": CODECS,

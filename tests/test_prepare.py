@@ -326,11 +326,12 @@ def test_single_process_prepare_closes_its_files(tmp_path):
 
 # --- the record index (format versions 3 and 4) ----------------------------------------------------------
 
-#: sha256 of every shard of `bionemo-wds prepare <Klebsiella> --samples-per-shard 100 --workers 2`.
-#: First pinned with the code before the record index existed (format version 1): the index changed
-#: the manifest only, never a shard byte. Pinned again when the window order across shards became
-#: computed (`permutation.SeededPermutation`, request key ``window_order``): the same windows with
-#: the same bytes, in another order (test_shard_plan checks the windows are the grid's).
+#: sha256 of every shard of `bionemo-wds prepare <Klebsiella> --samples-per-shard 100 --workers 2
+#: --split-rule longest-first`. First pinned with the code before the record index existed (format
+#: version 1): the index changed the manifest only, never a shard byte. Pinned again when the window
+#: order across shards became computed (`permutation.SeededPermutation`, request key ``window_order``):
+#: the same windows with the same bytes, in another order (test_shard_plan checks the windows are the
+#: grid's). The split rule of those versions, now ``--split-rule longest-first``, still writes them.
 PINNED_DEFAULT_SHARDS = {
     "test/wdshards-000000.tar": "3215b30c6febea16c6dc26c9f871392a3306644ccd7f4809fb0b0565cf95701e",
     "train/wdshards-000000.tar": "29690e62ac513c6d86d64ed7aa5e19c5ca0cf99847d85a4f4586308b8bda7de5",
@@ -342,19 +343,22 @@ PINNED_DEFAULT_SHARDS = {
     "train/wdshards-000006.tar": "aac9d52cd074c4ffd3fc45f3b61f4ea5c2359cffa0a0165f921dc39becba1383",
     "val/wdshards-000000.tar": "80b183ed58794f0df7a72b7eec1c0be8265e632120147e5585c22f3147bdf51c",
 }
-#: sha256 over "<path> <sha256>" lines of the 20 shards of `kleb_small` (SMALL options), pinned with them.
-PINNED_SMALL_DIGEST = "6ee27490bc1121400fed7c54ba402942a5d24f4c5d005f6ef735a2c1906b566b"
+#: sha256 over "<path> <sha256>" lines of the 21 shards of `kleb_small` (SMALL options), pinned with
+#: them, and again when the default split became the seeded one (``--split-rule seeded``).
+PINNED_SMALL_DIGEST = "636ec2de970d2df351ed79db43577def767a8732839efd0c9d93bc296b6aeca4"
 
 
 @pytest.mark.parametrize("case", [None, "upper", "keep"])
 def test_shard_bytes_are_those_of_format_version_1(tmp_path, kleb_small, case):
-    """--case upper writes what every earlier version wrote; the bundled genome has no lower case,
-    so the default (keep) writes the same bytes too: only the manifest's case differs."""
+    """--case upper (with the split rule of those versions) writes what every earlier version wrote;
+    the bundled genome has no lower case, so the default (keep) writes the same bytes too: only the
+    manifest's case differs."""
     out = tmp_path / "default"
     # 16 windows per record: the default of format version 1 (records are now cut by bases by default,
     # which gives the same records for full-length windows but fewer for short contigs)
     argv = ["prepare", str(KLEBSIELLA), "--out", str(out), "--quiet", "--samples-per-shard", "100", "--workers", "2"]
-    assert main([*argv, "--windows-per-record", "16", *(["--case", case] if case else [])]) == 0
+    argv += ["--split-rule", "longest-first", "--windows-per-record", "16"]
+    assert main([*argv, *(["--case", case] if case else [])]) == 0
     shards = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*.tar")}
     assert shards == PINNED_DEFAULT_SHARDS
     manifest = read_manifest(out)
@@ -436,7 +440,8 @@ def test_a_resumed_run_indexes_the_shards_it_reuses(tmp_path, kleb_small, keep):
     out = tmp_path / "out"
     resume_from(kleb_small, out, keep)
     result = prepare([KLEBSIELLA], out, PrepareOptions(**SMALL, workers=2))
-    assert result.status == "resumed" and result.shards_reused == (keep or 20)
+    shards = sum(len(info.shards) for info in read_manifest(kleb_small).splits.values())
+    assert result.status == "resumed" and result.shards_reused == (keep or shards)
     assert tree_bytes(out) == tree_bytes(kleb_small)  # the manifest too, index and all
     assert verify(out, progress=False).ok
 

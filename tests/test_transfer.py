@@ -72,7 +72,7 @@ def test_forked_workers_read_every_val_sample_once(dataset, fork_default, transf
     assert dm.split_loaders[Split.val][0].transfer is not None
     assert dm.split_loaders[Split.val][0].loader_kwargs["num_workers"] == 2
     assert dm.split_loaders[Split.val][0].loader_kwargs["multiprocessing_context"].get_start_method() == "fork"
-    keys = [k for b in batches for k in b["keys"]]
+    keys = [k for b in batches for k in b["keys"] if k]  # not the padding of a last partial batch (empty keys)
     assert len(keys) == len(set(keys)) == manifest.splits["val"].n_samples
     # the same keys as the shards hold (the ring reused its 4 slots many times without mixing them up)
     on_disk = []
@@ -87,7 +87,8 @@ def test_forked_workers_read_every_val_sample_once(dataset, fork_default, transf
 def test_transferred_batches_equal_the_in_process_ones(dataset, fork_default):
     shards = read_manifest(dataset).splits["val"].shards
     # each worker batches its own shard: the batches line up with num_workers=0 only on whole batches
-    assert all(sh.n_samples % MICRO == 0 for sh in shards), [sh.n_samples for sh in shards]
+    # (the last shard may end in a partial batch: padded alike either way)
+    assert all(sh.n_samples % MICRO == 0 for sh in shards[:-1]), [sh.n_samples for sh in shards]
     _, direct = val_batches(dataset, 0)
     for transfer_bytes in (MICRO * 1021, 512 << 10):
         dm, moved = val_batches(dataset, 2, transfer_bytes=transfer_bytes)
@@ -106,7 +107,7 @@ def test_an_abandoned_pass_does_not_disturb_the_next(dataset, fork_default):
     first = [next(it) for _ in range(3)]
     del it  # the pass is abandoned while its workers still hold slots
     again = list(loader)
-    keys = [k for b in again for k in b["keys"]]
+    keys = [k for b in again for k in b["keys"] if k]  # not the padding of a last partial batch
     assert len(keys) == len(set(keys)) == read_manifest(dataset).splits["val"].n_samples
     _, direct = val_batches(dataset, 0)
     assert_same_batches(again, direct)

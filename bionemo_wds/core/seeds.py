@@ -5,8 +5,9 @@ Its numbers are a pure function of (seed, name, parts), stable across processes 
 (blake2b, never `hash`), so a choice never depends on scheduling, and two streams never share
 numbers by accident. This module is the only place that turns a seed into random numbers.
 
-The split's stream keeps the derivation of the first release (`numpy.random.default_rng` over a
-fixed entropy list), because the bytes of prepared datasets depend on it; prepare's window order
+The ``longest-first`` split rule keeps the derivation of the first release (`numpy.random.default_rng`
+over a fixed entropy list), because the bytes of datasets prepared by it depend on it; the
+``seeded`` split draws per sequence identity (`identity_keys`); prepare's window order
 is a computed permutation (`permutation_keys`, request key ``window_order``).
 """
 
@@ -17,6 +18,7 @@ import math
 import random
 import struct
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -44,11 +46,27 @@ def numpy_rng(seed: int, stream: str, *parts: int) -> np.random.Generator:
     return np.random.default_rng(stream_seed(seed, stream, *parts))
 
 
+def identity_keys(seed: int, stream: str, ids: Sequence[str]) -> np.ndarray:
+    """A uint64 per id, a pure function of (seed, stream, id) alone: not of the id's position or
+    of the other ids, so reordering the inputs or running with more workers draws the same.
+    A 64-bit keyed blake2b of the id's UTF-8 bytes (a 32-bit hash such as crc32 would give equal
+    keys to some ids of a million)."""
+    salted = hashlib.blake2b(digest_size=8, key=stream_seed(seed, stream).to_bytes(8, "little"))
+
+    def key(identity: str) -> int:
+        h = salted.copy()
+        h.update(identity.encode())
+        return int.from_bytes(h.digest(), "little")
+
+    return np.fromiter(map(key, ids), dtype=np.uint64, count=len(ids))
+
+
 # --- prepare: the derivations prepared datasets were written with ------------------------------
 
 
 def split_rng(seed: int, bucket: int) -> np.random.Generator:
-    """Tie order of the length-stratified split within one length bucket."""
+    """Tie order of the ``longest-first`` split rule within one length bucket (the rule before
+    ``seeded``, kept so datasets made by it are made again the same)."""
     return np.random.default_rng([seed, 0x5E11, bucket])
 
 

@@ -101,6 +101,9 @@ class Params:
     max_tag_bytes: int
     case: str | None = None
     seed: int
+    #: How the ratios split the sequences (``seeded`` or ``longest-first``); None: lists, file names or
+    #: the source decided the split, or a manifest written before the rule was named (``longest-first``).
+    split_rule: str | None = None
     samples_per_shard: int | None = None
     windows_per_record: int
     records_by: str | None = None

@@ -26,7 +26,7 @@ from bionemo_wds.prepare.option_fields import cli_of, flags_of, option, shown_va
 from bionemo_wds.prepare.option_values import column_problem, parse_ratios, parse_split_list, prefix_problem
 from bionemo_wds.prepare.scan import ON_INVALID
 from bionemo_wds.prepare.sources import SOURCES
-from bionemo_wds.prepare.splits import DEFAULT_RATIOS, SPLIT_NAMES, ratio_problem
+from bionemo_wds.prepare.splits import DEFAULT_RATIOS, SPLIT_NAMES, SPLIT_RULES, ratio_problem
 from bionemo_wds.prepare.tags import parse_tag_pair, tag_map_problem, tag_rule_problem
 
 #: Default shard size in token bytes (about 256 MB: 32k windows at 8 kb).
@@ -104,6 +104,15 @@ class PrepareOptions:
         parse=parse_ratios,
         metavar=",".join(s.upper() for s in SPLIT_NAMES),
         check=ratio_problem,
+    )
+    split_rule: str | None = option(
+        None,
+        "how --split chooses within each length bucket: seeded (strata of sequences of similar length, each "
+        "dealt in an order drawn from --seed and the sequence ids, so the seed decides which sequences go "
+        "where); longest-first (the rule before seeded: longest first, the seed only orders sequences of "
+        "equal length, so every seed gives about the same split)",
+        choices=SPLIT_RULES,
+        default_help="seeded; a re-run into an output split by longest-first keeps its split (and says so)",
     )
     split_lists: dict[str, str] | None = option(  # noqa: RUF009 - option() is dataclasses.field plus CLI metadata
         None,

@@ -15,7 +15,7 @@ from typing import Any
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import MANIFEST_NAME
 from bionemo_wds.format.sequence_table import SEQUENCE_TABLE_NAME
-from bionemo_wds.prepare.splits import SPLIT_NAMES
+from bionemo_wds.prepare.splits import LEGACY_SPLIT_RULE, SPLIT_NAMES
 from bionemo_wds.storage.store import Store
 
 PLAN_NAME = ".prepare-plan.json"
@@ -45,8 +45,17 @@ def _stored_request(out: Store, names: list[str]) -> tuple[str, dict[str, Any]] 
 OLD_REQUEST_DEFAULTS: dict[str, Any] = {"case": "upper", "window_order": "numpy-permutation"}
 
 
+def _as_meant(old: dict[str, Any]) -> dict[str, Any]:
+    """A stored request with what its missing keys meant when it was written: also, when ratios
+    decided its split (``split`` set), the split rule before ``--split-rule`` (`LEGACY_SPLIT_RULE`)."""
+    meant = {**OLD_REQUEST_DEFAULTS, **old}
+    if old.get("split") is not None:
+        meant.setdefault("split_rule", LEGACY_SPLIT_RULE)
+    return meant
+
+
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    old = {**OLD_REQUEST_DEFAULTS, **old}
+    old = _as_meant(old)
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
@@ -86,3 +95,29 @@ def check_out_dir(out: Store, request: dict[str, Any], overwrite: bool) -> OutSt
             "use --overwrite to replace it or choose another directory"
         )
     return OutState.REPLACE
+
+
+def recorded_split_rule(out: Store, request: dict[str, Any]) -> str | None:
+    """The split rule of the dataset (or interrupted run) in `out` when it is not `request`'s and
+    nothing else differs: the rule a re-run that names no ``--split-rule`` keeps, so an existing
+    dataset keeps the split its manifest records. None when there is nothing to keep (no stored
+    request, the same rule, or other changes too: those are refused, or replaced with
+    ``--overwrite``, as any change is)."""
+    stored = _stored_request(out, out.names())
+    if stored is None or request.get("split_rule") is None:
+        return None
+    old = _as_meant(stored[1])
+    rule = old.get("split_rule")
+    if rule is None or rule == request["split_rule"]:
+        return None
+    return None if _differences(old, {**request, "split_rule": rule}) else rule
+
+
+def kept_split_note(out: Store, rule: str) -> str:
+    """The one line a re-run says when it keeps the split rule `rule` of the output in `out`."""
+    return (
+        f"--out {out.root} was split by the {rule} rule (the seed only ordered sequences of equal length, so "
+        f"every seed gave about the same split), not by today's default, seeded; keeping its split. Give "
+        f"--split-rule {rule} to keep it without this note, or --split-rule seeded --overwrite to split it "
+        "again with the seed choosing which sequences go where (new val and test sets)"
+    )

@@ -139,7 +139,7 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
         *_index_files(splits),
         _table_line(manifest),
         "",
-        "length mix (share of the split's bases per length bucket; sequences in brackets)",
+        "length mix (share of the split's bases per length bucket; sequences in brackets)" + _rule_note(params),
     ]
     labels = list(next(iter(splits.values())).length_mix or {}) if splits else []
     mix_rows = []
@@ -154,6 +154,11 @@ def inspect_text(root: str | Path, storage_options: dict[str, Any] | None = None
     if manifest.unassigned_sequences:
         out.append(f"sequences in no split list: {manifest.unassigned_sequences}")
     return "\n".join(out)
+
+
+def _rule_note(params: Params) -> str:
+    """Which rule split the sequences by the ratios, when the manifest names one (`splits.SPLIT_RULES`)."""
+    return f"; split by the {params.split_rule} rule, seed {params.seed}" if params.split_rule else ""
 
 
 def _params_line(params: Params, case: str) -> str:

@@ -16,12 +16,14 @@ until it is done, so two runs into one output (two shells, or the ranks of a job
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,15 @@ from bionemo_wds.prepare.executors.dask import client_session
 from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.groups import apply_groups, is_similarity
 from bionemo_wds.prepare.options import PrepareOptions
-from bionemo_wds.prepare.outdir import CACHE_NAME, PLAN_NAME, OutState, check_out_dir, clear_ours
+from bionemo_wds.prepare.outdir import (
+    CACHE_NAME,
+    PLAN_NAME,
+    OutState,
+    check_out_dir,
+    clear_ours,
+    kept_split_note,
+    recorded_split_rule,
+)
 from bionemo_wds.prepare.precheck import check_before_scan
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sequence_layout import sequence_index_rows
@@ -163,6 +173,7 @@ def _prepare_locked(
 ) -> PrepareResult:
     """`prepare` under the output's lock; `created`: the outermost directory the run creates."""
     result_out: Path | str = store.root if store.remote else Path(store.root)
+    request, opts = _keep_recorded_split(store, request, opts)
     state = check_out_dir(store, request, opts.overwrite)
     if state is OutState.FINISHED:
         finished = read_manifest(store)
@@ -228,6 +239,19 @@ def _prepare_locked(
     status = "resumed" if state is OutState.RESUME else "written"
     seconds = time.perf_counter() - t0 - startup
     return PrepareResult(status, result_out, written_manifest, written, len(reused), seconds, startup)
+
+
+def _keep_recorded_split(
+    store: Store, request: dict[str, Any], opts: PrepareOptions
+) -> tuple[dict[str, Any], PrepareOptions]:
+    """Without --split-rule, a re-run into an output split by another rule (one prepared before
+    ``seeded``) keeps that rule, and so the split its manifest records, and says so in one line
+    (`kept_split_note`); the request and options it returns name that rule."""
+    kept = None if opts.split_rule is not None else recorded_split_rule(store, request)
+    if kept is None:
+        return request, opts
+    warnings.warn(kept_split_note(store, kept), stacklevel=3)
+    return {**request, "split_rule": kept}, dataclasses.replace(opts, split_rule=kept)
 
 
 def _catalog_and_plan(

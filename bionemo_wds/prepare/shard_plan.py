@@ -40,6 +40,7 @@ from bionemo_wds.prepare.sequence_layout import MAX_INDEXED_TAG_BYTES, check_lay
 from bionemo_wds.prepare.sources import file_fingerprint, input_files
 from bionemo_wds.prepare.splits import (
     DEFAULT_BUCKET_EDGES,
+    SEEDED,
     SPLIT_NAMES,
     bucket_labels,
     check_split_from_names,
@@ -163,6 +164,7 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         "stride": None if sequences else opts.requested_stride,  # cut at load
         "tail": opts.tail,
         "split": [float(r) for r in opts.split] if not (lists or parquet or opts.split_from_names) else None,
+        "split_rule": None if lists or parquet or opts.split_from_names else opts.split_rule or SEEDED,  # `splits`
         "split_lists": lists,
         "split_parquet": parquet,
         "window_db": window_dbs,
@@ -257,9 +259,10 @@ def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
         unique = list(dict.fromkeys(catalog.names))  # pieces share their sequence's name
         by_name = dict(zip(unique, split_from_lists(unique, lists).tolist()))
         return np.fromiter((by_name[n] for n in catalog.names), dtype=np.int8, count=len(catalog))
+    rule, names = opts.split_rule or SEEDED, catalog.group_names
     if catalog.groups is not None:
-        return grouped_split(catalog.groups, catalog.lengths, opts.split, opts.seed)
-    return stratified_split(catalog.lengths, opts.split, opts.seed)
+        return grouped_split(catalog.groups, catalog.lengths, opts.split, opts.seed, names=names, rule=rule)
+    return stratified_split(catalog.lengths, opts.split, opts.seed, ids=catalog.names, rule=rule)
 
 
 def first_windows(catalog: Catalog, window: int, stride: int, tail: str) -> np.ndarray | None:
@@ -341,6 +344,8 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             "max_tag_bytes": max_tag,  # room for the longest tag after lineage dropout (`Catalog.max_tag_bytes`)
             "case": opts.case,
             "seed": opts.seed,
+            # how the ratios split (absent: lists, names or the source did, or written before `LEGACY_SPLIT_RULE`)
+            **({"split_rule": request["split_rule"]} if request.get("split_rule") and catalog.split is None else {}),
             "samples_per_shard": per_shard,  # the largest; each split says its own (`split_shard_size`)
             "windows_per_record": per_record,
             # "bases": records of about windows_per_record full windows of bases; "windows": exactly that many

@@ -2,10 +2,20 @@
 
 Pure functions over length arrays, no I/O. A sequence never lands in two splits. The stratified
 split follows Eden: sequences are bucketed by length (<10 kb, <100 kb, longer) and each bucket is
-divided by the ratios, so every split gets the same length mix. Within a bucket we go longest
-first (ties in a seeded random order) and give each sequence to the split furthest below its share
-of the bucket's bases; this keeps base shares within one sequence of the target, where a plain
-count split can miss badly when a few long contigs dominate.
+divided by the ratios, so every split gets the same length mix. Within a bucket the sequences are
+dealt in an order and each goes to the split furthest below its share of the bucket's bases (so
+base shares stay within a sequence or two of the target, where a plain count split can miss badly
+when a few long contigs dominate). The order is the split rule (`SPLIT_RULES`, ``--split-rule``):
+
+- ``seeded`` (the default): the bucket sorted longest first is cut into strata of `stratum_size`
+  consecutive sequences (the fewest in which the smallest split expects one), and each stratum is
+  dealt in the order of its sequences' seeded keys (`seeds.identity_keys` of the seed and the
+  sequence's id, or group name). The seed decides which sequences go where: two seeds share about
+  the share of sequences chance gives, while each stratum's lengths keep every split's length mix.
+  A sequence's draw depends on its id, not on its position in the inputs.
+- ``longest-first``: the whole bucket longest first, the seed ordering only sequences of equal
+  length, so it barely moves the split; what datasets prepared before ``seeded`` hold (kept so they
+  are made again the same).
 
 `--split-from-names` takes each input file's split from its name instead (`split_in_name`): a word
 ``train``, ``val`` / ``valid`` / ``validation`` or ``test`` between ``_``, ``-``, ``.`` or the ends
@@ -15,6 +25,7 @@ of the file name, so the files ``export-megatron`` writes per split (``mout/ecol
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -22,7 +33,7 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from bionemo_wds.core.distinct import distinct
-from bionemo_wds.core.seeds import split_rng
+from bionemo_wds.core.seeds import identity_keys, split_rng
 from bionemo_wds.errors import BadInputError
 
 SPLIT_NAMES = ("train", "val", "test")
@@ -34,6 +45,11 @@ SPLIT_WORDS = {"train": 0, "val": 1, "valid": 1, "validation": 1, "test": 2}
 _WORD_DELIMITERS = re.compile(r"[_.\-]")
 #: Upper bounds (exclusive) of the length buckets; the last bucket is open-ended.
 DEFAULT_BUCKET_EDGES = (10_000, 100_000)
+#: How the stratified split orders a bucket's sequences (`--split-rule`): see the module docstring.
+SPLIT_RULES = ("seeded", "longest-first")
+SEEDED, LONGEST_FIRST = SPLIT_RULES
+#: The rule of a request or manifest that names none: what `prepare` did before `--split-rule`.
+LEGACY_SPLIT_RULE = LONGEST_FIRST
 
 
 def bucket_labels(edges: Sequence[int] = DEFAULT_BUCKET_EDGES) -> list[str]:
@@ -94,11 +110,14 @@ def stratified_split(
     seed: int,
     edges: Sequence[int] = DEFAULT_BUCKET_EDGES,
     unit: str = "sequence",
+    ids: Sequence[str] | None = None,
+    rule: str = SEEDED,
 ) -> np.ndarray:
     """Split number (0 train, 1 val, 2 test) for every sequence (or `unit`: what the lengths are of).
 
-    Every split with a positive ratio gets at least one sequence; fewer sequences than such splits
-    is an error.
+    `ids` names each (its sequence id or group name) and keys its seeded draw; without them a
+    sequence is known by its position. `rule` is one of `SPLIT_RULES`. Every split with a positive
+    ratio gets at least one sequence; fewer sequences than such splits is an error.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     share = check_ratios(ratios)
@@ -106,16 +125,41 @@ def stratified_split(
     problem = split_count_problem(len(lengths), ratios, unit)
     if problem is not None:
         raise BadInputError(problem)
+    if rule not in SPLIT_RULES:
+        raise BadInputError(f"--split-rule must be one of {', '.join(SPLIT_RULES)}, got {rule!r}")
+    if rule == SEEDED:
+        names = [str(i) for i in range(len(lengths))] if ids is None else ids
+        keys = identity_keys(seed, "split", names)
+        size = stratum_size(share, len(lengths))
     assignment = np.full(len(lengths), -1, dtype=np.int8)
     buckets = length_buckets(lengths, edges)
     for bucket in distinct(buckets):
         members = np.flatnonzero(buckets == bucket)
-        rng = split_rng(seed, int(bucket))
-        members = members[rng.permutation(len(members))]
-        members = members[np.argsort(-lengths[members], kind="stable")]
+        if rule == SEEDED:
+            members = members[seeded_order(lengths[members], keys[members], size)]
+        else:
+            members = members[split_rng(seed, int(bucket)).permutation(len(members))]
+            members = members[np.argsort(-lengths[members], kind="stable")]
         assignment[members] = _greedy(lengths[members].tolist(), share.tolist())
     _fill_empty_splits(assignment, lengths, wanted)
     return assignment
+
+
+def stratum_size(share: np.ndarray, n: int) -> int:
+    """Sequences per stratum of the ``seeded`` rule for `n` sequences: the fewest in which the
+    smallest wanted split expects one (10 for 0.8,0.1,0.1), so each stratum gives every split its
+    draw; at least 2, at most `n` (one stratum: a split too small to expect one sequence in all)."""
+    smallest = float(share[share > 0].min())
+    return max(2, math.ceil(min(float(n), 1 / smallest - 1e-9)))  # 1/0.1 may round to just above 10
+
+
+def seeded_order(lengths: np.ndarray, keys: np.ndarray, size: int) -> np.ndarray:
+    """Positions of one bucket's sequences in the order the ``seeded`` rule deals them: sorted
+    longest first (equal lengths by key) and cut into strata of `size`, the strata longest first,
+    each in the order of its sequences' `keys` (equal keys by position: numpy's sorts are stable)."""
+    by_length = np.lexsort((keys, -np.asarray(lengths, dtype=np.int64)))
+    stratum = np.arange(len(by_length)) // size
+    return by_length[np.lexsort((keys[by_length], stratum))]
 
 
 def _greedy(lengths: list[int], share: list[float]) -> list[int]:
@@ -145,14 +189,18 @@ def grouped_split(
     ratios: Sequence[float],
     seed: int,
     edges: Sequence[int] = DEFAULT_BUCKET_EDGES,
+    names: Sequence[str] | None = None,
+    rule: str = SEEDED,
 ) -> np.ndarray:
     """Split number for every row such that all rows of a group land in one split: the groups are
-    split by `stratified_split` over their total lengths (genomes and clusters differ in size)."""
+    split by `stratified_split` over their total lengths (genomes and clusters differ in size),
+    each keyed by its name (``names[group]``; without names, by its rank among the groups present)."""
     groups = np.asarray(groups, dtype=np.int64)
     totals = np.bincount(groups, weights=np.asarray(lengths, dtype=np.float64)).astype(np.int64)
     present = np.flatnonzero(np.bincount(groups) > 0)
+    ids = None if names is None else [names[g] for g in present.tolist()]
     by_group = np.full(len(totals), -1, dtype=np.int8)
-    by_group[present] = stratified_split(totals[present], ratios, seed, edges, unit="group")
+    by_group[present] = stratified_split(totals[present], ratios, seed, edges, unit="group", ids=ids, rule=rule)
     return by_group[groups]
 
 
