@@ -312,7 +312,7 @@ if __name__ == "__main__":
         dm, moved = batches(2, transfer_bytes=transfer_bytes)
         assert dm.split_loaders[Split.val][0].transfer is not None, "no batch transfer"
         assert dm.split_loaders[Split.val][0].loader_kwargs["multiprocessing_context"].get_start_method() == "spawn"
-        keys = [k for b in moved for k in b["keys"]]
+        keys = [k for b in moved for k in b["keys"] if k]  # not the padding of a last partial batch
         assert len(keys) == len(set(keys)) == n, (len(keys), len(set(keys)), n)
         assert len(moved) == len(direct)
         for b in moved:
