@@ -84,8 +84,9 @@ import numpy as np
 
 from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, Manifest, shard_name
 from bionemo_wds.format.manifest import dumps_manifest
+from bionemo_wds.format.manifest_types import INDEX_FILE_FORMAT_VERSION
 from bionemo_wds.format.record_index import COLUMNS, INDEX_DTYPE
-from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, RECORD_INDEX_NAME, record_index_path
+from bionemo_wds.format.split_index_file import RECORD_INDEX_NAME, record_index_path
 from bionemo_wds.storage.atomic import HashingWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks` is not installed

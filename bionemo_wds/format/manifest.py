@@ -51,6 +51,7 @@ from bionemo_wds.format.manifest_types import (
     COMPRESSED_FORMAT_VERSION,
     FORMAT_NAME,
     FORMAT_VERSION,
+    INDEX_FILE_FORMAT_VERSION,
     INDEX_FILE_SHARD_KEY,
     INDEX_FILE_SPLIT_KEY,
     INDEXED_FORMAT_VERSION,
@@ -68,7 +69,7 @@ from bionemo_wds.format.manifest_types import (
     reader,
 )
 from bionemo_wds.format.record_index import RecordIndex, paused_gc
-from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, record_index_path, write_record_index
+from bionemo_wds.format.split_index_file import record_index_path, write_record_index
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.storage.store import Store

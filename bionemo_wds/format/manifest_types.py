@@ -21,10 +21,18 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.format.sequence_index import LAYOUTS, SEQUENCE_ENTRY_KEYS, SEQUENCE_FORMAT_VERSION
-from bionemo_wds.format.split_index_file import INDEX_ENTRY_KEYS, INDEX_FILE_FORMAT_VERSION
 
 FORMAT_NAME = "bionemo-wds"
+#: The version whose record index is a file per split (`format.split_index_file`).
+INDEX_FILE_FORMAT_VERSION = 4
+#: What the manifest's ``record_index`` entry of a split holds.
+INDEX_ENTRY_KEYS = ("path", "records", "bytes", "sha256")
+#: The version that has the sequence layout (``params.layout`` ``"sequences"``; `format.sequence_index`).
+SEQUENCE_FORMAT_VERSION = 5
+#: The layouts ``params.layout`` names: ``windows`` (versions 1-4, and 5's absent key), ``sequences``.
+LAYOUTS = ("windows", "sequences")
+#: What the manifest's ``sequence_index`` entry of a split holds.
+SEQUENCE_ENTRY_KEYS = ("path", "sequences", "bytes", "sha256")
 #: The version `prepare` writes for the windows layout (both codecs); the sequence layout
 #: (``--layout sequences``) writes `SEQUENCE_FORMAT_VERSION`.
 FORMAT_VERSION = INDEX_FILE_FORMAT_VERSION

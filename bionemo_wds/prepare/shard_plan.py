@@ -30,6 +30,7 @@ from bionemo_wds.format import (
     shard_name,
 )
 from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.executors.dask_client import distributed_module
 from bionemo_wds.prepare.options import (
     MIN_SHARDS_PER_SPLIT,
     RECORD_TARGET_BYTES,
@@ -134,6 +135,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         raise BadInputError(problem)
     opts.check_layout()
     opts.check_executor()
+    if opts.executor == "dask":
+        distributed_module()  # installed? (before anything is written)
     if opts.compress == "zstd":
         try:
             import zstandard  # noqa: F401
