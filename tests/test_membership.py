@@ -23,6 +23,7 @@ from conftest import (
     as_format_version_3,
     read_fasta,
     shard_windows,
+    split_seq_ids,
     tree_bytes,
     write_fasta,
 )
@@ -105,8 +106,8 @@ def by_node(inputs: Inputs, node: int) -> str:
 
 
 def split_of(root: Path | str, seq_id: str) -> str:
-    """The split whose manifest lists `seq_id`."""
-    (split,) = [s for s, info in read_manifest(root).splits.items() if seq_id in (info.seq_ids or [])]
+    """The split whose sequence table lists `seq_id`."""
+    (split,) = [s for s in read_manifest(root).splits if seq_id in split_seq_ids(root, s)]
     return split
 
 
@@ -310,7 +311,7 @@ def test_the_sequence_layout_answers_as_the_windows_layout(capsys, inputs, apart
     seed, windows = apart
     dataset = tmp_path / "seqs"
     prepare(inputs.paths, dataset, PrepareOptions(**OPTIONS, seed=seed, layout="sequences"))
-    assert read_manifest(dataset).format_version == 5
+    assert read_manifest(dataset).params.layout == "sequences"
     query = write_fasta(tmp_path / "rc.fa", {"rc": reverse_complement(inputs.copy)})
     queries = (inputs.copy_fa, query)
     assert contains_json(capsys, dataset, *queries) == contains_json(capsys, windows, *queries)
@@ -380,7 +381,7 @@ def test_older_format_versions_answer_the_same(capsys, inputs, apart, tmp_path, 
 
 def test_leakage_against_an_eval_file_reports_both_directions(capsys, inputs, apart):
     _, dataset = apart
-    train = read_manifest(dataset).splits["train"].seq_ids
+    train = split_seq_ids(dataset, "train")
     planted = next(n for n in train if len(inputs.seqs.get(n, "")) >= 20_000 and n != inputs.original)
     (phage,) = read_fasta(LAMBDA).values()
     eval_fa = write_fasta(inputs.root / "eval.fa", {"planted": mutate(inputs.seqs[planted], 0.01, 3), "phage": phage})

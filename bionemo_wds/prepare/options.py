@@ -89,9 +89,9 @@ class PrepareOptions:
     )
     layout: str = option(
         "windows",
-        "windows: the windows of --seq-length and --stride, overlaps stored (format version 4; the loader serves "
-        "exactly those); sequences: every base stored once, as pieces of whole sequences in a seeded order "
-        "(format version 5), windows of any length and stride cut at load (GenomicDataset(seq_length=..., "
+        "windows: the windows of --seq-length and --stride, overlaps stored (the loader serves "
+        "exactly those); sequences: every base stored once, as pieces of whole sequences in a seeded order; "
+        "windows of any length and stride cut at load (GenomicDataset(seq_length=..., "
         "stride=...)), short sequences packable; --stride does not apply",
         choices=LAYOUTS,
     )
