@@ -552,11 +552,14 @@ def help_entries(text: str) -> dict[str, str]:
     return out
 
 
+PLACE = ["--workers", "--executor", "--scheduler"]
+
+
 @pytest.mark.parametrize(
     ("command", "options"),
     [
-        ("contains", ["--split", "--min-identity", "--ksize", "--scaled", "--json", "--quiet"]),
-        ("leakage", ["--against", "--min-identity", "--ksize", "--scaled", "--json", "--quiet"]),
+        ("contains", ["--split", "--min-identity", "--ksize", "--scaled", "--json", "--quiet", *PLACE]),
+        ("leakage", ["--against", "--min-identity", "--ksize", "--scaled", "--json", "--quiet", *PLACE]),
         ("verify", ["--leakage", "--max-leakage", "--min-identity", "--ksize", "--scaled"]),
     ],
 )
@@ -572,3 +575,30 @@ def test_help_explains_every_option(capsys, command, options):
     if command == "verify":
         for option in options[1:]:
             assert "with --leakage" in entries[option], entries[option]
+
+
+# --- where the shards are read ------------------------------------------------------------------------------
+
+
+def test_one_process_a_pool_and_dask_answer_alike(capsys, inputs, apart):
+    """The shards are read as tasks; the answers do not depend on where they run."""
+    _, dataset = apart
+    queries = (inputs.copy_fa,)
+    one = contains_json(capsys, dataset, *queries, "--workers", "1")
+    assert one == contains_json(capsys, dataset, *queries, "--workers", "2")
+    leaks = leak_rows(capsys, dataset, "--workers", "1")
+    assert leaks == leak_rows(capsys, dataset, "--workers", "2")
+    pytest.importorskip("distributed")
+    from bionemo_wds.prepare.executors.dask_client import local_cluster
+
+    with local_cluster(2) as cluster:
+        dask = ("--executor", "dask", "--scheduler", cluster.scheduler_address)
+        assert contains_json(capsys, dataset, *queries, *dask) == one
+        assert leak_rows(capsys, dataset, *dask) == leaks
+
+
+def test_a_scheduler_needs_the_dask_executor(capsys, inputs, apart):
+    _, dataset = apart
+    message = bad(capsys, "leakage", dataset, "--scheduler", "tcp://127.0.0.1:8786", "-q")
+    assert "--scheduler tcp://127.0.0.1:8786 needs --executor dask" in message
+    assert "--workers must be at least 1" in bad(capsys, "contains", dataset, inputs.copy_fa, "--workers", "0")
