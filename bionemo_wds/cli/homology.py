@@ -25,10 +25,11 @@ IDENTITY_HELP = (
 CONTAINS_DESCRIPTION = (
     "For every sequence of the query files (FASTA or FASTQ, plain or gzip): whether it, or a sequence of at "
     "least --min-identity, is stored in each split of the dataset, and which stored sequences hold it. Reads "
-    "every shard once, as tasks on --workers processes or a Dask cluster. Exact: the share of the query's distinct k-mers (canonical, k = --ksize) found among a "
-    "stored sequence's decides; the same share estimated from FracMinHash sketches (one k-mer in --scaled, "
-    "sourmash) is shown beside it. One line per query and split (TSV with a header), or JSON lines with --json. "
-    "Exit 0 whether or not a query is found; 2 for bad input."
+    "every shard once, as tasks on --workers processes or a Dask cluster. Exact: the share of the query's "
+    "distinct k-mers (canonical, k = --ksize) found among a stored sequence's decides; the same share "
+    "estimated from FracMinHash sketches (one k-mer in --scaled, sourmash) is shown beside it. One line per "
+    "query and split (TSV with a header), or JSON lines with --json. Exit 0 whether or not a query is found; "
+    "2 for bad input."
 )
 LEAKAGE_DESCRIPTION = (
     "For every ordered pair of splits, and between each split and each --against file: the share of the first "
