@@ -5,6 +5,9 @@ many task boundaries, some in fragments shorter than a k-mer."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,9 @@ from bionemo_wds.format import read_manifest
 from bionemo_wds.format.stored_records import stored_documents
 from bionemo_wds.homology import shard_pass
 from bionemo_wds.homology.kmers import canonical_kmers
+from bionemo_wds.homology.leakage import leakage
 from bionemo_wds.homology.sketch import Sketches, SketchParams
+from bionemo_wds.homology.sketch_cache import INDEX_PATH
 from bionemo_wds.homology.stored import QueryKmers, read_splits
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.executors.tasks import TaskPlace
@@ -83,7 +88,7 @@ def queries() -> QueryKmers:
 def answers(root: Path, queries: QueryKmers, place: TaskPlace) -> list[tuple]:
     sequences = read_manifest(root).params.layout == "sequences"
     out = []
-    for stored in read_splits(Store(root), ["train", "val"], sequences, PARAMS, queries, place):
+    for stored in read_splits(Store(root), ["train", "val"], sequences, PARAMS, queries, place, keep=False):
         s = stored.sketches
         found = sorted((name, codes.tolist()) for name, codes in stored.found.items())
         out.append((s.names, s.lengths.tolist(), s.hashes.tolist(), s.offsets.tolist(), found))
@@ -132,3 +137,60 @@ def test_dask_gives_the_one_pass_answer(datasets, queries):
     with local_cluster(2) as cluster:
         place = TaskPlace("dask", 2, cluster.scheduler_address)
         assert answers(root, queries, place) == expected(root, queries)
+
+
+# --- sketches kept beside the dataset -----------------------------------------------------------------------
+
+
+def counting_reads(monkeypatch) -> list:
+    """Count the shard-reading tasks from here on."""
+    calls: list = []
+    real = shard_pass.read_range
+
+    def read_range(context, task):
+        calls.append(task)
+        return real(context, task)
+
+    monkeypatch.setattr(shard_pass, "read_range", read_range)
+    return calls
+
+
+def test_a_repeated_leakage_reads_no_shard(datasets, tmp_path, monkeypatch):
+    root = tmp_path / "ds"
+    shutil.copytree(datasets["windows"], root)
+    params = SketchParams(ksize=15, scaled=10)
+    calls = counting_reads(monkeypatch)
+    first = asdict(leakage(str(root), params=params))
+    assert calls and {task.split for task in calls} == {"train", "val"}
+    listed = json.loads((root / INDEX_PATH).read_text())["sketches"]
+    assert sorted(listed) == ["train-k15-s10", "val-k15-s10"]
+    calls.clear()
+    assert asdict(leakage(str(root), params=params)) == first and calls == []  # the kept sketches, no shard
+    leakage(str(root), params=SketchParams(ksize=17, scaled=10))  # other parameters: read, and kept too
+    assert calls and len(json.loads((root / INDEX_PATH).read_text())["sketches"]) == 4
+    calls.clear()
+    kept = root / listed["val-k15-s10"]["path"]
+    kept.write_bytes(kept.read_bytes()[:-1] + b"x")  # damaged: read again, the same answer, kept anew
+    assert asdict(leakage(str(root), params=params)) == first
+    assert {task.split for task in calls} == {"val"}
+    calls.clear()
+    assert asdict(leakage(str(root), params=params)) == first and calls == []
+
+
+def test_sketches_of_other_shards_are_not_used(datasets, tmp_path, monkeypatch):
+    """Kept sketches name the shards they were made from (paths and sha256s): another dataset's, or
+    this one prepared again with other shards, are read afresh; prepare --overwrite removes them."""
+    root = tmp_path / "ds"
+    shutil.copytree(datasets["windows"], root)
+    params = SketchParams(ksize=15, scaled=10)
+    leakage(str(root), params=params)
+    shutil.copytree(datasets["sequences"], tmp_path / "other")
+    shutil.copytree(root / "sketches", tmp_path / "other" / "sketches")
+    calls = counting_reads(monkeypatch)
+    leakage(str(tmp_path / "other"), params=params)
+    assert {task.split for task in calls} == {"train", "val"}
+    manifest = read_manifest(root)
+    fasta = Path(manifest.request["inputs"][0]["path"])
+    opts = PrepareOptions(seq_length=80, split=(0.5, 0.5, 0.0), workers=1, overwrite=True)
+    prepare([fasta], root, opts)
+    assert not (root / "sketches").exists()

@@ -36,7 +36,9 @@ LEAKAGE_DESCRIPTION = (
     "one's sequences (and bases) contained in some sequence of the second at an estimated identity of at least "
     "--min-identity (FracMinHash containment, k = --ksize, one k-mer in --scaled; sourmash). Sequences too short "
     "to hold 2 sketch hashes (about 2 x --scaled bases) cannot be judged and are counted apart. Reads every "
-    "shard once, as tasks on --workers processes or a Dask cluster. TSV with a header, or JSON lines with --json."
+    "shard once, as tasks on --workers processes or a Dask cluster, and keeps the sketches beside the dataset "
+    "(sketches/): a later call at the same --ksize and --scaled reads no shard. TSV with a header, or JSON "
+    "lines with --json."
 )
 
 

@@ -20,7 +20,7 @@ from bionemo_wds.core.distinct import distinct
 from bionemo_wds.format import read_manifest
 from bionemo_wds.homology.membership import MIN_IDENTITY, check_identity, read_queries, sketch_queries
 from bionemo_wds.homology.similarity import MIN_SHARED, Matches, matches_both_ways
-from bionemo_wds.homology.sketch import Sketches, SketchParams
+from bionemo_wds.homology.sketch import Sketches, SketchParams, sourmash_module
 from bionemo_wds.homology.stored import read_splits
 from bionemo_wds.load.spans import is_sequence_layout
 from bionemo_wds.prepare.executors.tasks import TaskPlace
@@ -103,6 +103,7 @@ def leakage(
     the shards are read once, as tasks at `place` (this process by default, a process pool or Dask)."""
     params = (params or SketchParams()).check()
     check_identity(min_identity)
+    sourmash_module()  # the [homology] extra, needed whether or not the splits' sketches are kept
     evals = [(path, sketch_queries(read_queries([path]), params)) for path in against]  # bad files fail first
     store = Store(dataset, storage_options)
     manifest = read_manifest(store)

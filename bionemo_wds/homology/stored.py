@@ -22,6 +22,7 @@ from bionemo_wds.format.manifest import read_manifest
 from bionemo_wds.homology.kmers import kmer_codes
 from bionemo_wds.homology.shard_pass import read_splits as read_pass
 from bionemo_wds.homology.sketch import Sketches, SketchParams
+from bionemo_wds.homology.sketch_cache import is_kept, keep_sketches, kept_sketches
 from bionemo_wds.prepare.executors.tasks import TaskPlace
 
 #: Bits of `QueryKmers.filter`'s index (a 16 MB bitmap as numpy bools).
@@ -114,12 +115,27 @@ def read_splits(
     params: SketchParams,
     queries: QueryKmers | None = None,
     place: TaskPlace | None = None,
+    keep: bool = True,
 ) -> list[StoredSplit]:
     """Sketch every sequence of `splits` (and find `queries`' k-mers in it) in one pass over their
     shards, as tasks at `place` (`shard_pass`; this process by default); `sequences`: the dataset has
     the sequence layout (a sequence's pieces are joined before their k-mers are taken). A sequence's
-    length here is the bases its stored stretches cover (first to last base)."""
+    length here is the bases its stored stretches cover (first to last base).
+
+    Without `queries`, a split whose sketches are kept beside the dataset (`sketch_cache`) is not
+    read; with `keep`, the sketches of every split read are kept for the next call."""
     manifest = read_manifest(store)
     shards = {split: manifest.splits[split].shards for split in splits}
-    passes = read_pass(store, shards, sequences, params, queries, place)
-    return [StoredSplit(split, passes[split].sketches, passes[split].found) for split in splits]
+    kept = {}
+    if queries is None:
+        for split in splits:
+            found = kept_sketches(store, shards[split], split, params)
+            if found is not None:
+                kept[split] = StoredSplit(split, found)
+    to_read = {split: listed for split, listed in shards.items() if split not in kept}
+    passes = read_pass(store, to_read, sequences, params, queries, place) if to_read else {}
+    for split, listed in to_read.items():
+        kept[split] = StoredSplit(split, passes[split].sketches, passes[split].found)
+        if keep and (queries is None or not is_kept(store, listed, split, params)):  # read: none kept, or damaged
+            keep_sketches(store, listed, split, passes[split].sketches)
+    return [kept[split] for split in splits]
