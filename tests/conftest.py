@@ -209,9 +209,39 @@ def edit_record_index(root: Path, split: str, shard: int, record: int, column: s
     return old
 
 
+def split_seq_ids(root: Path | str, split: str) -> list[str]:
+    """The names of `split`'s sequences, in input order (the sequence table's, for any version)."""
+    from bionemo_wds.format.sequence_table import split_names
+
+    return split_names(root, read_manifest(root), split)
+
+
+def as_format_before_6(root: Path) -> None:
+    """Turn a prepared (version-6) dataset into what `prepare` wrote before version 6: version 4 (the
+    windows layout) or 5 (the sequence layout), each split entry naming its sequences (``seq_ids``,
+    in input order, after ``length_mix``) as well as the sequence table."""
+    manifest = _read_json(root)
+    assert manifest["format_version"] == 6
+    sequences = manifest["params"].get("layout") == "sequences"
+    manifest["format_version"] = 5 if sequences else 4
+    rows = [line.split("\t") for line in (Path(root) / "sequences.tsv").read_text().splitlines()[1:]]
+    for split, info in list(manifest["splits"].items()):
+        names = list(dict.fromkeys(row[1] for row in rows if row[0] == split))
+        keys = list(info)
+        at = keys.index("length_mix") + 1
+        manifest["splits"][split] = {
+            **{k: info[k] for k in keys[:at]},
+            "seq_ids": names,
+            **{k: info[k] for k in keys[at:]},
+        }
+    _write_json(root, manifest)
+
+
 def as_format_version_3(root: Path) -> None:
-    """Turn a prepared (version-4) dataset into what version 3 wrote: each shard entry's record index
-    as JSON columns (``records``) instead of ``n_records``, no ``record_index`` and no index files."""
+    """Turn a prepared dataset into what version 3 wrote: each shard entry's record index as JSON
+    columns (``records``) instead of ``n_records``, no ``record_index`` and no index files."""
+    if _read_json(root)["format_version"] == 6:
+        as_format_before_6(root)
     manifest = _read_json(root)
     assert manifest["format_version"] == 4
     manifest["format_version"] = 3
@@ -234,6 +264,8 @@ def shard_index(root: Path, split: str, shard: int) -> RecordIndex:
 def as_format_version_1(root: Path) -> None:
     """What a dataset written before the record index looks like: no index (no ``n_records``,
     ``record_index`` nor index file; no ``records`` either), format version 1."""
+    if _read_json(root)["format_version"] == 6:
+        as_format_before_6(root)
     manifest = _read_json(root)
     manifest["format_version"] = 1
     for info in manifest["splits"].values():

@@ -21,7 +21,7 @@ from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CASE_MODES, CODECS, LAYOUTS
 from bionemo_wds.prepare import PrepareOptions
 from bionemo_wds.prepare.options import EXECUTORS, SOURCE_KINDS
-from bionemo_wds.prepare.scan import ON_INVALID
+from bionemo_wds.prepare.scan_tasks import ON_INVALID
 from bionemo_wds.prepare.splits import SPLIT_RULES
 from bionemo_wds.prepare.windows import TAIL_MODES
 

@@ -20,8 +20,8 @@ from bionemo_wds.cli import main
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.prepare.executors import dask as dask_executor
-from bionemo_wds.prepare.executors.dask import local_cluster
+from bionemo_wds.prepare.executors import dask_client
+from bionemo_wds.prepare.executors.dask_client import local_cluster
 from bionemo_wds.prepare.report import verify
 
 pytestmark = pytest.mark.slow  # real Dask LocalClusters, end to end
@@ -189,7 +189,7 @@ def test_a_rerun_after_a_lost_cluster_writes_only_the_missing_shards(tmp_path, s
 
 
 def test_an_unreachable_scheduler_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(dask_executor, "CONNECT_TIMEOUT", 2)
+    monkeypatch.setattr(dask_client, "CONNECT_TIMEOUT", 2)
     with pytest.raises(BadInputError, match=r"--scheduler tcp://127\.0\.0\.1:9: cannot reach the Dask scheduler"):
         prepare([KLEBSIELLA], tmp_path / "o", PrepareOptions(**SMALL, executor="dask", scheduler="tcp://127.0.0.1:9"))
 

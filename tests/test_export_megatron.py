@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, main_here, read_fasta
+from conftest import KLEBSIELLA, main_here, read_fasta, split_seq_ids
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.export.megatron import EOD_ID, export_megatron
@@ -66,8 +66,8 @@ def test_sequences_read_back_equal_the_fasta(sequences, fasta, tmp_path, split):
     report = export_megatron(str(sequences), prefix, split, progress=False)
     ds = IndexedDataset(str(prefix))
     named = names(prefix)
-    assert len(ds) == report.documents == len(named) == len(read_manifest(sequences).splits[split].seq_ids)
-    assert {n for n, _, _ in named} == set(read_manifest(sequences).splits[split].seq_ids)
+    assert len(ds) == report.documents == len(named) == len(split_seq_ids(sequences, split))
+    assert {n for n, _, _ in named} == set(split_seq_ids(sequences, split))
     tokens = 0
     for i, (seq_id, start, length) in enumerate(named):
         doc = np.asarray(ds[i])

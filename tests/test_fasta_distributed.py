@@ -187,7 +187,7 @@ def test_the_same_bytes_with_the_index_and_writers_in_a_pool(tree, prepared, tmp
 @pytest.mark.slow
 def test_the_same_bytes_on_a_dask_cluster(tree, prepared, tmp_path):
     pytest.importorskip("distributed")
-    from bionemo_wds.prepare.executors.dask import local_cluster
+    from bionemo_wds.prepare.executors.dask_client import local_cluster
 
     root, _ = tree
     with local_cluster(2) as cluster:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import servers
-from conftest import KLEBSIELLA, LAMBDA, read_fasta, write_fasta
+from conftest import KLEBSIELLA, LAMBDA, read_fasta, split_seq_ids, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
 ERROR = "bionemo-wds prepare: error: "
@@ -316,7 +316,7 @@ def test_show_prints_the_stored_bases_of_each_window(kleb_dataset, klebsiella_se
         assert fields["tag"] == re.match(r"NODE_(\d+)_", seq).group(1)
         assert int(fields["length"]) == len(bases) and len(bases) <= 1021
         assert bases == klebsiella_seqs[seq][start : start + len(bases)]
-    assert {fields["seq"] for fields, _ in windows} <= set(manifest(kleb_dataset)["splits"]["val"]["seq_ids"])
+    assert {fields["seq"] for fields, _ in windows} <= set(split_seq_ids(kleb_dataset, "val"))
 
 
 @pytest.mark.slow

@@ -399,10 +399,10 @@ def genomes(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", [4, 3])
+@pytest.mark.parametrize("version", [6, 3])
 @pytest.mark.parametrize("name", ["lambda", "klebsiella", "klebsiella-1", "klebsiella-zstd"])
 def test_record_index_agrees_with_the_shards(genomes, name, version, tmp_path):
-    """Offsets, sizes, windows and crc32 in the record index (version 4: the split's index file;
+    """Offsets, sizes, windows and crc32 in the record index (version 4 on: the split's index file;
     version 3: the manifest's columns) are what our reader and tarfile find, and a positioned read
     at an indexed offset returns exactly the record."""
     root = genomes[name]
@@ -411,7 +411,7 @@ def test_record_index_agrees_with_the_shards(genomes, name, version, tmp_path):
         root = tmp_path / "v3"
         as_format_version_3(root)
     manifest = read_manifest(root)
-    assert manifest.format_version == version and FORMAT_VERSION == 4
+    assert manifest.format_version == version and FORMAT_VERSION == 6
     n_records = 0
     for split, info in manifest.splits.items():
         indexes = shard_indexes(Store(root), manifest, split)
@@ -474,7 +474,7 @@ def test_write_shard_refuses_a_name_that_needs_an_extended_header(tmp_path):
 
 
 def test_old_versions_stay_readable_without_an_index():
-    assert set(READABLE_VERSIONS) == {1, 2, 3, 4, 5}
+    assert set(READABLE_VERSIONS) == {1, 2, 3, 4, 5, 6}
     assert index_of({"path": "train/wdshards-000000.tar", "n_samples": 1}) is None
     with pytest.raises(ValueError, match="malformed"):
         index_of({"records": {"offset": [512], "size": [10]}})

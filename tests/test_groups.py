@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, LAMBDA, read_fasta
+from conftest import KLEBSIELLA, LAMBDA, read_fasta, split_seq_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.cli.main import main
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.format import Manifest, read_manifest
+from bionemo_wds.format import read_manifest
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.groups import (
     apply_groups,
@@ -302,20 +302,21 @@ def prepare_args(out: Path, rule: str, *extra: str, fasta: Path = KLEBSIELLA) ->
     ]
 
 
-def splits_of(manifest: Manifest) -> dict[str, str]:
-    """seq_id -> its split, from the manifest's per-split seq_ids (each id in one split only)."""
+def splits_of(root: Path) -> dict[str, str]:
+    """seq_id -> its split, from the sequence table's names per split (each id in one split only)."""
     out: dict[str, str] = {}
-    for split, info in manifest.splits.items():
-        assert len(info.seq_ids) == info.n_sequences
-        for seq_id in info.seq_ids:
+    for split, info in read_manifest(root).splits.items():
+        names = split_seq_ids(root, split)
+        assert len(names) == info.n_sequences
+        for seq_id in names:
             assert seq_id not in out, seq_id
             out[seq_id] = split
     return out
 
 
-def assert_groups_whole(manifest: Manifest, group_of: dict[str, str]) -> None:
+def assert_groups_whole(root: Path, group_of: dict[str, str]) -> None:
     where: dict[str, set[str]] = {}
-    for seq_id, split in splits_of(manifest).items():
+    for seq_id, split in splits_of(root).items():
         where.setdefault(group_of[seq_id], set()).add(split)
     assert all(len(s) == 1 for s in where.values()), where
 
@@ -327,14 +328,14 @@ def test_regex_groups_never_span_two_splits(tmp_path, kleb_ids):
     out = tmp_path / "out"
     assert main(prepare_args(out, RULE)) == 0
     manifest = read_manifest(out)
-    assert set(splits_of(manifest)) == set(kleb_ids)
-    assert_groups_whole(manifest, {i: str(node(i) % 10) for i in kleb_ids})
+    assert set(splits_of(out)) == set(kleb_ids)
+    assert_groups_whole(out, {i: str(node(i) % 10) for i in kleb_ids})
     assert set(manifest.splits) == {"train", "val", "test"}
     assert manifest.params.group_by == RULE
     assert manifest.request["group_by"] == RULE
     assert manifest.params.source["group_by"] == {"rule": RULE, "groups": 10, "ungrouped_sequences": 0}
     # the split differs from the ungrouped one: contigs ending in one digit go together
-    val_digits = {node(i) % 10 for i in manifest.splits["val"].seq_ids}
+    val_digits = {node(i) % 10 for i in split_seq_ids(out, "val")}
     assert len(val_digits) < 10
 
 
@@ -347,7 +348,7 @@ def test_tsv_groups_never_span_two_splits_and_ungrouped_are_counted(tmp_path, kl
     with pytest.warns(UserWarning, match=rf"--group-by tsv:{re.escape(str(table))} leaves 7 of 119 sequences"):
         assert main(prepare_args(out, f"tsv:{table}")) == 0
     manifest = read_manifest(out)
-    assert_groups_whole(manifest, {i: group_of[i] if i not in left_out else i for i in kleb_ids})
+    assert_groups_whole(out, {i: group_of[i] if i not in left_out else i for i in kleb_ids})
     assert manifest.params.source["group_by"] == {
         "rule": f"tsv:{table}",
         "groups": 10 + 7,
@@ -366,7 +367,7 @@ def test_mmseqs_clusters_never_span_two_splits(tmp_path, kleb_ids):
     out = tmp_path / "out"
     assert main(prepare_args(out, f"mmseqs:{table}")) == 0
     manifest = read_manifest(out)
-    assert_groups_whole(manifest, rep_of)
+    assert_groups_whole(out, rep_of)
     assert manifest.params.source["group_by"]["groups"] == 12
 
 
@@ -461,7 +462,7 @@ def test_pieces_cut_at_n_follow_their_sequence_into_its_group(tmp_path):
     )
     assert main(args) == 0
     manifest = read_manifest(out)
-    assert_groups_whole(manifest, group_of)
+    assert_groups_whole(out, group_of)
     assert manifest.params.source["split_at_n"] == {"min_run": 10, "pieces": 36, "sequences_cut": 12}
     assert manifest.params.source["group_by"] == {"rule": f"tsv:{table}", "groups": 4, "ungrouped_sequences": 0}
     assert sum(info.n_sequences for info in manifest.splits.values()) == 12

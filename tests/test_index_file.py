@@ -90,7 +90,7 @@ def test_prepare_writes_each_splits_index_file_before_the_manifest(tmp_path, mon
     monkeypatch.setattr(manifest_module, "write_record_index", spy)
     prepare([KLEBSIELLA], out, PrepareOptions(**OPTS))
     manifest = read_manifest(out)
-    assert manifest.format_version == 4 and written == list(manifest.splits) == ["train", "val", "test"]
+    assert manifest.format_version == 6 and written == list(manifest.splits) == ["train", "val", "test"]
     for split, info in manifest.splits.items():
         entry = info.record_index
         data = (out / entry.path).read_bytes()

@@ -143,3 +143,61 @@ def test_the_load_side_imports_no_framework():
                 todo.append(name)
     assert not reached_frameworks, f"the load side imports a framework: {reached_frameworks}"
     assert "bionemo_wds.lightning.datamodule" not in seen
+
+
+#: The package's own modules (``bionemo_wds.x.y``), for the import graph.
+PACKAGE_MODULES = frozenset(["bionemo_wds", *(m for m in MODULES if m.startswith("bionemo_wds."))])
+
+
+def package_imports(module: str) -> set[str]:
+    """The package modules `module` imports, anywhere in its source: at module level, under
+    ``if TYPE_CHECKING``, inside functions; absolute and relative; ``from package import submodule``
+    as that submodule, ``from module import name`` as that module."""
+    path = _source(module)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            named = (f"{base}.{alias.name}" for alias in node.names)
+            targets = [name if name in PACKAGE_MODULES else base for name in named]
+        else:
+            continue
+        for target in targets:
+            while target and target not in PACKAGE_MODULES:  # ``import a.b.c`` of a name inside a module
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                found.add(target)
+    return found
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` (module -> the modules it imports) as ``[a, b, ..., a]``, or None."""
+    import graphlib
+
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return None
+
+
+def test_the_package_has_no_import_circle():
+    """No module reaches itself through the package's imports, counting imports inside functions
+    and under ``TYPE_CHECKING`` (which hide a circle from the interpreter, not from the reader)."""
+    graph = {module: package_imports(module) for module in sorted(PACKAGE_MODULES)}
+    cycle = import_cycle(graph)
+    assert cycle is None, f"import circle: {' -> '.join(cycle)}"
+
+
+def test_the_circle_check_finds_a_circle():
+    """The check above can fail: a graph with a circle gives it, in order."""
+    cycle = import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert cycle is not None and len(cycle) == 4 and cycle[0] == cycle[-1] and set(cycle) == {"a", "b", "c"}
+    assert import_cycle({"a": {"b"}, "b": set()}) is None
+    assert "bionemo_wds.format.manifest" in package_imports("bionemo_wds.format")

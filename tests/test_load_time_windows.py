@@ -11,12 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, LAMBDA, read_fasta
+from conftest import KLEBSIELLA, LAMBDA, read_fasta, split_seq_ids
 from torch.utils.data import DataLoader
 
 from bionemo_wds import GenomicDataset, GenomicWebDataModule
 from bionemo_wds.errors import OptionError
-from bionemo_wds.format import read_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.windows import window_table
 
@@ -66,7 +65,7 @@ def test_windows_of_any_length_equal_the_fasta(sequences, fasta, seq_length, spl
             assert bases == fasta[name][start : start + len(bases)], (name, start)
             found.append((name, start, len(bases)))
     # the fixed grid is prepare's: the same windows `window_table` cuts from every sequence of the split
-    names = read_manifest(sequences).splits[split].seq_ids
+    names = split_seq_ids(sequences, split)
     lengths = np.array([len(fasta[n]) for n in names])
     window = seq_length - 3
     table = window_table(np.arange(len(names)), lengths, window, stride, "end")
@@ -124,7 +123,7 @@ def test_million_token_packed_samples_hold_the_fasta(sequences, fasta):
             assert len(bases) == length and bases == fasta[name][start : start + length], key
             pos += int(size)
             docs += 1
-    assert docs >= len(read_manifest(sequences).splits["train"].seq_ids)
+    assert docs >= len(split_seq_ids(sequences, "train"))
 
 
 def test_the_data_module_serves_load_time_windows(sequences):

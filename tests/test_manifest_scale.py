@@ -20,6 +20,7 @@ from bionemo_wds import GenomicWebDataModule
 from bionemo_wds.format import MANIFEST_NAME, RecordIndex, read_manifest, shard_indexes, unlisted_shards
 from bionemo_wds.format.manifest import ManifestError, dumps_manifest
 from bionemo_wds.format.record_index import COLUMNS, INDEX_DTYPE, paused_gc
+from bionemo_wds.format.sequence_table import read_sequence_table, table_problems
 from bionemo_wds.load.manifest_checks import open_dataset, read_checked_manifest
 from bionemo_wds.load.plan import RecordTable, train_plan
 from bionemo_wds.load.records import SplitRecords
@@ -48,7 +49,7 @@ def _write(root: Path, *extra: str) -> Any:
     return args
 
 
-@pytest.mark.parametrize("version", ["4", "3"])
+@pytest.mark.parametrize("version", ["6", "4", "3"])
 @pytest.mark.parametrize(
     "extra",
     [
@@ -63,11 +64,14 @@ def test_synthetic_manifest_is_what_prepare_writes(tmp_path: Path, extra: tuple[
     manifest = read_manifest(tmp_path)  # accepted: format, version, every required key
     assert manifest.format_version == int(version)
     assert dumps_manifest(manifest.to_json()) == text  # streamed shard by shard, byte for byte the writer's text
+    if version == "6":  # the names in the sequence table alone, which agrees with the splits
+        assert '"seq_ids"' not in text
+        assert table_problems(read_sequence_table(tmp_path, manifest), manifest) == []
     for split, info in manifest.splits.items():
         assert info.n_samples == sum(shard.n_samples for shard in info.shards)
         indexes = shard_indexes(Store(tmp_path), manifest, split)
         assert indexes is not None
-        if version == "4":  # the file `write_manifest` writes: numpy.save's bytes of every shard's rows
+        if version != "3":  # the file `write_manifest` writes: numpy.save's bytes of every shard's rows
             entry, rows = info.record_index, np.concatenate([index.rows for index in indexes])
             saved = io.BytesIO()
             np.save(saved, rows.astype(INDEX_DTYPE))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KLEBSIELLA, as_format_version_1, as_format_version_3
+from conftest import KLEBSIELLA, as_format_before_6, as_format_version_1, as_format_version_3
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,10 +41,12 @@ OPTS = dict(seq_length=1024, stride=1000, samples_per_shard=500, windows_per_rec
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """The Klebsiella assembly prepared (version 4), and copies rewritten as versions 3, 2 and 1 wrote them."""
+    """The Klebsiella assembly prepared (version 6), and copies rewritten as versions 4, 3, 2 and 1 wrote them."""
     base = tmp_path_factory.mktemp("manifest_types")
-    v4 = base / "v4"
-    prepare([KLEBSIELLA], v4, PrepareOptions(**OPTS))
+    v6, v4 = base / "v6", base / "v4"
+    prepare([KLEBSIELLA], v6, PrepareOptions(**OPTS))
+    shutil.copytree(v6, v4)
+    as_format_before_6(v4)
     v3, v1 = base / "v3", base / "v1"
     shutil.copytree(v4, v3)
     as_format_version_3(v3)
@@ -56,11 +58,11 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     text = json.loads((v2 / MANIFEST_NAME).read_text())
     text["format_version"] = 2
     (v2 / MANIFEST_NAME).write_text(dumps_manifest(text))
-    return {1: v1, 2: v2, 3: v3, 4: v4}
+    return {1: v1, 2: v2, 3: v3, 4: v4, 6: v6}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 6])
 def test_a_manifest_of_each_version_round_trips(pristine: dict[int, Path], version: int) -> None:
     root = pristine[version]
     text = (root / MANIFEST_NAME).read_text()
@@ -76,9 +78,10 @@ def test_a_manifest_of_each_version_round_trips(pristine: dict[int, Path], versi
     for name, split in manifest.splits.items():
         assert split.n_samples == sum(shard.n_samples for shard in split.shards) > 0
         assert all(shard.path.startswith(f"{name}/") and len(shard.sha256) == 64 for shard in split.shards)
-        assert (split.record_index is not None) == (version == 4)
-        assert all((shard.n_records is not None) == (version == 4) for shard in split.shards)
+        assert (split.record_index is not None) == (version >= 4)
+        assert all((shard.n_records is not None) == (version >= 4) for shard in split.shards)
         assert all((shard.records is not None) == (version == 3) for shard in split.shards)
+        assert (split.seq_ids is not None) == (version < 6)  # since version 6 in the sequence table alone
 
 
 def test_writing_a_manifest_as_read_gives_the_same_file(pristine: dict[int, Path], tmp_path: Path) -> None:
@@ -99,7 +102,7 @@ def test_a_version_3_manifest_gives_the_record_index_of_version_4(pristine: dict
     assert shard_indexes(Store(pristine[1]), read_manifest(pristine[1]), "train") is None
 
 
-@pytest.mark.parametrize("version", [0, 6, "4", None, 2.5])
+@pytest.mark.parametrize("version", [0, 7, "4", None, 2.5])
 def test_a_version_no_reader_takes_is_refused_naming_the_file(tmp_path: Path, pristine, version: Any) -> None:
     root = tmp_path / "ds"
     shutil.copytree(pristine[4], root)
@@ -109,9 +112,9 @@ def test_a_version_no_reader_takes_is_refused_naming_the_file(tmp_path: Path, pr
     with pytest.raises(ManifestError) as got:
         read_manifest(root)
     assert str(got.value) == (
-        f"{root / MANIFEST_NAME} has format version {version}; this bionemo-wds reads versions 1, 2, 3, 4, 5"
+        f"{root / MANIFEST_NAME} has format version {version}; this bionemo-wds reads versions 1, 2, 3, 4, 5, 6"
     )
-    assert READABLE_VERSIONS == (1, 2, 3, 4, 5) == tuple(sorted(READERS))
+    assert READABLE_VERSIONS == (1, 2, 3, 4, 5, 6) == tuple(sorted(READERS))
 
 
 def test_a_foreign_or_damaged_manifest_is_named(tmp_path: Path, pristine) -> None:

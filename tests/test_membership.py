@@ -23,6 +23,7 @@ from conftest import (
     as_format_version_3,
     read_fasta,
     shard_windows,
+    split_seq_ids,
     tree_bytes,
     write_fasta,
 )
@@ -105,8 +106,8 @@ def by_node(inputs: Inputs, node: int) -> str:
 
 
 def split_of(root: Path | str, seq_id: str) -> str:
-    """The split whose manifest lists `seq_id`."""
-    (split,) = [s for s, info in read_manifest(root).splits.items() if seq_id in (info.seq_ids or [])]
+    """The split whose sequence table lists `seq_id`."""
+    (split,) = [s for s in read_manifest(root).splits if seq_id in split_seq_ids(root, s)]
     return split
 
 
@@ -310,7 +311,7 @@ def test_the_sequence_layout_answers_as_the_windows_layout(capsys, inputs, apart
     seed, windows = apart
     dataset = tmp_path / "seqs"
     prepare(inputs.paths, dataset, PrepareOptions(**OPTIONS, seed=seed, layout="sequences"))
-    assert read_manifest(dataset).format_version == 5
+    assert read_manifest(dataset).params.layout == "sequences"
     query = write_fasta(tmp_path / "rc.fa", {"rc": reverse_complement(inputs.copy)})
     queries = (inputs.copy_fa, query)
     assert contains_json(capsys, dataset, *queries) == contains_json(capsys, windows, *queries)
@@ -380,7 +381,7 @@ def test_older_format_versions_answer_the_same(capsys, inputs, apart, tmp_path, 
 
 def test_leakage_against_an_eval_file_reports_both_directions(capsys, inputs, apart):
     _, dataset = apart
-    train = read_manifest(dataset).splits["train"].seq_ids
+    train = split_seq_ids(dataset, "train")
     planted = next(n for n in train if len(inputs.seqs.get(n, "")) >= 20_000 and n != inputs.original)
     (phage,) = read_fasta(LAMBDA).values()
     eval_fa = write_fasta(inputs.root / "eval.fa", {"planted": mutate(inputs.seqs[planted], 0.01, 3), "phage": phage})
@@ -471,6 +472,7 @@ def test_a_dataset_without_a_manifest(capsys, inputs, tmp_path, command):
 def test_a_damaged_shard_is_named(capsys, inputs, apart, tmp_path, command):
     dataset = tmp_path / "ds"
     shutil.copytree(apart[1], dataset)
+    shutil.rmtree(dataset / "sketches", ignore_errors=True)  # an earlier leakage's: it would read no shard
     shard = read_manifest(dataset).splits["train"].shards[0].path
     data = bytearray((dataset / shard).read_bytes())
     data[100:108] = b"\xff" * 8  # the first member's tar header: its mode field, so its checksum fails
@@ -551,11 +553,14 @@ def help_entries(text: str) -> dict[str, str]:
     return out
 
 
+PLACE = ["--workers", "--executor", "--scheduler"]
+
+
 @pytest.mark.parametrize(
     ("command", "options"),
     [
-        ("contains", ["--split", "--min-identity", "--ksize", "--scaled", "--json", "--quiet"]),
-        ("leakage", ["--against", "--min-identity", "--ksize", "--scaled", "--json", "--quiet"]),
+        ("contains", ["--split", "--min-identity", "--ksize", "--scaled", "--json", "--quiet", *PLACE]),
+        ("leakage", ["--against", "--min-identity", "--ksize", "--scaled", "--json", "--quiet", *PLACE]),
         ("verify", ["--leakage", "--max-leakage", "--min-identity", "--ksize", "--scaled"]),
     ],
 )
@@ -571,3 +576,30 @@ def test_help_explains_every_option(capsys, command, options):
     if command == "verify":
         for option in options[1:]:
             assert "with --leakage" in entries[option], entries[option]
+
+
+# --- where the shards are read ------------------------------------------------------------------------------
+
+
+def test_one_process_a_pool_and_dask_answer_alike(capsys, inputs, apart):
+    """The shards are read as tasks; the answers do not depend on where they run."""
+    _, dataset = apart
+    queries = (inputs.copy_fa,)
+    one = contains_json(capsys, dataset, *queries, "--workers", "1")
+    assert one == contains_json(capsys, dataset, *queries, "--workers", "2")
+    leaks = leak_rows(capsys, dataset, "--workers", "1")
+    assert leaks == leak_rows(capsys, dataset, "--workers", "2")
+    pytest.importorskip("distributed")
+    from bionemo_wds.prepare.executors.dask_client import local_cluster
+
+    with local_cluster(2) as cluster:
+        dask = ("--executor", "dask", "--scheduler", cluster.scheduler_address)
+        assert contains_json(capsys, dataset, *queries, *dask) == one
+        assert leak_rows(capsys, dataset, *dask) == leaks
+
+
+def test_a_scheduler_needs_the_dask_executor(capsys, inputs, apart):
+    _, dataset = apart
+    message = bad(capsys, "leakage", dataset, "--scheduler", "tcp://127.0.0.1:8786", "-q")
+    assert "--scheduler tcp://127.0.0.1:8786 needs --executor dask" in message
+    assert "--workers must be at least 1" in bad(capsys, "contains", dataset, inputs.copy_fa, "--workers", "0")

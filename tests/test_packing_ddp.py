@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import metagenome_contigs
+from conftest import metagenome_contigs, split_seq_ids
 from forked_runs import Zygote
 
-from bionemo_wds.format import read_manifest
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 pytestmark = pytest.mark.slow
@@ -99,8 +98,7 @@ def catalog(tmp_path_factory) -> tuple[Path, dict[str, str], list[str]]:
     root = tmp / "data"
     opts = PrepareOptions(seq_length=SEQ_LENGTH, seed=SEED, layout="sequences", workers=1, progress=False)
     prepare([str(fasta)], str(root), opts)
-    train = read_manifest(root).splits["train"].seq_ids
-    return root, seqs, list(train)
+    return root, seqs, split_seq_ids(root, "train")
 
 
 def free_port() -> int:

@@ -279,13 +279,13 @@ def test_zstd_records_hold_the_same_windows_at_a_quarter_of_the_bytes(tmp_path, 
         PrepareOptions(**{**SMALL, "samples_per_shard": 5000, "windows_per_record": 64}, workers=2, compress="zstd"),
     )
     manifest = read_manifest(out)
-    assert manifest.format_version == 4 and manifest.params.codec == "zstd"
+    assert manifest.format_version == 6 and manifest.params.codec == "zstd"
     assert shard_windows(out) == shard_windows(kleb_small)
     size = sum(p.stat().st_size for p in out.rglob("*.tar"))
     assert size / sum(len(s) for s in klebsiella_seqs.values()) < 0.35
     assert verify(out, progress=False).ok
     plain = read_manifest(kleb_small)
-    assert plain.format_version == 4 and plain.params.codec == "none"
+    assert plain.format_version == 6 and plain.params.codec == "none"
 
 
 # --- regressions found in review ---------------------------------------------------------------

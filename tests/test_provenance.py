@@ -12,7 +12,7 @@ import numpy as np
 import pyfaidx
 import pytest
 import servers
-from conftest import KLEBSIELLA, read_fasta, shard_windows, tree_bytes, write_fasta
+from conftest import KLEBSIELLA, as_format_before_6, read_fasta, shard_windows, tree_bytes, write_fasta
 
 from bionemo_wds.cli.main import main as cli_main
 from bionemo_wds.cli.where import key_provenance
@@ -20,8 +20,8 @@ from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE
 from bionemo_wds.errors import ManifestError
 from bionemo_wds.format import read_manifest
 from bionemo_wds.format.manifest import dumps_manifest
+from bionemo_wds.format.manifest_types import SEQUENCE_TABLE_KEY
 from bionemo_wds.format.sequence_table import (
-    SEQUENCE_TABLE_KEY,
     SEQUENCE_TABLE_NAME,
     MissingSequenceTableError,
     escape,
@@ -319,6 +319,7 @@ def test_verify_names_a_table_that_disagrees_with_the_splits(windows, tmp_path):
 def test_an_older_dataset_says_how_to_add_the_table_and_prepare_adds_it(inputs, tmp_path, capsys):
     out = tmp_path / "old"
     prepare([inputs[0]], out, options())
+    as_format_before_6(out)  # a dataset prepared before the table existed: version 4, names in seq_ids
     before = tree_bytes(out)
     obj = json.loads((out / "manifest.json").read_text())
     del obj[SEQUENCE_TABLE_KEY]

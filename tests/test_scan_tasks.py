@@ -134,7 +134,7 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def cluster():
-    from bionemo_wds.prepare.executors.dask import local_cluster
+    from bionemo_wds.prepare.executors.dask_client import local_cluster
 
     with local_cluster(2) as local:
         yield local
@@ -186,7 +186,7 @@ def test_a_worker_killed_during_the_scan_changes_nothing(tmp_path, monkeypatch):
     catalog = index_fasta([big], tmp_path / "cache", progress=False)
     monkeypatch.setattr(tasks_module, "TASK_BASES", 250_000)  # ~360 tasks
     alone = summary(scan(catalog, "error", K, progress=False))
-    from bionemo_wds.prepare.executors.dask import local_cluster
+    from bionemo_wds.prepare.executors.dask_client import local_cluster
 
     with local_cluster(2) as local, distributed.Client(local) as client:
         outcome: dict = {}

@@ -12,13 +12,13 @@ import numpy as np
 import pyfaidx
 import pytest
 import servers
-from conftest import KLEBSIELLA, tree_bytes, write_fasta
+from conftest import KLEBSIELLA, split_seq_ids, tree_bytes, write_fasta
 
 from bionemo_wds.cli.main import main as cli_main
 from bionemo_wds.errors import BadInputError, ManifestError
 from bionemo_wds.format import (
+    FORMAT_VERSION,
     MANIFEST_NAME,
-    SEQUENCE_FORMAT_VERSION,
     SEQUENCE_INDEX_DTYPE,
     Manifest,
     iter_records,
@@ -105,7 +105,7 @@ def test_piece_counts_and_cuts_store_every_base_once():
 
 def test_pieces_rebuild_every_fasta_sequence_once_in_the_order_of_the_sequence_index(kleb_seqs, kleb_fasta):
     manifest = read_manifest(kleb_seqs)
-    assert manifest.format_version == SEQUENCE_FORMAT_VERSION and manifest.params.layout == "sequences"
+    assert manifest.format_version == FORMAT_VERSION and manifest.params.layout == "sequences"
     window = manifest.params.window_length
     assert window == 1021
     seen: list[str] = []
@@ -122,7 +122,8 @@ def test_pieces_rebuild_every_fasta_sequence_once_in_the_order_of_the_sequence_i
             assert length == len(kleb_fasta[name]) and len(pieces) == -(-length // window)
             assert tag_bytes == 0 and {p[4] for p in pieces} == {""}
         names = [pieces[0][0] for pieces in stored]
-        assert sorted(names) == sorted(info.seq_ids) and names != info.seq_ids  # a seeded order, not the input's
+        listed = split_seq_ids(kleb_seqs, split)
+        assert sorted(names) == sorted(listed) and names != listed  # a seeded order, not the input's
         assert info.n_samples == sum(map(len, stored)) and info.n_tokens == info.n_bases == int(index["length"].sum())
         records = read_split_index(Store(kleb_seqs), manifest, split)
         assert int(records.rows["windows"].sum()) == info.n_samples
@@ -273,7 +274,7 @@ def test_a_version_5_manifest_round_trips_and_a_windows_one_has_no_layout(kleb_s
     assert manifest.splits["train"].sequence_index.path == "train/sequence-index.npy"
     assert manifest.request["layout"] == "sequences" and manifest.request["stride"] is None
     windows = read_manifest(kleb_1024)
-    assert windows.format_version == 4 and windows.params.layout == "windows"
+    assert windows.format_version == FORMAT_VERSION and windows.params.layout == "windows"
     assert "layout" not in windows.to_json()["params"] and "layout" not in windows.request
     assert read_sequence_index(kleb_1024, windows, "train") is None
     obj = json.loads(text)
@@ -284,7 +285,7 @@ def test_a_version_5_manifest_round_trips_and_a_windows_one_has_no_layout(kleb_s
 
 def test_inspect_shows_the_layout_and_the_sequence_index(kleb_seqs):
     text = inspect_text(kleb_seqs)
-    assert "format v5" in text and "layout sequences" in text
+    assert "format v6" in text and "layout sequences" in text
     assert "sequence index: train/sequence-index.npy" in text
 
 

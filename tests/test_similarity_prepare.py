@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, read_fasta, tree_bytes, write_fasta
+from conftest import KLEBSIELLA, read_fasta, split_seq_ids, tree_bytes, write_fasta
 
 from bionemo_wds.cli import main
 from bionemo_wds.format import read_manifest
@@ -96,7 +96,7 @@ def one_worker(tmp_path_factory, planted) -> Path:
 
 
 def split_of(out: Path) -> dict[str, str]:
-    return {seq_id: split for split, info in read_manifest(out).splits.items() for seq_id in info.seq_ids or ()}
+    return {seq_id: split for split in read_manifest(out).splits for seq_id in split_seq_ids(out, split)}
 
 
 def test_near_identical_copies_land_in_their_originals_split(one_worker, planted):

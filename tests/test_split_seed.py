@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, main_here, read_fasta, refused, tree_bytes, write_fasta
+from conftest import KLEBSIELLA, main_here, read_fasta, refused, split_seq_ids, tree_bytes, write_fasta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,7 +161,7 @@ def kleb(tmp_path_factory) -> dict[tuple[int, int], Path]:
 
 
 def members(out: Path) -> dict[str, frozenset[str]]:
-    return {split: frozenset(info.seq_ids or ()) for split, info in read_manifest(out).splits.items()}
+    return {split: frozenset(split_seq_ids(out, split)) for split in read_manifest(out).splits}
 
 
 def test_seeds_1_2_3_give_different_val_and_test_sets(kleb):

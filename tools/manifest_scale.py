@@ -5,10 +5,12 @@ dataset of `--shards` shards (no shard bytes), then the time and memory to read 
 The manifest is what `prepare` writes (`format.dumps_manifest` text, byte for byte: the tests check
 it) for shards of `--records-per-shard` records of `--windows-per-record` windows: realistic paths,
 counts, sizes, sha256 strings and record indexes (offsets as a tar lays members out, sizes of
-`--seq-length` windows, random crc32s). Format version 4 (the default, what `prepare` writes) puts
-the record index in ``<split>/record-index.npy`` (the bytes `write_manifest` writes) and each shard's
-``n_records`` in the manifest; ``--format-version 3`` writes the index as JSON columns in the manifest,
-as before version 4. The shard files are not written; for the data module's full ``setup("fit")``,
+`--seq-length` windows, random crc32s). Format version 6 (the default, what `prepare` writes) puts
+the record index in ``<split>/record-index.npy`` (the bytes `write_manifest` writes), each shard's
+``n_records`` in the manifest and the sequences' names in ``sequences.tsv`` (one row per sequence);
+``--format-version 4`` names them in the manifest too (``seq_ids``, at most 1,000 per split), as
+before version 6; ``--format-version 3`` writes the index as JSON columns in the manifest, as before
+version 4. The shard files are not written; for the data module's full ``setup("fit")``,
 which lists each split folder and compares every shard's size with the manifest, they are made as
 sparse files of their listed size (``os.truncate``: no disk blocks) unless ``--no-sparse``. Each
 measurement runs `--repeat` times, each in a fresh child process (as a training job starts), and
@@ -84,9 +86,12 @@ import numpy as np
 
 from bionemo_wds.format import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, Manifest, shard_name
 from bionemo_wds.format.manifest import dumps_manifest
+from bionemo_wds.format.manifest_types import INDEX_FILE_FORMAT_VERSION, SEQUENCE_TABLE_KEY
 from bionemo_wds.format.record_index import COLUMNS, INDEX_DTYPE
-from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, RECORD_INDEX_NAME, record_index_path
+from bionemo_wds.format.sequence_table import SequenceRow, write_sequence_table
+from bionemo_wds.format.split_index_file import RECORD_INDEX_NAME, record_index_path
 from bionemo_wds.storage.atomic import HashingWriter
+from bionemo_wds.storage.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks` is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder: `first_batch`, when loaded by a test
@@ -120,9 +125,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--format-version",
         type=int,
-        choices=(3, FORMAT_VERSION),
+        choices=(3, INDEX_FILE_FORMAT_VERSION, FORMAT_VERSION),
         default=FORMAT_VERSION,
-        help="4: the record index in a file per split (what prepare writes); 3: as JSON columns in the manifest",
+        help=f"{FORMAT_VERSION}: what prepare writes; 4: the sequences named in the manifest too; 3: the record "
+        "index as JSON columns in the manifest",
     )
     p.add_argument(
         "--out", type=Path, default=None, help="dataset root to write (None: a temporary directory, removed after)"
@@ -163,9 +169,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # -- the synthetic manifest -------------------------------------------------------------------------
 
 
-def skeleton(args: argparse.Namespace, index: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def skeleton(
+    args: argparse.Namespace, index: dict[str, dict[str, Any]] | None = None, table: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The manifest without shard entries (each split's ``shards`` holds a placeholder string);
-    `index`: each split's ``record_index`` entry (version 4)."""
+    `index`: each split's ``record_index`` entry (version 4 on), `table` the ``sequence_table`` one (version 6)."""
     window = args.seq_length - 3
     params = {
         "seq_length": args.seq_length,
@@ -197,7 +205,7 @@ def skeleton(args: argparse.Namespace, index: dict[str, dict[str, Any]] | None =
             "n_bases": samples * window,
             "n_tokens": samples * (window + 3),
             "length_mix": {">=100kb": {"sequences": sequences, "bases": samples * window}},
-            "seq_ids": [f"{split}_contig_{i}" for i in range(min(sequences, 1000))],
+            **({"seq_ids": names(split, min(sequences, 1000))} if args.format_version < FORMAT_VERSION else {}),
             **({"record_index": index[split]} if index is not None else {}),
             "shards": [_PLACEHOLDER.format(split)],
         }
@@ -211,7 +219,29 @@ def skeleton(args: argparse.Namespace, index: dict[str, dict[str, Any]] | None =
         "splits": splits,
         "skipped": [],
         "unassigned_sequences": 0,
+        **({SEQUENCE_TABLE_KEY: table} if table is not None else {}),
     }
+
+
+def names(split: str, n: int) -> list[str]:
+    """The synthetic names of `split`'s `n` sequences."""
+    return [f"{split}_contig_{i}" for i in range(n)]
+
+
+def write_table(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Write ``<root>/sequences.tsv`` (version 6: where the names are): each split's sequences, their
+    bases adding up to the split's; its manifest entry."""
+    window = args.seq_length - 3
+
+    def rows() -> Iterator[SequenceRow]:
+        for split, n in split_counts(args).items():
+            bases = int(sum(shard_windows(i, args).sum() for i in range(n))) * window
+            sequences = max(1, n // 10)
+            for i, name in enumerate(names(split, sequences)):
+                length = bases // sequences + (1 if i < bases % sequences else 0)
+                yield SequenceRow(split, name, 0, length, name, "", "synthetic.fa")
+
+    return write_sequence_table(Store(str(root)), rows())
 
 
 def split_counts(args: argparse.Namespace) -> dict[str, int]:
@@ -313,7 +343,8 @@ def write_synthetic(root: Path, args: argparse.Namespace) -> dict[str, int]:
         for split, n in counts.items():
             texts[split] = []
             index[split] = write_index_file(root, split, n, args, texts[split], _shards_pad(draft, split)[1])
-    text = dumps_manifest(skeleton(args, index))
+    table = write_table(root, args) if args.format_version >= FORMAT_VERSION else None
+    text = dumps_manifest(skeleton(args, index, table))
     tmp = root / (MANIFEST_NAME + ".tmp")
     with open(tmp, "w") as fh:
         for split, n in counts.items():

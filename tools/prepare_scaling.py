@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bionemo_wds.prepare import PrepareOptions, prepare
-from bionemo_wds.prepare.executors.dask import local_cluster
+from bionemo_wds.prepare.executors.dask_client import local_cluster
 
 
 def shard_digest(root: Path) -> str:

@@ -48,7 +48,7 @@ import distributed
 
 from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare import scan_tasks as tasks_module
-from bionemo_wds.prepare.executors.dask import client_session, local_cluster
+from bionemo_wds.prepare.executors.dask_client import client_session, local_cluster
 from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sources import fasta_index, text_source

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -13,6 +14,8 @@ from bionemo_wds.errors import OptionError
 from bionemo_wds.homology.leakage import LeakageReport, leakage
 from bionemo_wds.homology.membership import MIN_IDENTITY, check_identity, contains
 from bionemo_wds.homology.sketch import KSIZE, SCALED, SketchParams
+from bionemo_wds.prepare.executors.tasks import TaskPlace
+from bionemo_wds.prepare.options import EXECUTORS
 
 DATASET_HELP = "directory or URL (s3://bucket/run1, https://...) holding manifest.json"
 IDENTITY_HELP = (
@@ -22,17 +25,20 @@ IDENTITY_HELP = (
 CONTAINS_DESCRIPTION = (
     "For every sequence of the query files (FASTA or FASTQ, plain or gzip): whether it, or a sequence of at "
     "least --min-identity, is stored in each split of the dataset, and which stored sequences hold it. Reads "
-    "every shard once. Exact: the share of the query's distinct k-mers (canonical, k = --ksize) found among a "
-    "stored sequence's decides; the same share estimated from FracMinHash sketches (one k-mer in --scaled, "
-    "sourmash) is shown beside it. One line per query and split (TSV with a header), or JSON lines with --json. "
-    "Exit 0 whether or not a query is found; 2 for bad input."
+    "every shard once, as tasks on --workers processes or a Dask cluster. Exact: the share of the query's "
+    "distinct k-mers (canonical, k = --ksize) found among a stored sequence's decides; the same share "
+    "estimated from FracMinHash sketches (one k-mer in --scaled, sourmash) is shown beside it. One line per "
+    "query and split (TSV with a header), or JSON lines with --json. Exit 0 whether or not a query is found; "
+    "2 for bad input."
 )
 LEAKAGE_DESCRIPTION = (
     "For every ordered pair of splits, and between each split and each --against file: the share of the first "
     "one's sequences (and bases) contained in some sequence of the second at an estimated identity of at least "
     "--min-identity (FracMinHash containment, k = --ksize, one k-mer in --scaled; sourmash). Sequences too short "
     "to hold 2 sketch hashes (about 2 x --scaled bases) cannot be judged and are counted apart. Reads every "
-    "shard once. TSV with a header, or JSON lines with --json."
+    "shard once, as tasks on --workers processes or a Dask cluster, and keeps the sketches beside the dataset "
+    "(sketches/): a later call at the same --ksize and --scaled reads no shard. TSV with a header, or JSON "
+    "lines with --json."
 )
 
 
@@ -52,6 +58,42 @@ def add_sketch_options(parser: argparse.ArgumentParser, when: str = "") -> None:
     )
 
 
+def add_place_options(parser: argparse.ArgumentParser) -> None:
+    """--workers, --executor, --scheduler: where the shards are read (the names `prepare` uses)."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes that read the shards, each a run of them (with --executor dask and no --scheduler: the "
+        "LocalCluster's worker processes); the answer does not depend on it (default: all cores)",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where the shard reads run: local (a pool of --workers processes) or dask (tasks on a "
+        "dask.distributed cluster, --scheduler or a LocalCluster; needs bionemo-wds[dask]) (default: local)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="--executor dask: the scheduler, tcp://HOST:PORT or a scheduler file (*.json); every worker must "
+        "see the dataset at the same path or URL (default: a LocalCluster of --workers processes here)",
+    )
+
+
+def place_of(args: argparse.Namespace) -> TaskPlace:
+    """Where `contains` or `leakage` reads the shards: --executor, --workers (all cores by default),
+    --scheduler (only with --executor dask: an `OptionError` otherwise), the progress bar unless --quiet."""
+    if args.workers is not None and args.workers < 1:
+        raise OptionError(f"--workers must be at least 1, got {args.workers}")
+    if args.scheduler is not None and args.executor != "dask":
+        raise OptionError(f"--scheduler {args.scheduler} needs --executor dask (the executor is {args.executor})")
+    workers = args.workers or os.cpu_count() or 1
+    return TaskPlace(args.executor, workers, args.scheduler, progress=not args.quiet)
+
+
 def add_homology_parsers(subparsers: Any, **kwargs: Any) -> dict[str, argparse.ArgumentParser]:
     """The `contains` and `leakage` subcommands."""
     con = subparsers.add_parser(
@@ -66,6 +108,7 @@ def add_homology_parsers(subparsers: Any, **kwargs: Any) -> dict[str, argparse.A
         "--split", action="append", dest="splits", help="look in this split only (repeatable; default: all)"
     )
     add_sketch_options(con)
+    add_place_options(con)
     con.add_argument("--json", action="store_true", help="JSON lines (one per query, every match) instead of TSV")
     con.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     leak = subparsers.add_parser(
@@ -83,6 +126,7 @@ def add_homology_parsers(subparsers: Any, **kwargs: Any) -> dict[str, argparse.A
         help="an external evaluation set (FASTA/FASTQ; repeatable)",
     )
     add_sketch_options(leak)
+    add_place_options(leak)
     leak.add_argument("--json", action="store_true", help="JSON lines (one per pair) instead of TSV")
     leak.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return {"contains": con, "leakage": leak}
@@ -114,7 +158,7 @@ def run_contains(args: argparse.Namespace) -> int:
         args.min_identity,
         SketchParams(args.ksize, args.scaled),
         args.splits,
-        progress=not args.quiet,
+        place=place_of(args),
     )
     if args.json:
         for m in answers:
@@ -155,9 +199,8 @@ def leakage_lines(report: LeakageReport, as_json: bool) -> list[str]:
 
 def run_leakage(args: argparse.Namespace) -> int:
     """Print the report; bad input raises (exit 2)."""
-    report = leakage(
-        args.dataset, args.against, args.min_identity, SketchParams(args.ksize, args.scaled), progress=not args.quiet
-    )
+    params = SketchParams(args.ksize, args.scaled)
+    report = leakage(args.dataset, args.against, args.min_identity, params, place=place_of(args))
     print("\n".join(leakage_lines(report, args.json)))
     return 0
 

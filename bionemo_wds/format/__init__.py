@@ -43,6 +43,7 @@ from bionemo_wds.format.manifest import (
     unlisted_shards,
     write_manifest,
 )
+from bionemo_wds.format.manifest_types import INDEX_FILE_FORMAT_VERSION, LAYOUTS, SEQUENCE_FORMAT_VERSION
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, index_of, record_crc32
 from bionemo_wds.format.records import (
     CODECS,
@@ -54,8 +55,6 @@ from bionemo_wds.format.records import (
     window_key,
 )
 from bionemo_wds.format.sequence_index import (
-    LAYOUTS,
-    SEQUENCE_FORMAT_VERSION,
     SEQUENCE_INDEX_DTYPE,
     SEQUENCE_INDEX_NAME,
     read_sequence_index,
@@ -64,7 +63,6 @@ from bionemo_wds.format.sequence_index import (
     write_sequence_index,
 )
 from bionemo_wds.format.split_index_file import (
-    INDEX_FILE_FORMAT_VERSION,
     RECORD_INDEX_NAME,
     SplitIndex,
     read_split_index,

@@ -9,7 +9,7 @@ Format versions (``format_version``; the shard bytes are the same in all of them
 3. version 1 or 2 (for either codec: ``params.codec`` says which) plus each shard's record index
    ``records`` in its manifest entry, as JSON columns: per record its data offset in the tar, size,
    window count and crc32 (`format.record_index`);
-4. (written now) version 3 with the record index moved out of the manifest into one binary file
+4. version 3 with the record index moved out of the manifest into one binary file
    per split, ``<split>/record-index.npy`` (`format.split_index_file`): each split entry lists it as
    ``"record_index": {"path", "records", "bytes", "sha256"}``, each shard entry says how many of
    its rows are the shard's (``"n_records"``, in place of ``records``). At 100,000 shards of
@@ -19,7 +19,11 @@ Format versions (``format_version``; the shard bytes are the same in all of them
    ``"sequences"``; every base of a split stored once, as pieces of ``window_length`` bases of
    whole sequences in a seeded sequence order (windows are cut at load), and each split entry
    lists its sequence index file, ``"sequence_index": {"path", "sequences", "bytes", "sha256"}``
-   (`format.sequence_index`). The windows layout is still written as version 4.
+   (`format.sequence_index`). The windows layout was still written as version 4.
+6. (written now, both layouts) version 5 whose split entries name no sequences: the names are in
+   the sequence table alone (``sequences.tsv``, `format.sequence_table`), which version 6 requires
+   (``"sequence_table"``). Versions 3-5 named them twice (``seq_ids`` in each split entry, and the
+   table where it exists); `sequence_table.split_names` reads them for any version.
 
 Since version 3 the loader checks every record against its index as it decodes, `verify` checks
 all of it (and, in version 4, the index file against its listed size and sha256). One new version
@@ -28,8 +32,8 @@ since version 1, so a second number per feature would say nothing new. Readers t
 in `READABLE_VERSIONS`; a dataset of version 1 or 2 has no record index, so its records are decoded
 without per-record checks and `verify` says so.
 
-Each split entry also names its sequences, ``seq_ids`` (in input order), since version 3: a key
-added without a new version, as no reader needs it (datasets written before it lack it).
+Versions 3-5 also name each split's sequences in its entry, ``seq_ids`` (in input order: a key added
+without a new version, as no reader needs it; datasets written before it lack it).
 `read_manifest` gives a `Manifest` (`format.manifest_types`: typed objects, parsed by the reader
 registered for the file's version in `READERS`; `Manifest.to_json` is the JSON again, key for key),
 and refuses a manifest without what every reader does need (`REQUIRED_PARAMS`, ...) with a
@@ -51,6 +55,7 @@ from bionemo_wds.format.manifest_types import (
     COMPRESSED_FORMAT_VERSION,
     FORMAT_NAME,
     FORMAT_VERSION,
+    INDEX_FILE_FORMAT_VERSION,
     INDEX_FILE_SHARD_KEY,
     INDEX_FILE_SPLIT_KEY,
     INDEXED_FORMAT_VERSION,
@@ -68,7 +73,7 @@ from bionemo_wds.format.manifest_types import (
     reader,
 )
 from bionemo_wds.format.record_index import RecordIndex, paused_gc
-from bionemo_wds.format.split_index_file import INDEX_FILE_FORMAT_VERSION, record_index_path, write_record_index
+from bionemo_wds.format.split_index_file import record_index_path, write_record_index
 from bionemo_wds.format.tar import index_shard
 from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.storage.store import Store

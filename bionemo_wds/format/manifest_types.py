@@ -21,13 +21,26 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
-from bionemo_wds.format.sequence_index import LAYOUTS, SEQUENCE_ENTRY_KEYS, SEQUENCE_FORMAT_VERSION
-from bionemo_wds.format.split_index_file import INDEX_ENTRY_KEYS, INDEX_FILE_FORMAT_VERSION
 
 FORMAT_NAME = "bionemo-wds"
-#: The version `prepare` writes for the windows layout (both codecs); the sequence layout
-#: (``--layout sequences``) writes `SEQUENCE_FORMAT_VERSION`.
-FORMAT_VERSION = INDEX_FILE_FORMAT_VERSION
+#: The version `prepare` writes (both layouts, both codecs): version 5 whose sequence names are in
+#: the sequence table alone (``sequences.tsv``, listed as `SEQUENCE_TABLE_KEY`, which it requires):
+#: its split entries have no ``seq_ids``, so every rank's manifest is smaller.
+TABLE_FORMAT_VERSION = 6
+#: The manifest's top-level key listing the sequence table (`format.sequence_table`).
+SEQUENCE_TABLE_KEY = "sequence_table"
+#: The version whose record index is a file per split (`format.split_index_file`).
+INDEX_FILE_FORMAT_VERSION = 4
+#: What the manifest's ``record_index`` entry of a split holds.
+INDEX_ENTRY_KEYS = ("path", "records", "bytes", "sha256")
+#: The version that has the sequence layout (``params.layout`` ``"sequences"``; `format.sequence_index`).
+SEQUENCE_FORMAT_VERSION = 5
+#: The layouts ``params.layout`` names: ``windows`` (versions 1-4, and 5's absent key), ``sequences``.
+LAYOUTS = ("windows", "sequences")
+#: What the manifest's ``sequence_index`` entry of a split holds.
+SEQUENCE_ENTRY_KEYS = ("path", "sequences", "bytes", "sha256")
+#: The version `prepare` writes.
+FORMAT_VERSION = TABLE_FORMAT_VERSION
 #: The first version with a record index (in the shard entries; since version 4 in a file per split).
 INDEXED_FORMAT_VERSION = 3
 #: Version 2 = version 1 with a compressed ``tokens`` field (``codec`` says how); what
@@ -198,6 +211,8 @@ class SplitInfo:
     n_bases: int | None = None
     n_tokens: int | None = None
     length_mix: dict[str, Any] | None = None
+    #: its sequences' names, in input order: versions 3-5 only (since version 6 in the sequence
+    #: table alone: `format.sequence_table.split_names` reads them for any version)
     seq_ids: list[str] | None = None
     samples_per_shard: int | None = None
     sequence_index: SequenceIndexEntry | None = None  # version 5 (the sequence layout)
@@ -304,6 +319,8 @@ def reader(*versions: int) -> Callable[[Callable[[dict[str, Any], str], Manifest
 
 def _parse(obj: dict[str, Any], where: str, indexed_by_file: bool, sequences: bool = False) -> Manifest:
     missing = missing_key(obj, indexed_by_file, sequences)
+    if missing is None and obj.get("format_version") == TABLE_FORMAT_VERSION and SEQUENCE_TABLE_KEY not in obj:
+        missing = SEQUENCE_TABLE_KEY  # where version 6 keeps the names of the sequences
     if missing is not None:
         raise ManifestError(f"{where} is damaged: it has no {missing} (prepare the dataset again)")
     known, extra = _split_known(obj, _MANIFEST_KEYS)
@@ -330,10 +347,11 @@ def _read_index_file(obj: dict[str, Any], where: str) -> Manifest:
     return _parse(obj, where, indexed_by_file=True)
 
 
-@reader(SEQUENCE_FORMAT_VERSION)
+@reader(SEQUENCE_FORMAT_VERSION, TABLE_FORMAT_VERSION)
 def _read_sequence_layout(obj: dict[str, Any], where: str) -> Manifest:
     """Version 5: version 4 that may hold the sequence layout (``params.layout``; each split of a
-    sequence-layout dataset then lists its ``sequence_index`` file)."""
+    sequence-layout dataset then lists its ``sequence_index`` file); version 6: version 5 with the
+    sequence table required and no ``seq_ids`` (`_parse` checks the one)."""
     params = obj.get("params")
     layout = params.get("layout", "windows") if isinstance(params, dict) else "windows"
     if layout not in LAYOUTS:

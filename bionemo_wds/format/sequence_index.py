@@ -20,28 +20,20 @@ reads it (None for a windows-layout dataset), checked against that entry and the
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bionemo_wds.errors import ManifestError
+from bionemo_wds.format.manifest_types import SEQUENCE_ENTRY_KEYS, Manifest
 from bionemo_wds.format.split_index_file import load_npy_rows
 from bionemo_wds.storage.atomic import HashingWriter
 from bionemo_wds.storage.store import Store
 
-if TYPE_CHECKING:  # the manifest types import this module's names
-    from bionemo_wds.format.manifest_types import Manifest
-
-#: The version that has the sequence layout (``params.layout`` ``"sequences"``).
-SEQUENCE_FORMAT_VERSION = 5
-#: The layouts ``params.layout`` names: ``windows`` (versions 1-4, and 5's absent key), ``sequences``.
-LAYOUTS = ("windows", "sequences")
 #: A split's sequence index file, in the split's folder.
 SEQUENCE_INDEX_NAME = "sequence-index.npy"
 #: One row per sequence, in storage order (little-endian, packed: 10 bytes).
 SEQUENCE_INDEX_DTYPE = np.dtype([("length", "<u8"), ("tag_bytes", "<u2")])
-#: What the manifest's ``sequence_index`` entry of a split holds.
-SEQUENCE_ENTRY_KEYS = ("path", "sequences", "bytes", "sha256")
 
 
 def sequence_index_path(split: str) -> str:

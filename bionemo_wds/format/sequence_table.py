@@ -27,19 +27,15 @@ import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from bionemo_wds.errors import ManifestError
+from bionemo_wds.format.manifest_types import SEQUENCE_TABLE_KEY, Manifest
 from bionemo_wds.storage.atomic import HashingWriter
 from bionemo_wds.storage.store import Store
 
-if TYPE_CHECKING:  # the manifest types import this package
-    from bionemo_wds.format.manifest_types import Manifest
-
 #: The file, at the dataset root.
 SEQUENCE_TABLE_NAME = "sequences.tsv"
-#: The manifest's top-level key listing it.
-SEQUENCE_TABLE_KEY = "sequence_table"
 #: What that entry holds.
 SEQUENCE_TABLE_ENTRY_KEYS = ("path", "rows", "bytes", "sha256")
 #: The columns, in order (the header line).
@@ -151,6 +147,11 @@ class SequenceRows:
     def __iter__(self) -> Iterator[SequenceRow]:
         return iter(self.rows)
 
+    def names_of(self, split: str) -> list[str]:
+        """The names of `split`'s sequences, in input order, each once (a sequence cut by
+        --split-at-n has several rows)."""
+        return list(dict.fromkeys(row.seq_id for row in self.rows if row.split == split))
+
     def of_sequence(self, seq_id: str) -> list[SequenceRow]:
         """The rows of sequence `seq_id` (several when --split-at-n cut it), in order; empty if none."""
         return [self.rows[i] for i in self.by_id.get(seq_id, ())]
@@ -205,6 +206,16 @@ def read_sequence_table(
     return SequenceRows(url, rows or [])
 
 
+def split_names(store: Store | str | os.PathLike[str], manifest: Manifest, split: str) -> list[str]:
+    """The names of `split`'s sequences, in input order, each once, for any format version: from the
+    sequence table (the one place version 6 keeps them); a dataset prepared before the table existed
+    (versions 3-5) from its manifest's ``seq_ids``. Neither: `MissingSequenceTableError`."""
+    info = manifest.splits[split]
+    if table_entry(manifest) is None and info.seq_ids is not None:
+        return list(info.seq_ids)
+    return read_sequence_table(store, manifest).names_of(split)
+
+
 def _parse(data: bytes, url: str, found: list[str]) -> list[SequenceRow] | None:
     """The rows of the file's bytes; None (and the reason in `found`) when it is not such a table."""
     try:
@@ -256,6 +267,8 @@ def table_problems(table: SequenceRows, manifest: Manifest) -> list[str]:
                 f"{table.url}: its {split} rows name {len(ids[split])} sequences, "
                 f"the manifest's split {info.n_sequences}"
             )
+        if info.seq_ids is not None and table.names_of(split) != list(info.seq_ids):  # versions 3-5 name them twice
+            out.append(f"{table.url}: its {split} rows name other sequences than the manifest's seq_ids")
         index = info.sequence_index
         if index is not None and rows[split] != int(index.sequences):
             out.append(

@@ -26,25 +26,19 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bionemo_wds.errors import ManifestError, os_error, refusal_named
+from bionemo_wds.format.manifest_types import INDEX_ENTRY_KEYS, Manifest, RecordIndexEntry, ShardInfo
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
 from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.storage.mapped import load_npy
 from bionemo_wds.storage.store import Store
 
-if TYPE_CHECKING:  # the manifest types import this module's names
-    from bionemo_wds.format.manifest_types import Manifest, RecordIndexEntry, ShardInfo
-
-#: The version whose record index is a file per split (`RECORD_INDEX_NAME`).
-INDEX_FILE_FORMAT_VERSION = 4
 #: A split's record index file, in the split's folder.
 RECORD_INDEX_NAME = "record-index.npy"
-#: What the manifest's ``record_index`` entry of a split holds.
-INDEX_ENTRY_KEYS = ("path", "records", "bytes", "sha256")
 #: Bytes gathered before one write (a file of 100,000 small shards is not 100,000 writes).
 _WRITE_BYTES = 8 << 20
 

@@ -20,9 +20,10 @@ from bionemo_wds.core.distinct import distinct
 from bionemo_wds.format import read_manifest
 from bionemo_wds.homology.membership import MIN_IDENTITY, check_identity, read_queries, sketch_queries
 from bionemo_wds.homology.similarity import MIN_SHARED, Matches, matches_both_ways
-from bionemo_wds.homology.sketch import Sketches, SketchParams
-from bionemo_wds.homology.stored import read_split
+from bionemo_wds.homology.sketch import Sketches, SketchParams, sourmash_module
+from bionemo_wds.homology.stored import read_splits
 from bionemo_wds.load.spans import is_sequence_layout
+from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.storage.store import Store
 
 #: Example pairs kept per row of the report.
@@ -96,15 +97,19 @@ def leakage(
     params: SketchParams | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
+    place: TaskPlace | None = None,
 ) -> LeakageReport:
-    """Leakage between every two splits of `dataset` and between each split and each file of `against`."""
+    """Leakage between every two splits of `dataset` and between each split and each file of `against`;
+    the shards are read once, as tasks at `place` (this process by default, a process pool or Dask)."""
     params = (params or SketchParams()).check()
     check_identity(min_identity)
+    sourmash_module()  # the [homology] extra, needed whether or not the splits' sketches are kept
     evals = [(path, sketch_queries(read_queries([path]), params)) for path in against]  # bad files fail first
     store = Store(dataset, storage_options)
     manifest = read_manifest(store)
     layout = is_sequence_layout(manifest.params)
-    splits = {s: read_split(store, s, layout, params, None, progress).sketches for s in manifest.splits}
+    place = place or TaskPlace(progress=progress)
+    splits = {s.split: s.sketches for s in read_splits(store, list(manifest.splits), layout, params, None, place)}
     names = list(splits)
     pair = {}  # each unordered pair of splits joined once, both directions from it
     for i, a in enumerate(names):

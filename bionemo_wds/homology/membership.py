@@ -25,8 +25,9 @@ from bionemo_wds.format import read_manifest
 from bionemo_wds.homology.kmers import canonical_kmers
 from bionemo_wds.homology.similarity import MIN_SHARED, ani, shared_hashes
 from bionemo_wds.homology.sketch import Sketches, SketchParams, sketch_hashes
-from bionemo_wds.homology.stored import QueryKmers, StoredSplit, read_split
+from bionemo_wds.homology.stored import QueryKmers, StoredSplit, read_splits
 from bionemo_wds.load.spans import is_sequence_layout
+from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.storage.store import Store
 
 #: Default ``--min-identity``: the share of identical bases, estimated from shared k-mers.
@@ -156,9 +157,12 @@ def contains(
     splits: Sequence[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
+    place: TaskPlace | None = None,
 ) -> list[Membership]:
     """For every sequence of `query_files`: in which splits of `dataset` it (or a sequence of at least
-    `min_identity`) is stored, and which stored sequences hold it."""
+    `min_identity`) is stored, and which stored sequences hold it. The shards are read once, as tasks
+    at `place` (`homology.shard_pass`: this process by default, a process pool or Dask); the
+    answers do not depend on it."""
     params = (params or SketchParams()).check()
     check_identity(min_identity)
     queries = read_queries(query_files)
@@ -178,8 +182,10 @@ def contains(
         )
     qs = sketch_queries(queries, params)
     layout = is_sequence_layout(manifest.params)
+    place = place or TaskPlace(progress=progress)
     per_split = [
-        answer(queries, qk, qs, read_split(store, s, layout, params, qk, progress), min_identity) for s in wanted
+        answer(queries, qk, qs, stored, min_identity)
+        for stored in read_splits(store, wanted, layout, params, qk, place)
     ]
     return [
         Membership(

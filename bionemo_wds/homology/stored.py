@@ -1,4 +1,5 @@
-"""What a prepared dataset holds, as k-mers: one pass over a split's shards, per sequence.
+"""What a prepared dataset holds, as k-mers: one pass over a split's shards, per sequence (as tasks:
+`shard_pass`).
 
 `contains` and `leakage` judge what a model was trained on, which is what the shards store (not the
 input files, which may have moved or changed): every stored stretch of bases (a window of a windows
@@ -17,9 +18,12 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.core.distinct import distinct
-from bionemo_wds.format.stored_records import stored_documents
+from bionemo_wds.format.manifest import read_manifest
 from bionemo_wds.homology.kmers import kmer_codes
-from bionemo_wds.homology.sketch import Sketches, SketchParams, sourmash_module
+from bionemo_wds.homology.shard_pass import read_splits as read_pass
+from bionemo_wds.homology.sketch import Sketches, SketchParams
+from bionemo_wds.homology.sketch_cache import is_kept, keep_sketches, kept_sketches
+from bionemo_wds.prepare.executors.tasks import TaskPlace
 
 #: Bits of `QueryKmers.filter`'s index (a 16 MB bitmap as numpy bools).
 FILTER_BITS = 24
@@ -97,32 +101,41 @@ def read_split(
     params: SketchParams,
     queries: QueryKmers | None = None,
     progress: bool = False,
+    place: TaskPlace | None = None,
 ) -> StoredSplit:
-    """Sketch every sequence of `split` (and find `queries`' k-mers in it) in one pass over its shards;
-    `sequences`: the dataset has the sequence layout (pieces are joined before their k-mers are taken).
-    A sequence's length here is the bases its stored stretches cover (first to last base)."""
-    sourmash = sourmash_module()
-    sketch: dict[str, Any] = {}
-    span: dict[str, list[int]] = {}
-    found: dict[str, list[np.ndarray]] = {}
-    for seq_id, start, bases in stored_documents(store, split, sequences, f"read {split}", progress):
-        mh = sketch.get(seq_id)
-        if mh is None:
-            mh = sketch[seq_id] = sourmash.MinHash(n=0, ksize=params.ksize, scaled=params.scaled)
-            span[seq_id] = [start, start + len(bases), 0]
-        if len(bases) >= params.ksize:
-            mh.add_sequence(bases.tobytes().decode("ascii", "replace"), force=True)
-        where = span[seq_id]
-        where[0], where[1] = min(where[0], start), max(where[1], start + len(bases))
-        where[2] += len(bases)
-        if queries is not None:
-            hits = queries.found_in(bases)
-            if len(hits):
-                found.setdefault(seq_id, []).append(hits)
-    names = list(sketch)
-    covered = [span[n][1] - span[n][0] if not sequences else span[n][2] for n in names]
-    hashes = [np.fromiter(sketch[n].hashes, dtype=np.uint64, count=len(sketch[n])) for n in names]
-    for h in hashes:
-        h.sort()
-    joined = {name: distinct(np.concatenate(parts)) for name, parts in found.items()}
-    return StoredSplit(split, Sketches.build(params, names, covered, hashes), joined)
+    """Sketch every sequence of `split` (and find `queries`' k-mers in it) in one pass over its shards
+    (`read_splits`)."""
+    return read_splits(store, [split], sequences, params, queries, place or TaskPlace(progress=progress))[0]
+
+
+def read_splits(
+    store: Any,
+    splits: Sequence[str],
+    sequences: bool,
+    params: SketchParams,
+    queries: QueryKmers | None = None,
+    place: TaskPlace | None = None,
+    keep: bool = True,
+) -> list[StoredSplit]:
+    """Sketch every sequence of `splits` (and find `queries`' k-mers in it) in one pass over their
+    shards, as tasks at `place` (`shard_pass`; this process by default); `sequences`: the dataset has
+    the sequence layout (a sequence's pieces are joined before their k-mers are taken). A sequence's
+    length here is the bases its stored stretches cover (first to last base).
+
+    Without `queries`, a split whose sketches are kept beside the dataset (`sketch_cache`) is not
+    read; with `keep`, the sketches of every split read are kept for the next call."""
+    manifest = read_manifest(store)
+    shards = {split: manifest.splits[split].shards for split in splits}
+    kept = {}
+    if queries is None:
+        for split in splits:
+            found = kept_sketches(store, shards[split], split, params)
+            if found is not None:
+                kept[split] = StoredSplit(split, found)
+    to_read = {split: listed for split, listed in shards.items() if split not in kept}
+    passes = read_pass(store, to_read, sequences, params, queries, place) if to_read else {}
+    for split, listed in to_read.items():
+        kept[split] = StoredSplit(split, passes[split].sketches, passes[split].found)
+        if keep and (queries is None or not is_kept(store, listed, split, params)):  # read: none kept, or damaged
+            keep_sketches(store, listed, split, passes[split].sketches)
+    return [kept[split] for split in splits]

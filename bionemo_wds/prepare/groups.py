@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from bionemo_wds.core.distinct import distinct
 from bionemo_wds.errors import BadInputError, OptionError
+from bionemo_wds.homology.sketch import KSIZE_RANGE, SCALED_MAX, SketchParams
 from bionemo_wds.prepare.catalog import Catalog
 
 GROUP_RULES = ("sample-id", "regex:PATTERN", "tsv:FILE", "mmseqs:FILE", "similarity:T")
@@ -41,6 +43,48 @@ def is_similarity(rule: str | None) -> TypeGuard[str]:
     return isinstance(rule, str) and rule.startswith(SIMILARITY)
 
 
+@dataclass(frozen=True)
+class SimilarityRule:
+    """A parsed ``similarity:T[,k=K][,scaled=S]`` rule."""
+
+    min_identity: float
+    params: SketchParams
+
+
+def parse_similarity(rule: str) -> SimilarityRule:
+    """The threshold and sketch parameters of a ``similarity:...`` rule; `ValueError` saying what is
+    wrong (a phrase the option check ends with the rule itself: ``--group-by <problem>, got 'RULE'``)."""
+    fields = rule[len(SIMILARITY) :].split(",")
+    try:
+        threshold = float(fields[0])
+    except ValueError:
+        threshold = float("nan")
+    if not 0.5 <= threshold <= 1.0:  # NaN too
+        raise ValueError("similarity:T needs a threshold T from 0.5 to 1 (an estimated ANI)")
+    sizes = {"k": SketchParams.ksize, "scaled": SketchParams.scaled}
+    for field in fields[1:]:
+        name, _, value = field.partition("=")
+        if name not in sizes or not value.isdigit():
+            raise ValueError(f"similarity:T takes only k=K and scaled=S after the threshold, not {field!r}")
+        sizes[name] = int(value)
+    params = SketchParams(sizes["k"], sizes["scaled"])
+    if params.problem() is not None:
+        (low, high), top = KSIZE_RANGE, SCALED_MAX
+        if params.ksize % 2 == 0 or not low <= params.ksize <= high:
+            raise ValueError(f"similarity:T,k=K needs an odd k-mer size K from {low} to {high}")
+        raise ValueError(f"similarity:T,scaled=S needs S from 1 to {top} (one k-mer in S kept)")
+    return SimilarityRule(threshold, params)
+
+
+def similarity_problem(rule: str) -> str | None:
+    """What is wrong with a ``similarity:`` rule, or None."""
+    try:
+        parse_similarity(rule)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def group_rule_problem(rule: object) -> str | None:
     """What is wrong with a `--group-by` value, or None."""
     if not isinstance(rule, str):
@@ -50,8 +94,6 @@ def group_rule_problem(rule: object) -> str | None:
     if rule.startswith("regex:") and len(rule) > 6:
         return regex_problem(rule[6:])
     if is_similarity(rule):
-        from bionemo_wds.prepare.similarity_groups import similarity_problem
-
         return similarity_problem(rule)
     return f"must be one of {', '.join(GROUP_RULES)}"
 

@@ -20,12 +20,10 @@ from bionemo_wds.core.tokenizer import N_SPECIALS_PER_SAMPLE
 from bionemo_wds.core.windowing import TAIL_MODES, default_stride
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import CASE_MODES, CODECS, DEFAULT_PREFIX, LAYOUTS
-from bionemo_wds.prepare.executors import EXECUTORS as EXECUTOR_MODULES
 from bionemo_wds.prepare.groups import group_rule_problem
 from bionemo_wds.prepare.option_fields import cli_of, flags_of, option, shown_value
 from bionemo_wds.prepare.option_values import column_problem, parse_ratios, parse_split_list, prefix_problem
-from bionemo_wds.prepare.scan import ON_INVALID
-from bionemo_wds.prepare.sources import SOURCES
+from bionemo_wds.prepare.scan_tasks import ON_INVALID
 from bionemo_wds.prepare.splits import DEFAULT_RATIOS, SPLIT_NAMES, SPLIT_RULES, ratio_problem
 from bionemo_wds.prepare.tags import parse_tag_pair, tag_map_problem, tag_rule_problem
 
@@ -42,10 +40,10 @@ MIN_SHARDS_PER_SPLIT = 8
 #: zstd's compression levels (`zstandard.MAX_COMPRESSION_LEVEL` is 22; 0 and below are not offered).
 ZSTD_LEVELS = (1, 22)
 
-#: `--executor` choices: where the shard tasks run.
-EXECUTORS = tuple(EXECUTOR_MODULES)
-#: `--source` kinds (`prepare/sources/`).
-SOURCE_KINDS = tuple(SOURCES)
+#: `--executor` choices: where the shard tasks run (`prepare.executors` has a module of each name).
+EXECUTORS = ("local", "dask")
+#: `--source` kinds (`prepare.sources.SOURCES` has a reader of each name).
+SOURCE_KINDS = ("fasta", "sharded-eden", "hdf5", "megatron", "bed", "jsonl", "parquet")
 #: Options that only one source reads: field -> that source.
 SOURCE_OPTIONS = {"split_parquet": "sharded-eden", "window_db": "sharded-eden", "x_key": "hdf5", "y_key": "hdf5"}
 SOURCE_OPTIONS["reference"] = "bed"
@@ -91,9 +89,9 @@ class PrepareOptions:
     )
     layout: str = option(
         "windows",
-        "windows: the windows of --seq-length and --stride, overlaps stored (format version 4; the loader serves "
-        "exactly those); sequences: every base stored once, as pieces of whole sequences in a seeded order "
-        "(format version 5), windows of any length and stride cut at load (GenomicDataset(seq_length=..., "
+        "windows: the windows of --seq-length and --stride, overlaps stored (the loader serves "
+        "exactly those); sequences: every base stored once, as pieces of whole sequences in a seeded order; "
+        "windows of any length and stride cut at load (GenomicDataset(seq_length=..., "
         "stride=...)), short sequences packable; --stride does not apply",
         choices=LAYOUTS,
     )
@@ -330,14 +328,10 @@ class PrepareOptions:
             )
 
     def check_executor(self) -> None:
-        """Refuse a Dask-only option with the local executor, which would silently ignore it, and
-        the Dask executor when Dask is not installed."""
+        """Refuse a Dask-only option with the local executor, which would silently ignore it (whether
+        Dask is installed is `shard_plan.request_of`'s check: it needs the executor's module)."""
         if self.executor != "dask" and self.scheduler is not None:
             raise BadInputError(f"--scheduler {self.scheduler} needs --executor dask (the executor is {self.executor})")
-        if self.executor == "dask":  # installed? (checked here: before anything is written)
-            from bionemo_wds.prepare.executors.dask import distributed_module  # executors.dask imports this module
-
-            distributed_module()
 
     def check_source(self) -> None:
         """Refuse an option of one source given with another, which that source would silently ignore."""

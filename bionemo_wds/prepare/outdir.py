@@ -15,6 +15,7 @@ from typing import Any
 from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import MANIFEST_NAME
 from bionemo_wds.format.sequence_table import SEQUENCE_TABLE_NAME
+from bionemo_wds.homology.sketch_cache import SKETCH_DIR
 from bionemo_wds.prepare.splits import LEGACY_SPLIT_RULE, SPLIT_NAMES
 from bionemo_wds.storage.store import Store
 
@@ -61,11 +62,11 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def clear_ours(out: Store, keep_cache: bool = False) -> None:
-    """Remove what a prepare run writes (manifest, plan, sequence table, cache, split directories),
-    nothing else."""
+    """Remove what a prepare run writes (manifest, plan, sequence table, cache, split directories)
+    and the sketches `contains` and `leakage` keep beside it, nothing else."""
     for name in (MANIFEST_NAME, PLAN_NAME, SEQUENCE_TABLE_NAME):
         out.remove(name)
-    for name in (() if keep_cache else (CACHE_NAME,)) + SPLIT_NAMES:
+    for name in (() if keep_cache else (CACHE_NAME,)) + (SKETCH_DIR, *SPLIT_NAMES):
         out.remove_tree(name)
 
 

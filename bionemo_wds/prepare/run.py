@@ -46,7 +46,7 @@ from bionemo_wds.format.sequence_table import table_entry
 from bionemo_wds.format.write_errors import writing_output
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors import executor
-from bionemo_wds.prepare.executors.dask import client_session
+from bionemo_wds.prepare.executors.dask_client import client_session
 from bionemo_wds.prepare.executors.tasks import TaskPlace
 from bionemo_wds.prepare.groups import apply_groups, is_similarity
 from bionemo_wds.prepare.options import PrepareOptions

@@ -18,11 +18,10 @@ import numpy as np
 from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
-from bionemo_wds.prepare.scan_tasks import Finding, ScanContext, check_task, n_runs, scan_tasks
+from bionemo_wds.prepare.scan_tasks import ON_INVALID, Finding, ScanContext, check_task, n_runs, scan_tasks
 
-__all__ = ["ON_INVALID", "SCAN_CHUNK", "merge_runs", "n_runs", "pieces", "scan"]
+__all__ = ["SCAN_CHUNK", "merge_runs", "n_runs", "pieces", "scan"]
 
-ON_INVALID = ("error", "skip", "replace-N")
 #: Bases per read while scanning (4 MiB).
 SCAN_CHUNK = 1 << 22
 

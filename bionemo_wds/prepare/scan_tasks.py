@@ -24,6 +24,10 @@ from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, VALID_BASE, first_invali
 from bionemo_wds.errors import SourceError
 from bionemo_wds.prepare.catalog import BaseReader, Catalog, Source
 
+#: What a task does with a byte that is no IUPAC code (``--on-invalid``): report it as an error,
+#: skip its sequence, or replace it with N.
+ON_INVALID = ("error", "skip", "replace-N")
+
 #: Bases per scan task.
 TASK_BASES = 256_000_000
 #: Every IUPAC byte of either case: `bytes.translate(None, VALID)` leaves only the invalid ones.

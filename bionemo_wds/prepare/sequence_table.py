@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.format.manifest import MANIFEST_NAME, dumps_manifest
+from bionemo_wds.format.manifest_types import SEQUENCE_TABLE_KEY
 from bionemo_wds.format.sequence_table import (
     NO_SPLIT,
-    SEQUENCE_TABLE_KEY,
     SEQUENCE_TABLE_NAME,
     SequenceRow,
     write_sequence_table,

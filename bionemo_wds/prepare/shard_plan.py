@@ -25,11 +25,11 @@ from bionemo_wds.errors import BadInputError
 from bionemo_wds.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    SEQUENCE_FORMAT_VERSION,
     ShardInfo,
     shard_name,
 )
 from bionemo_wds.prepare.catalog import Catalog
+from bionemo_wds.prepare.executors.dask_client import distributed_module
 from bionemo_wds.prepare.options import (
     MIN_SHARDS_PER_SPLIT,
     RECORD_TARGET_BYTES,
@@ -135,6 +135,8 @@ def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
         raise BadInputError(problem)
     opts.check_layout()
     opts.check_executor()
+    if opts.executor == "dask":
+        distributed_module()  # installed? (before anything is written)
     if opts.compress == "zstd":
         try:
             import zstandard  # noqa: F401
@@ -332,7 +334,7 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
     assignment = _assign_splits(catalog, opts)
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
-        "format_version": SEQUENCE_FORMAT_VERSION if sequences else FORMAT_VERSION,  # params.codec says which codec
+        "format_version": FORMAT_VERSION,  # params.codec says which codec, params.layout which layout
         "package_version": __version__,
         "request": request,
         "params": {
@@ -405,14 +407,12 @@ def plan(catalog: Catalog, request: dict[str, Any], opts: PrepareOptions) -> tup
             ).to_json()
             for k in range(windows.n_shards)
         ]
-        seq_ids = list(dict.fromkeys(catalog.names[i] for i in rows.tolist()))
-        manifest["splits"][split] = {
+        manifest["splits"][split] = {  # its sequences' names: in the sequence table (format version 6)
             "n_samples": n,
-            "n_sequences": len(seq_ids),
+            "n_sequences": len({catalog.names[i] for i in rows.tolist()}),
             "n_bases": int(lengths.sum()),
             "n_tokens": windows.n_tokens,
             "length_mix": _length_mix(lengths),
-            "seq_ids": seq_ids,  # names of its sequences, in input order (one line)
             "samples_per_shard": size,
             "shards": shards,
         }

@@ -22,62 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from bionemo_wds.homology.similarity import MIN_SHARED, clusters_with, near_identical_pairs
-from bionemo_wds.homology.sketch import (
-    KSIZE_RANGE,
-    SCALED_MAX,
-    Sketches,
-    SketchParams,
-    sketch_hashes,
-    sourmash_module,
-)
+from bionemo_wds.homology.sketch import Sketches, SketchParams, sketch_hashes, sourmash_module
 from bionemo_wds.prepare.catalog import Catalog, Source
 from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
+from bionemo_wds.prepare.groups import parse_similarity
 
-PREFIX = "similarity:"
 #: Bases per sketch task.
 TASK_BASES = 32_000_000
-
-
-@dataclass(frozen=True)
-class SimilarityRule:
-    """A parsed ``similarity:T[,k=K][,scaled=S]`` rule."""
-
-    min_identity: float
-    params: SketchParams
-
-
-def parse_similarity(rule: str) -> SimilarityRule:
-    """The threshold and sketch parameters of a ``similarity:...`` rule; `ValueError` saying what is
-    wrong (a phrase the option check ends with the rule itself: ``--group-by <problem>, got 'RULE'``)."""
-    fields = rule[len(PREFIX) :].split(",")
-    try:
-        threshold = float(fields[0])
-    except ValueError:
-        threshold = float("nan")
-    if not 0.5 <= threshold <= 1.0:  # NaN too
-        raise ValueError("similarity:T needs a threshold T from 0.5 to 1 (an estimated ANI)")
-    sizes = {"k": SketchParams.ksize, "scaled": SketchParams.scaled}
-    for field in fields[1:]:
-        name, _, value = field.partition("=")
-        if name not in sizes or not value.isdigit():
-            raise ValueError(f"similarity:T takes only k=K and scaled=S after the threshold, not {field!r}")
-        sizes[name] = int(value)
-    params = SketchParams(sizes["k"], sizes["scaled"])
-    if params.problem() is not None:
-        (low, high), top = KSIZE_RANGE, SCALED_MAX
-        if params.ksize % 2 == 0 or not low <= params.ksize <= high:
-            raise ValueError(f"similarity:T,k=K needs an odd k-mer size K from {low} to {high}")
-        raise ValueError(f"similarity:T,scaled=S needs S from 1 to {top} (one k-mer in S kept)")
-    return SimilarityRule(threshold, params)
-
-
-def similarity_problem(rule: str) -> str | None:
-    """What is wrong with a ``similarity:`` rule, or None."""
-    try:
-        parse_similarity(rule)
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ number) and the run's options, it writes every task's shard through `writers.wri
 yields each `writers.ShardResult` as its shard is complete. `prepare` writes the manifest from those
 results, so the output is byte for byte the same whichever executor ran the tasks.
 
-`EXECUTORS` names them (``--executor NAME``); a module is imported only when its executor is used
-(``dask`` needs the optional ``[dask]`` extra).
+`EXECUTORS` maps the names ``--executor`` takes (`options.EXECUTORS`) to their modules; a module is
+imported only when its executor is used (``dask`` needs the optional ``[dask]`` extra).
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ import importlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
+from bionemo_wds.prepare.options import EXECUTORS as EXECUTOR_NAMES
+from bionemo_wds.prepare.options import PrepareOptions
+
 if TYPE_CHECKING:
-    from bionemo_wds.prepare.options import PrepareOptions
     from bionemo_wds.prepare.writers import ShardResult, WriterSetup
 
-#: ``--executor`` name -> the module whose `run` is that executor.
-EXECUTORS = {
-    "local": "bionemo_wds.prepare.executors.local",
-    "dask": "bionemo_wds.prepare.executors.dask",
-}
+#: ``--executor`` name -> the module whose `run` is that executor (a module of this package per name).
+EXECUTORS = {name: f"{__name__}.{name}" for name in EXECUTOR_NAMES}
 
 
 class Executor(Protocol):

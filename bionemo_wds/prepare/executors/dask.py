@@ -16,103 +16,29 @@ one task may take a worker down). A shard is written under a hidden temporary na
 when complete (an object-store object appears when its upload completes), so a dead task leaves no
 visible half shard; rerunning `prepare` after a lost cluster writes only the missing shards.
 
+The cluster, its client and the one-line failures are `executors.dask_client`'s (the passes over
+the inputs, `executors.tasks`, use them too).
+
 Every worker must see the inputs (and, for a local ``--out``, the output directory) at the same
 paths as the process that runs `prepare`: a shared filesystem, or an object store for ``--out``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import logging
 import os
 from collections.abc import Iterator
-from concurrent.futures import CancelledError
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from bionemo_wds.errors import BadInputError, OutputWriteError
+from bionemo_wds.errors import OutputWriteError
 from bionemo_wds.format import shard_name
+from bionemo_wds.prepare.executors.dask_client import dask_client, distributed_module, result_of
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, write_shard_task
 
 if TYPE_CHECKING:
     from bionemo_wds.prepare.options import PrepareOptions
-
-#: Seconds to wait for a scheduler given with ``--scheduler`` to answer.
-CONNECT_TIMEOUT = 30
-
-
-def distributed_module() -> Any:
-    """The `distributed` package, or a `BadInputError` saying how to install it."""
-    try:
-        import distributed
-    except ImportError as exc:
-        raise BadInputError(
-            "--executor dask needs dask.distributed, which is not installed: pip install 'bionemo-wds[dask]'"
-        ) from exc
-    return distributed
-
-
-def local_cluster(workers: int, threads: int = 1) -> Any:
-    """A `distributed.LocalCluster` of `workers` worker processes with `threads` threads each, on
-    127.0.0.1 only, without the dashboard (what ``--executor dask`` without ``--scheduler`` starts)."""
-    return distributed_module().LocalCluster(
-        n_workers=workers,
-        threads_per_worker=threads,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        # its processes log errors only: its own shutdown's notes (tasks cancelled when a run stops on
-        # a full disk) would precede the one line that says what happened
-        silence_logs=logging.ERROR,
-    )
-
-
-#: The clients a `prepare` run keeps open until it ends (`client_session`), by (scheduler, workers).
-SESSIONS: list[tuple[contextlib.ExitStack, dict[tuple[str | None, int], Any]]] = []
-
-
-@contextlib.contextmanager
-def client_session() -> Iterator[None]:
-    """Keep each client `dask_client` opens inside this block open until the block ends, so the
-    passes of one run (index, check, sketch, write) share one cluster: a LocalCluster starts once."""
-    with contextlib.ExitStack() as stack:
-        SESSIONS.append((stack, {}))
-        try:
-            yield
-        finally:
-            SESSIONS.pop()
-
-
-@contextlib.contextmanager
-def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
-    """A client of the scheduler at `scheduler` (``tcp://host:8786``, or a scheduler file written by
-    ``dask scheduler --scheduler-file``), or of a `LocalCluster` of `workers` single-threaded
-    worker processes on 127.0.0.1 when `scheduler` is None; closed (and the local cluster shut
-    down) on exit, or at the end of the `client_session` it was opened in."""
-    if SESSIONS:
-        stack, clients = SESSIONS[-1]
-        key = (scheduler, workers)
-        if key not in clients:
-            clients[key] = _open_client(stack, scheduler, workers)
-        yield clients[key]
-        return
-    with contextlib.ExitStack() as stack:
-        yield _open_client(stack, scheduler, workers)
-
-
-def _open_client(stack: contextlib.ExitStack, scheduler: str | None, workers: int) -> Any:
-    """A client as `dask_client` describes it, closed by `stack`."""
-    distributed = distributed_module()
-    if scheduler is None:
-        cluster = stack.enter_context(local_cluster(workers))
-        return stack.enter_context(distributed.Client(cluster))
-    kind = "scheduler_file" if scheduler.endswith(".json") else "address"
-    try:
-        return stack.enter_context(distributed.Client(**{kind: scheduler}, timeout=CONNECT_TIMEOUT))
-    except (OSError, ValueError) as exc:
-        raise BadInputError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({exc})") from exc
 
 
 def write_shard_or_refusal(setup: WriterSetup, split: str, shard: int) -> ShardResult | OutputWriteError:
@@ -123,21 +49,6 @@ def write_shard_or_refusal(setup: WriterSetup, split: str, shard: int) -> ShardR
         return write_shard_task(setup, split, shard)
     except OutputWriteError as exc:
         return exc
-
-
-def result_of(future: Any, task: str, scheduler: str | None, lost: str) -> Any:
-    """``future.result()``, where a task that kept taking workers down, or a lost cluster (`lost`
-    says what was under way and what to do), is one line."""
-    distributed = distributed_module()
-    try:
-        return future.result()
-    except distributed.KilledWorker as exc:
-        raise RuntimeError(
-            f"{task} took down Dask workers too often (distributed.scheduler.allowed-failures): {exc}"
-        ) from exc
-    except (CancelledError, distributed.comm.CommClosedError) as exc:
-        where = scheduler or "the LocalCluster"
-        raise RuntimeError(f"lost the Dask cluster ({where}) {lost} ({type(exc).__name__}: {exc})") from exc
 
 
 def run_on_dask(

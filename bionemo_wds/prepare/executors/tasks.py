@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from tqdm import tqdm
 
 from bionemo_wds.errors import BadInputError
+from bionemo_wds.prepare.executors.dask_client import dask_client, result_of
 from bionemo_wds.prepare.executors.parent import die_with_parent
 
 if TYPE_CHECKING:
@@ -132,8 +133,6 @@ def _results(call: Call, context: Any, tasks: Sequence[Any], place: TaskPlace, w
 
 
 def _on_dask(call: Call, context: Any, tasks: Sequence[Any], place: TaskPlace, what: str) -> Iterator[Any]:
-    from bionemo_wds.prepare.executors.dask import dask_client, result_of
-
     with dask_client(place.scheduler, place.workers) as client:
         shared = client.scatter(context, broadcast=True, hash=False)
         futures = client.map(call, [shared] * len(tasks), tasks, key=_keys(what, len(tasks)), retries=place.retries)

@@ -24,7 +24,8 @@ import numpy as np
 from bionemo_wds.errors import OptionError, SourceError
 from bionemo_wds.prepare.catalog import Catalog
 from bionemo_wds.prepare.executors.tasks import TaskPlace
-from bionemo_wds.prepare.scan import ON_INVALID, scan
+from bionemo_wds.prepare.scan import scan
+from bionemo_wds.prepare.scan_tasks import ON_INVALID
 from bionemo_wds.prepare.sources.fasta_index import index_files
 from bionemo_wds.prepare.sources.fasta_inputs import fasta_inputs
 from bionemo_wds.prepare.tags import reads_headers, tag_all, tag_rule_problem, tagger
