@@ -127,6 +127,12 @@ class GenomicDataset(IterableDataset):
             or ``"hf"``: ``input_ids``, ``attention_mask``, ``labels`` (not shifted, -100 where not
             trained), ``position_ids`` (packed: the flattened varlen keys), for ``model(**batch)`` of
             a `transformers` causal LM (`batch.hf`).
+        tokenizer: the ids samples are made of, with seq_length counting its tokens: ``"bytes"`` (one
+            byte per base, the default), ``"hyenadna"``, ``"caduceus"`` (characters), ``"nt"``
+            (Nucleotide Transformer 6-mers), ``"dnabert3"`` .. ``"dnabert6"`` (overlapping k-mers), or a
+            Hugging Face tokenizer (a tokenizer.json path, a `tokenizers.Tokenizer` or a
+            `PreTrainedTokenizerFast`: BPE of DNABERT-2, GENA-LM, GROVER), run in the loader workers
+            (`load.tokenize`; docs: "Tokenizers and objectives").
     """
 
     def __init__(
@@ -166,10 +172,11 @@ class GenomicDataset(IterableDataset):
         uppercase_labels: bool = False,
         min_real_fraction: float = 0.0,
         batch_format: str = "megatron",
+        tokenizer: Any = "bytes",
     ):
         super().__init__()
         world = World.detect(None, dp_rank, dp_size)
-        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format)
+        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format, tokenizer)
         samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, *labels)
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
@@ -178,7 +185,7 @@ class GenomicDataset(IterableDataset):
             seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit, max_requests
         )
         RequestSlots(cache_dir, max_requests)  # checked now (an OptionError naming it), used when a dataset opens
-        cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
+        cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout, samples.vocab)
         sources = Sources(entries, samples_per_epoch, seed, opening, world.rank, samples.unused, cutting)
         self.build(sources, as_split(split), micro_batch_size, world, samples, seed, shuffle_buffer, epoch)
         self.global_batch_size = global_batch_size or micro_batch_size * world.size
@@ -230,6 +237,7 @@ class GenomicDataset(IterableDataset):
         self.records = sources.records(split)
         self.params = sources.params(split)
         self.seq_length: int = self.params.seq_length
+        samples.check_tags(self.params.max_tag_bytes, sources.describe())
         self.schema: BatchSchema | PackedSchema = (
             PackedSchema(micro, self.seq_length)
             if sources.cutting.pack
@@ -301,7 +309,7 @@ class GenomicDataset(IterableDataset):
         reader: Any = SpanBatches if isinstance(self.records, SpanSources) else PlannedBatches
         planned = reader(self.records, self.sources.policy, current, self.mix, self.micro_batch_size, unit)
         train = self.split is Split.train
-        return [planned, self.samples.assemble_stage(self.schema, self.seed, epoch, train)]
+        return [planned, self.samples.assemble_stage(self.schema, self.seed, epoch, train, self.seq_length)]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         plan = self.plan()

@@ -17,13 +17,15 @@ import torch
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.format.manifest import Manifest, stored_case
-from bionemo_wds.load.batch.assemble import assemble
+from bionemo_wds.load.batch.assemble import TokenLayout, assemble
 from bionemo_wds.load.batch.hf import check_batch_format
 from bionemo_wds.load.batch.labels import LabelRules
 from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
 from bionemo_wds.load.batch.schema import BatchSchema
+from bionemo_wds.load.batch.token_inputs import token_model_inputs
 from bionemo_wds.load.plan.progress import EpochState
+from bionemo_wds.load.tokenize import Tokenizer, resolve_tokenizer
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class SampleOptions:
     uppercase_labels: bool = False
     min_real_fraction: float = 0.0
     batch_format: str = "megatron"
+    tokenizer: Any = "bytes"
 
     def __post_init__(self) -> None:
         if not 0 <= self.rc_prob <= 1:
@@ -48,6 +51,24 @@ class SampleOptions:
         check_soft_mask_weight(self.soft_mask_weight)
         check_batch_format(self.batch_format, self.soft_mask_weight)
         _ = self.label_rules  # checked now
+        if self.vocab is not None and not self.fold_case:
+            raise OptionError(
+                f"fold_case=False keeps soft-masked bases as lower-case ids, which only tokenizer='bytes' has; "
+                f"tokenizer {self.vocab.name!r} spells upper-case bases (weigh soft-masked ones with soft_mask_weight)"
+            )
+
+    @cached_property
+    def vocab(self) -> Tokenizer | None:
+        """The tokenizer (`tokenize.resolve_tokenizer`; None: bytes, the byte layout)."""
+        return resolve_tokenizer(self.tokenizer)
+
+    def check_tags(self, max_tag_bytes: int, where: str) -> None:
+        """A tokenizer other than bytes has no ids for control tags: refuse data that has them."""
+        if self.vocab is not None and self.control_tags and max_tag_bytes > 0:
+            raise OptionError(
+                f"{where} has control tags, which tokenizer {self.vocab.name!r} cannot spell (its vocabulary holds "
+                "bases only): give control_tags=False to train without them, or tokenizer='bytes'"
+            )
 
     @cached_property
     def label_rules(self) -> LabelRules:
@@ -72,17 +93,22 @@ class SampleOptions:
             )
         return problems
 
-    def assemble_stage(self, schema: BatchSchema | PackedSchema, seed: int, epoch: EpochState, train: bool) -> Any:
+    def assemble_stage(
+        self, schema: BatchSchema | PackedSchema, seed: int, epoch: EpochState, train: bool, seq_length: int = 0
+    ) -> Any:
         """The stage turning planned windows into compact batches of `schema`: reverse complement
-        and tag dropout for training only."""
+        and tag dropout for training only; with a tokenizer, rows of `seq_length` token ids."""
         rc, drop = (self.rc_prob, self.tag_dropout) if train else (0.0, 0.0)
-        return assemble(schema, rc, seed, epoch, drop, self.control_tags)
+        layout = None if self.vocab is None else TokenLayout(self.vocab, seq_length)
+        return assemble(schema, rc, seed, epoch, drop, self.control_tags, layout)
 
     def model_inputs(self, compact: dict[str, Any], seq_length: int) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (and a packed batch's document
         boundaries: `packed.packed_model_inputs`), the label rules applied; with
         ``batch_format="hf"``, the batch a `transformers` model takes (`hf`)."""
         rules, fmt = self.label_rules, self.batch_format
+        if self.vocab is not None:
+            return token_model_inputs(compact, self.vocab, self.soft_mask_weight, rules, fmt)
         if "doc_tokens" in compact:
             out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight, rules, fmt)
             for passthrough in () if fmt == "hf" else ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
