@@ -9,6 +9,7 @@ a Python object per window. Every loader's batches are made here: the data modul
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -23,6 +24,8 @@ from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.batch.tokens import TokenDoc, tokenized_batch
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
+
+log = logging.getLogger("bionemo_wds.load.dataset")  # the dataset's log, where users look for it
 
 
 class PlannedRows(NamedTuple):
@@ -214,6 +217,18 @@ def token_rows(
 ) -> dict[str, Any]:
     """`tokens.tokenized_batch` of `rows` with the fields every compact batch carries for tracing."""
     batch = tokenized_batch(rows, layout.tokenizer, layout.seq_length, packed)
+    lost = batch["left_out"]
+    if lost.any():  # a variable-length tokenizer's window ran longer than planned: say so, never hide it
+        first = int(np.argmax(lost > 0))
+        log.warning(
+            "%d bases of this batch are left out: their %s tokens did not fit in seq_length %d (first: %d bases of "
+            "sample %s); the batch's left_out field counts them per row",
+            int(lost.sum()),
+            layout.tokenizer.name,
+            layout.seq_length,
+            int(lost[first]),
+            keys[first],
+        )
     batch["rc"] = np.array(rc, dtype=bool)
     batch["start"] = np.array(starts, dtype=np.int64)
     batch["seq_id"], batch["keys"] = seq_ids, keys
