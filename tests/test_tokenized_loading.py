@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import LAMBDA, read_fasta, write_fasta
+from conftest import LAMBDA, main_here, read_fasta, refused, write_fasta
+from test_cli_fit import hparams, small
 from test_tokenizers import KLEB, char_reference, dnabert_reference, nt_reference, train_bpe
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
@@ -241,3 +242,27 @@ def test_lower_case_ids_and_control_tags_are_refused_with_a_tokenizer(root):
         GenomicDataset(str(root), tokenizer="nt", fold_case=False)
     with pytest.raises(OptionError, match="unknown tokenizer 'n6'"):
         GenomicDataset(str(root), tokenizer="n6")
+
+
+def test_control_tags_are_refused_with_a_tokenizer(lambda_lineage_fa, tmp_path):
+    fasta, _, _ = lambda_lineage_fa
+    tagged = tmp_path / "tagged"
+    opts = PrepareOptions(seq_length=256, tags="lineage", split=(1.0, 0.0, 0.0), workers=1, progress=False)
+    prepare([str(fasta)], str(tagged), opts)
+    with pytest.raises(OptionError, match=r"has control tags, which tokenizer 'nt' cannot spell .* control_tags=False"):
+        GenomicDataset(str(tagged), tokenizer="nt")
+    assert next(iter(GenomicDataset(str(tagged), tokenizer="nt", control_tags=False)))["tokens"].shape == (8, 256)
+
+
+def test_the_command_line_refuses_an_unknown_tokenizer_in_one_line(root, capsys):
+    run = main_here(capsys, "fit", "--data.shards", str(root), "--data.tokenizer", "ntt", "--trainer.max_steps", "1")
+    refused(run, "unknown tokenizer 'ntt'; did you mean nt")
+
+
+def test_fit_trains_on_nt_tokens_from_the_command_line(kleb_1024, tmp_path, capsys):
+    """The demo config with ``--data.tokenizer nt``: the model gets NT's 4,107 ids as its vocabulary."""
+    logs = tmp_path / "logs"
+    args = [*small(kleb_1024, logs, "--data.tokenizer", "nt", "--model.d_model", "32", "--model.n_layers", "1")]
+    run = main_here(capsys, *args)
+    assert run.returncode == 0, run.stderr
+    assert hparams(logs)["vocab_size"] == 4107
