@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from bionemo_wds.core.seeds import GOLDEN, key_crcs, mix64, splitmix64_array
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 from bionemo_wds.errors import OptionError
 
 #: The training objectives: causal (next token; today's batches) and masked-LM.
@@ -68,6 +69,23 @@ class MaskVocabulary(Protocol):
     special_ids: frozenset[int]
     kmer: int | None
     overlapping: bool
+
+
+@dataclass
+class Vocabulary:
+    """A vocabulary described by its attributes alone (`MaskVocabulary`)."""
+
+    name: str
+    vocab_size: int
+    pad_id: int
+    mask_id: int | None
+    special_ids: frozenset[int]
+    kmer: int | None = None
+    overlapping: bool = False
+
+
+#: Today's byte-level ids (a base is its ASCII code; EOS, PAD, BOS, SEP, UNK are 0..4): no mask token.
+BYTES = Vocabulary("bytes", 256, PAD_ID, None, frozenset({EOS_ID, PAD_ID, BOS_ID, SEP_ID, UNK_ID}))
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -138,10 +156,13 @@ class MaskingRule:
         return cls(float(probability), replace, width, int(vocab.mask_id), specials, ordinary, dtype)
 
 
-def row_salts(keys: list[str], salt: int) -> np.ndarray:
-    """Each row's salt (uint64): its sample's key hashed with the pass's salt (`seeds.mlm_salt`); a
-    filler row's key is empty, and it has nothing to mask anyway."""
-    return splitmix64_array(key_crcs(keys) ^ np.uint64(salt & ((1 << 64) - 1)))
+def row_salts(keys: list[str], salts: int | np.ndarray) -> np.ndarray:
+    """Each row's salt (uint64): its sample's key hashed with its pass's salt (`seeds.mlm_salt`: one
+    for all rows, or one per row where a blend's rows come from streams of their own); a filler
+    row's key is empty, and it has nothing to mask anyway."""
+    if isinstance(salts, (int, np.integer)):
+        return splitmix64_array(key_crcs(keys) ^ np.uint64(int(salts) & ((1 << 64) - 1)))
+    return splitmix64_array(key_crcs(keys) ^ np.asarray(salts, dtype=np.uint64))
 
 
 def maskable(ids: np.ndarray, lengths: np.ndarray, rule: MaskingRule) -> np.ndarray:
@@ -149,6 +170,14 @@ def maskable(ids: np.ndarray, lengths: np.ndarray, rule: MaskingRule) -> np.ndar
     not special, not padding."""
     inside = np.arange(ids.shape[1]) < np.asarray(lengths)[:, None]
     return inside & ~np.isin(ids, rule.special_ids)
+
+
+def batch_masks(
+    ids: np.ndarray, candidates: np.ndarray, keys: list[str], salts: int | np.ndarray, rule: MaskingRule
+) -> np.ndarray:
+    """The ``mlm`` matrix of a compact batch (`mask_tokens`): its rows of ids, the tokens that may
+    be chosen besides specials and padding, each row's key and its pass's salt."""
+    return mask_tokens(ids, candidates & ~np.isin(ids, rule.special_ids), row_salts(keys, salts), rule)
 
 
 def mask_tokens(ids: np.ndarray, candidates: np.ndarray, salts: np.ndarray, rule: MaskingRule) -> np.ndarray:
