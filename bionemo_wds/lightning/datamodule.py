@@ -125,6 +125,10 @@ class GenomicWebDataModule(L.LightningDataModule):
             byte per base), "hyenadna", "caduceus" (characters), "nt" (Nucleotide Transformer 6-mers),
             "dnabert3" .. "dnabert6" (overlapping k-mers), or a Hugging Face tokenizer.json path (BPE:
             DNABERT-2, GENA-LM, GROVER; also a `tokenizers.Tokenizer` object), run in loader workers.
+        objective: "clm" (default: next token) or "mlm": masked-LM batches, ``mlm_probability`` of the
+            tokens chosen (0.15), ``mlm_replace`` "bert" (80/10/10) or "mask", ``mlm_span`` (DNABERT's
+            span for overlapping k-mers; None: automatic), labels the original ids where chosen (-100
+            elsewhere). Needs a tokenizer with a mask token (the bytes default has none).
     """
 
     def __init__(
@@ -169,6 +173,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         uppercase_labels: bool = False,
         min_real_fraction: float = 0.0,
         batch_format: str = "megatron",
+        objective: str = "clm",
+        mlm_probability: float = 0.15,
+        mlm_replace: str = "bert",
+        mlm_span: bool | None = None,
         tokenizer: Any = "bytes",
     ):
         super().__init__()
@@ -177,8 +185,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         check_module_options(fasta, seq_length, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         self.entries = blend_entries(shards, datasets, blend)
-        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format, tokenizer)
-        self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, *labels)
+        self.samples = SampleOptions(
+            *(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, mask_degenerate_bases, uppercase_labels),
+            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span, tokenizer),
+        )
         check_cache_memory(cache_memory)
         self.cached_splits = cached_splits(cache_in_memory)
         self.opening = OpenOptions(

@@ -127,6 +127,12 @@ class GenomicDataset(IterableDataset):
             or ``"hf"``: ``input_ids``, ``attention_mask``, ``labels`` (not shifted, -100 where not
             trained), ``position_ids`` (packed: the flattened varlen keys), for ``model(**batch)`` of
             a `transformers` causal LM (`batch.hf`).
+        objective: ``"clm"`` (next token, the default) or ``"mlm"``: masked-LM batches (`batch.mlm`):
+            ``mlm_probability`` of the tokens chosen (in (0, 1); 0.15), ``mlm_replace`` ``"bert"``
+            (80% mask token, 10% random, 10% kept) or ``"mask"`` (always the mask token), ``mlm_span``
+            DNABERT's span masking (None: exactly for overlapping k-mers); labels the original ids
+            where chosen (-100 elsewhere; ``megatron``: ``loss_mask`` 1 there). Needs a `tokenizer`
+            with a mask token (the bytes default has none).
         tokenizer: the ids samples are made of, with seq_length counting its tokens: ``"bytes"`` (one
             byte per base, the default), ``"hyenadna"``, ``"caduceus"`` (characters), ``"nt"``
             (Nucleotide Transformer 6-mers), ``"dnabert3"`` .. ``"dnabert6"`` (overlapping k-mers), or a
@@ -172,12 +178,18 @@ class GenomicDataset(IterableDataset):
         uppercase_labels: bool = False,
         min_real_fraction: float = 0.0,
         batch_format: str = "megatron",
+        objective: str = "clm",
+        mlm_probability: float = 0.15,
+        mlm_replace: str = "bert",
+        mlm_span: bool | None = None,
         tokenizer: Any = "bytes",
     ):
         super().__init__()
         world = World.detect(None, dp_rank, dp_size)
-        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format, tokenizer)
-        samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, *labels)
+        samples = SampleOptions(
+            *(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, mask_degenerate_bases, uppercase_labels),
+            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span, tokenizer),
+        )
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)
@@ -238,10 +250,11 @@ class GenomicDataset(IterableDataset):
         self.params = sources.params(split)
         self.seq_length: int = self.params.seq_length
         samples.check_tags(self.params.max_tag_bytes, sources.describe())
+        extra = samples.compact_fields()  # the masked-LM draws with objective="mlm"
         self.schema: BatchSchema | PackedSchema = (
-            PackedSchema(micro, self.seq_length)
+            PackedSchema(micro, self.seq_length, extra=extra)
             if sources.cutting.pack
-            else BatchSchema(micro, self.params.window_length, self.params.max_tag_bytes)
+            else BatchSchema(micro, self.params.window_length, self.params.max_tag_bytes, extra)
         )
         quotas, seeds = sources.train_mix() if split is Split.train else (np.zeros(0, np.int64), [])
         self.quota_list: list[int] = [int(q) for q in quotas]

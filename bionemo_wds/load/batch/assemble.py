@@ -16,10 +16,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.core.seeds import flip_salt, tag_salt
+from bionemo_wds.core.seeds import flip_salt, mlm_salt, tag_salt
 from bionemo_wds.load.batch.compact import Part, compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
-from bionemo_wds.load.batch.packed import PackedDocument, PackedSchema, compact_packed
+from bionemo_wds.load.batch.mlm import MaskingRule, batch_masks
+from bionemo_wds.load.batch.packed import PackedDocument, PackedSchema, base_columns, compact_packed
 from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.batch.tokens import TokenDoc, tokenized_batch
 from bionemo_wds.load.plan.progress import EpochState
@@ -81,17 +82,20 @@ def _assemble(
     tag_dropout: float = 0.0,
     control_tags: bool = True,
     layout: TokenLayout | None = None,
+    mlm: MaskingRule | None = None,
 ) -> Iterator[dict[str, Any]]:
     """(index, planned rows) -> the compact batch of `schema`, with its index (for putting workers'
     batches back in order), reverse-complemented and with tags dropped (seeded by seed, pass and
-    window key: `draws`)."""
+    window key: `draws`); with a masking rule `mlm`, each row's masked-LM draws (`add_masks`)."""
     pass_draw = (seed, epoch.epoch)
-    rc_salts, drop_salts = Salts(flip_salt), Salts(tag_salt)
+    rc_salts, drop_salts, mlm_salts = Salts(flip_salt), Salts(tag_salt), Salts(mlm_salt)
     for index, planned in src:
         if isinstance(planned, PlannedDocuments):
             batch = documents_batch(
                 planned, schema, pass_draw, rc_prob, rc_salts, tag_dropout, drop_salts, control_tags, layout
             )
+            if mlm is not None:
+                add_masks(batch, mlm, [pass_draw if d is None else d for d in planned.draws], mlm_salts)
             batch["index"] = index
             yield batch
             continue
@@ -126,8 +130,27 @@ def _assemble(
             batch = compact_batch(parts, rc, tags, rc, starts, seq_ids, keys, schema.window, schema.max_tag)
         batch["filler"] = np.array(filler, dtype=bool)
         batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
+        if mlm is not None:
+            add_masks(batch, mlm, draws, mlm_salts)
         batch["index"] = index
         yield batch
+
+
+def add_masks(batch: dict[str, Any], rule: MaskingRule, draws: list[tuple[int, int]], salts: Salts) -> None:
+    """Put the masked-LM draws of a compact batch in it (``mlm``, `mlm.batch_masks`): over a window
+    row's bases (before its length), or a packed row's base columns; each row keyed by its key
+    (a packed row's: its documents' keys joined) and salted by its (seed, pass)."""
+    row_salts = np.array([salts[d] for d in draws], dtype=np.uint64)
+    if "bases" not in batch and "tags" not in batch:  # a tokenizer's rows: specials are never chosen
+        ids = batch["tokens"]
+        candidates = np.ones(ids.shape, dtype=bool)
+    elif "doc_tokens" in batch:
+        ids = batch["tokens"]
+        candidates = base_columns(batch["doc_tokens"], batch["doc_prefix"], ids.shape[1])
+    else:
+        ids = batch["bases"]
+        candidates = np.arange(ids.shape[1]) < batch["lengths"][:, None]
+    batch["mlm"] = batch_masks(ids, candidates, batch["keys"], row_salts, rule)
 
 
 def documents_batch(

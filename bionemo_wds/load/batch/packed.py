@@ -74,6 +74,7 @@ class PackedSchema:
     rows: int
     seq_length: int
     documents: int = SLOT_DOCUMENTS
+    extra: tuple[Field, ...] = ()  # fields beyond PACKED_FIELDS (``window`` wide: the token matrix's width)
 
     @property
     def window(self) -> int:
@@ -83,9 +84,8 @@ class PackedSchema:
     @property
     def shared_nbytes(self) -> int:
         """Bytes one batch takes in a transfer slot (`schema.slot_nbytes`)."""
-        return slot_nbytes(
-            PACKED_FIELDS, {"rows": self.rows, "seq_length": self.seq_length, "documents": self.documents}
-        )
+        sizes = {"rows": self.rows, "seq_length": self.seq_length, "window": self.seq_length}
+        return slot_nbytes(PACKED_FIELDS + self.extra, sizes | {"documents": self.documents})
 
 
 class PackedDocument:
@@ -224,12 +224,9 @@ def packed_inputs_cpu(
     sizes = np.asarray(batch["doc_tokens"]).astype(np.int64)
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
     n, seq_length = raw.shape
-    present = (sizes > 0).astype(np.int64)
     ends = np.cumsum(sizes, axis=1)
     pad = seq_length - ends[:, -1:]
-    inner = np.maximum(sizes - 1, 0)  # the document's columns before its EOS
-    # per row: (document: BOS/tag/SEP False, bases True, EOS False) ..., padding False
-    is_base = segments(np.stack([prefix * present, np.maximum(inner - prefix, 0), present], axis=2), pad, n, seq_length)
+    is_base = base_columns(sizes, prefix, seq_length)
     tokens = raw.astype(np.int64)
     cased = fold_case or soft_mask_weight is not None or rules.uppercase_labels
     lower = is_base & (raw >= LOWER_A) if cased else None
@@ -273,6 +270,18 @@ def packed_inputs_cpu(
         "position_ids": positions,
         **boundaries(torch.as_tensor(sizes)),
     }
+
+
+def base_columns(sizes: np.ndarray, prefix: np.ndarray, seq_length: int) -> np.ndarray:
+    """Where each row of a packed token matrix holds a base (bool, rows x `seq_length`), from its
+    documents' tokens (`sizes`) and the tokens before their first base (`prefix`): per row,
+    (document: BOS/tag/SEP False, bases True, EOS False) ..., padding False."""
+    sizes, prefix = np.asarray(sizes).astype(np.int64), np.asarray(prefix).astype(np.int64)
+    present = (sizes > 0).astype(np.int64)
+    pad = seq_length - np.cumsum(sizes, axis=1)[:, -1:]
+    inner = np.maximum(sizes - 1, 0)  # the document's columns before its EOS
+    runs = np.stack([prefix * present, np.maximum(inner - prefix, 0), present], axis=2)
+    return segments(runs, pad, len(sizes), seq_length)
 
 
 def segments(lengths: np.ndarray, pad: np.ndarray, n: int, seq_length: int) -> np.ndarray:

@@ -58,8 +58,11 @@ def token_model_inputs(
     soft_mask_weight: float | None,
     rules: LabelRules,
     batch_format: str,
+    causal: bool = True,
 ) -> dict[str, Any]:
-    """A compact token batch (`tokens.tokenized_batch`) as model inputs (module docstring)."""
+    """A compact token batch (`tokens.tokenized_batch`) as model inputs (module docstring); `causal`
+    False (masked-LM: the ``hf`` layout `mlm.apply_masks` lays its draws over) keeps the label of a
+    document's first token, which no earlier token predicts in a causal model."""
     ids = torch.as_tensor(batch["tokens"]).long()
     n, width = ids.shape
     flags = batch.get("token_flags")
@@ -78,7 +81,8 @@ def token_model_inputs(
     out: dict[str, Any]
     if batch_format == "hf":
         labels = torch.where(weight > 0, ids, torch.full_like(ids, IGNORE_INDEX))
-        labels = labels.masked_fill(positions == 0, IGNORE_INDEX)  # nothing before a document predicts it
+        if causal:
+            labels = labels.masked_fill(positions == 0, IGNORE_INDEX)  # nothing before a document predicts it
         out = {"input_ids": ids, "labels": labels, "position_ids": positions}
         if packed:
             return out | varlen_keys(out, batch)
@@ -96,6 +100,12 @@ def token_model_inputs(
     out = {"tokens": ids, "labels": labels, "loss_mask": loss_mask, "position_ids": positions}
     if packed:
         out.update(boundaries(doc_tokens))
+    return out | token_passthrough(batch)
+
+
+def token_passthrough(batch: dict[str, Any]) -> dict[str, Any]:
+    """What a ``megatron`` model batch carries through from the compact batch (`PASSTHROUGH`)."""
+    out = {}
     for key in PASSTHROUGH:
         if key in batch:
             value = batch[key]
