@@ -266,3 +266,29 @@ def test_fit_trains_on_nt_tokens_from_the_command_line(kleb_1024, tmp_path, caps
     run = main_here(capsys, *args)
     assert run.returncode == 0, run.stderr
     assert hparams(logs)["vocab_size"] == 4107
+
+
+@pytest.mark.parametrize(("name", "pack"), [("nt", False), ("dnabert6", True), ("caduceus", False), ("bpe", True)])
+def test_masked_lm_predicts_the_tokenizers_own_ids(root, bpe, name, pack):
+    """objective="mlm" over a tokenizer's rows: a label is the unmasked id (what the causal batch of the
+    same seed holds), never a special; the masks the same for 0 and 2 loader workers."""
+    tok = resolve_tokenizer(tokenizer_of(name, bpe))
+    common = {"micro_batch_size": 4, "seq_length": SEQ_LENGTH, "seed": SEED, "tokenizer": tokenizer_of(name, bpe)}
+    plain = list(GenomicDataset(str(root), "train", pack=pack, **common))
+    masked_ds = GenomicDataset(str(root), "train", pack=pack, objective="mlm", batch_format="hf", **common)
+    masked = list(masked_ds)
+    again = list(DataLoader(masked_ds, batch_size=None, num_workers=2))
+    specials = torch.tensor(sorted(tok.special_ids))
+    chosen = 0
+    for p, m, a in zip(plain, masked, again):
+        predicted = m["labels"] != -100
+        assert torch.equal(m["labels"][predicted], p["tokens"][predicted])
+        assert not torch.isin(m["labels"][predicted], specials).any()
+        assert torch.equal(m["input_ids"], a["input_ids"]) and torch.equal(m["labels"], a["labels"])
+        chosen += int(predicted.sum())
+    assert chosen > 0
+
+
+def test_masked_lm_needs_a_tokenizer_with_a_mask_token(root):
+    with pytest.raises(OptionError, match="needs a tokenizer with a mask token, and 'bytes' has none"):
+        GenomicDataset(str(root), objective="mlm")
