@@ -52,6 +52,10 @@ PEERS = (
     "ours_packed",
     "ours_hf",
     "ours_packed_hf",
+    "ours_nt",
+    "ours_dnabert6",
+    "ours_caduceus",
+    "ours_bpe",
     "litdata",
     "litdata_packed",
     "mosaic",
@@ -388,9 +392,10 @@ def make_peer(name: str, *args, **kwargs) -> Peer:
     from benchmarks.format_peers import OursHF, OursPackedHF
     from benchmarks.packing_peers import LitDataPacked, OursPacked, OursWindows
     from benchmarks.streaming_peers import LitData, Mosaic  # optional libraries: see there
+    from benchmarks.tokenizer_peers import TOKENIZER_CLASSES
 
     kinds: tuple[type[Peer], ...] = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, OursHF)
-    kinds += (OursPackedHF, LitData, LitDataPacked, Mosaic)
+    kinds += (OursPackedHF, *TOKENIZER_CLASSES, LitData, LitDataPacked, Mosaic)
     classes = {cls.name: cls for cls in kinds}
     if name not in classes:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")

@@ -82,7 +82,9 @@ def framed(name: str, seq: str) -> list[int]:
     return list(tok.prefix) + ids + list(tok.suffix)
 
 
-@pytest.mark.parametrize("seq", [TRICKY, SAMPLE[:5], "NNNN", SAMPLE[:12] + "N", "N" + SAMPLE[:13]])
+@pytest.mark.parametrize(
+    "seq", [TRICKY, SAMPLE, SAMPLE[:601], SAMPLE[:5], "NNNN", SAMPLE[:12] + "N", "N" + SAMPLE[:13]]
+)
 def test_nt_ids_equal_the_published_rule(seq):
     assert framed("nt", seq) == nt_reference(seq)
 

@@ -225,7 +225,6 @@ def packed_inputs_cpu(
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
     n, seq_length = raw.shape
     ends = np.cumsum(sizes, axis=1)
-    pad = seq_length - ends[:, -1:]
     is_base = base_columns(sizes, prefix, seq_length)
     tokens = raw.astype(np.int64)
     cased = fold_case or soft_mask_weight is not None or rules.uppercase_labels
@@ -239,11 +238,8 @@ def packed_inputs_cpu(
     dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
     if rules.mask_degenerate_bases:
         dropped = degenerate_in_documents(raw, is_base)
-    # position ids: the column minus where its document (or the padding after them) began
+    positions = torch.from_numpy(document_positions(sizes, seq_length))
     row_at = np.arange(0, n * seq_length, seq_length)[:, None]
-    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
-    began = np.repeat(starts.ravel(), np.concatenate([sizes, pad], axis=1).ravel())
-    positions = torch.from_numpy((np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length))
     if hf:
         labels = np.where(is_base, label_ids, IGNORE_INDEX)
         for out in (dropped, lower if soft_mask_weight == 0 else None):
@@ -270,6 +266,18 @@ def packed_inputs_cpu(
         "position_ids": positions,
         **boundaries(torch.as_tensor(sizes)),
     }
+
+
+def document_positions(sizes: np.ndarray, seq_length: int) -> np.ndarray:
+    """Position ids (int64, rows x `seq_length`) of packed rows whose documents take `sizes` tokens:
+    the column minus where its document (or the padding after them) began; numpy, no loop."""
+    sizes = np.asarray(sizes).astype(np.int64)
+    n = len(sizes)
+    ends = np.cumsum(sizes, axis=1)
+    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
+    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
+    began = np.repeat(starts.ravel(), np.concatenate([sizes, seq_length - ends[:, -1:]], axis=1).ravel())
+    return (np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length)
 
 
 def base_columns(sizes: np.ndarray, prefix: np.ndarray, seq_length: int) -> np.ndarray:

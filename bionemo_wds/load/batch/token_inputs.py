@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from bionemo_wds.load.batch.hf import IGNORE_INDEX
 from bionemo_wds.load.batch.labels import LabelRules, too_few_real
 from bionemo_wds.load.batch.model_inputs import SampleNames, position_ids
-from bionemo_wds.load.batch.packed import boundaries, document_columns, varlen_keys
+from bionemo_wds.load.batch.packed import boundaries, document_columns, document_positions, varlen_keys
 from bionemo_wds.load.tokenize.base import FLAG_DEGENERATE, FLAG_SOFT_MASKED, Tokenizer
 
 #: What a model batch carries through from the compact batch, for tracing.
@@ -62,7 +63,83 @@ def token_model_inputs(
 ) -> dict[str, Any]:
     """A compact token batch (`tokens.tokenized_batch`) as model inputs (module docstring); `causal`
     False (masked-LM: the ``hf`` layout `mlm.apply_masks` lays its draws over) keeps the label of a
-    document's first token, which no earlier token predicts in a causal model."""
+    document's first token, which no earlier token predicts in a causal model. On a CPU by numpy
+    (`token_inputs_cpu`: a dozen small torch kernels cost several times more there), elsewhere by
+    whole-batch tensor ops (`token_inputs_gather`)."""
+    ids = batch["tokens"]
+    if isinstance(ids, np.ndarray) or ids.device.type == "cpu":
+        return token_inputs_cpu(batch, tokenizer, soft_mask_weight, rules, batch_format, causal)
+    return token_inputs_gather(batch, tokenizer, soft_mask_weight, rules, batch_format, causal)
+
+
+def token_inputs_cpu(
+    batch: dict[str, Any],
+    tokenizer: Tokenizer,
+    soft_mask_weight: float | None,
+    rules: LabelRules,
+    batch_format: str,
+    causal: bool,
+) -> dict[str, Any]:
+    """`token_model_inputs` in numpy."""
+    ids = np.asarray(batch["tokens"]).astype(np.int64)
+    n, width = ids.shape
+    weight = (~tokenizer.special_table[ids]).astype(np.float32)
+    flags, degenerate = batch.get("token_flags"), None
+    if flags is not None:
+        flags = np.asarray(flags)
+        if soft_mask_weight is not None:
+            weight[(flags & FLAG_SOFT_MASKED) > 0] *= soft_mask_weight
+        degenerate = (flags & FLAG_DEGENERATE) > 0
+        if rules.mask_degenerate_bases:
+            weight[degenerate] = 0.0
+    packed = "doc_tokens" in batch
+    sizes = np.asarray(batch["doc_tokens"]) if packed else None
+    positions = torch.from_numpy(document_positions(sizes, width)) if sizes is not None else None
+    expanded = positions if positions is not None else position_ids(width).expand(n, width)
+    if rules.min_real_fraction > 0:
+        trained = torch.from_numpy(weight > 0)
+        real = trained if degenerate is None else trained & ~torch.from_numpy(degenerate)
+        weight[too_few_real(trained, real, expanded, rules.min_real_fraction).numpy()] = 0.0
+    out: dict[str, Any]
+    if batch_format == "hf":
+        labels = np.where(weight > 0, ids, IGNORE_INDEX)
+        if causal:  # nothing before a document predicts its first token
+            labels[(expanded == 0).numpy() if positions is not None else np.s_[:, 0]] = IGNORE_INDEX
+        out = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels), "position_ids": expanded}
+        if packed:
+            return out | varlen_keys(out, batch)
+        out["attention_mask"] = torch.from_numpy((ids != tokenizer.pad_id).astype(np.int64))
+        return out
+    labels = np.empty_like(ids)
+    labels[:, :-1] = ids[:, 1:]
+    labels[:, -1] = tokenizer.pad_id
+    loss_mask = np.zeros_like(weight)
+    loss_mask[:, :-1] = weight[:, 1:]
+    if positions is not None:  # no label crosses into the next document
+        crossing = np.zeros((n, width), dtype=bool)
+        crossing[:, :-1] = positions[:, 1:].numpy() == 0
+        labels[crossing] = tokenizer.pad_id
+        loss_mask[crossing] = 0.0
+    out = {
+        "tokens": torch.from_numpy(ids),
+        "labels": torch.from_numpy(labels),
+        "loss_mask": torch.from_numpy(loss_mask),
+        "position_ids": expanded,
+    }
+    if sizes is not None:
+        out.update(boundaries(torch.from_numpy(sizes)))
+    return out | token_passthrough(batch)
+
+
+def token_inputs_gather(
+    batch: dict[str, Any],
+    tokenizer: Tokenizer,
+    soft_mask_weight: float | None,
+    rules: LabelRules,
+    batch_format: str,
+    causal: bool,
+) -> dict[str, Any]:
+    """`token_model_inputs` by tensor ops, on the batch's device."""
     ids = torch.as_tensor(batch["tokens"]).long()
     n, width = ids.shape
     flags = batch.get("token_flags")

@@ -14,6 +14,7 @@ can be cut in bases before any base is read, with `seq_length` counting tokens (
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -95,13 +96,21 @@ class Tokenizer:
         raise NotImplementedError
 
     def check_alphabet(self, upper: np.ndarray, where: str) -> None:
-        """Refuse the first base outside `alphabet`, naming it and where it is."""
+        """Refuse the first base outside `alphabet`, naming it and where it is (one `bytes.translate`
+        pass decides that all are in it, at memory speed)."""
+        if not upper.tobytes().translate(None, self.alphabet):
+            return
         allowed = np.zeros(256, dtype=bool)
         allowed[np.frombuffer(self.alphabet, dtype=np.uint8)] = True
-        bad = ~allowed[upper]
-        if bad.any():
-            at = int(np.argmax(bad))
-            refuse_base(self.name, int(upper[at]), at, where)
+        at = int(np.argmax(~allowed[upper]))
+        refuse_base(self.name, int(upper[at]), at, where)
+
+    @cached_property
+    def special_table(self) -> np.ndarray:
+        """``special_table[id]``: whether the id is one of `special_ids` (one lookup per batch)."""
+        table = np.zeros(max(self.vocab_size, max(self.special_ids, default=0) + 1), dtype=bool)
+        table[sorted(self.special_ids)] = True
+        return table
 
     @property
     def n_specials(self) -> int:
@@ -149,6 +158,8 @@ def refuse_base(tokenizer: str, byte: int, at: int, where: str) -> None:
 def token_flags(bases: np.ndarray, spans: Spans) -> np.ndarray | None:
     """Per token: `FLAG_SOFT_MASKED` when any base it spells is lower case, `FLAG_DEGENERATE` when any
     is not A/C/G/T; None when no token has either (the usual document)."""
+    if not np.asarray(bases).tobytes().translate(None, b"ACGT"):  # the usual document: one pass
+        return None
     lower, degenerate = LOWER[bases], ~REAL[bases]
     if not lower.any() and not degenerate.any():
         return None

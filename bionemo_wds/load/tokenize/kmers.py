@@ -68,6 +68,12 @@ class NucleotideTransformerTokenizer(Tokenizer):
 
     def spell(self, upper: np.ndarray) -> Spans:
         k, n = self.kmer or 1, len(upper)
+        if ord("N") not in upper:  # one piece: whole k-mers, then the leftover bases (the usual window)
+            whole = n // k * k
+            kmers = CODES[upper[:whole]].reshape(-1, k) @ (4 ** np.arange(k - 1, -1, -1, dtype=np.int64))
+            ids = np.concatenate([4 + kmers, self.single[upper[whole:]]])
+            starts = np.concatenate([np.arange(0, whole, k, dtype=np.int64), np.arange(whole, n, dtype=np.int64)])
+            return Spans(ids, starts, starts + np.where(starts < whole, k, 1))
         idx = np.arange(n, dtype=np.int64)
         is_n = upper == ord("N")
         run_start = np.maximum.accumulate(np.where(is_n, idx, -1)) + 1  # first base after the last N
