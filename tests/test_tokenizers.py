@@ -204,3 +204,29 @@ def test_a_bpe_without_a_token_for_a_base_is_refused(bpe_file):
     tok = resolve_tokenizer(bpe_file)
     with pytest.raises(SourceError, match=r"no token for base 'R', first at base 4"):
         tok.spans(np.frombuffer(b"ACGTRACGT", np.uint8), "sample x")
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "hf"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_tensor_form_for_accelerators_equals_the_cpu_form(fmt, packed):
+    """`token_inputs_gather` (what an accelerator runs) and `token_inputs_cpu` make the same batch."""
+    from bionemo_wds.load.batch.token_inputs import token_inputs_cpu, token_inputs_gather
+
+    tok = resolve_tokenizer("nt")
+    docs = [
+        TokenDoc(np.frombuffer(s.encode(), np.uint8), rc, f"s:{i}")
+        for i, (s, rc) in enumerate(
+            [(TRICKY[:700], False), (TRICKY[1300:], True), (SAMPLE[:90], False), ("NNNN" + SAMPLE[:50], True)]
+        )
+    ]
+    rows = [docs[:2], docs[2:]] if packed else [[d] for d in docs]
+    batch = tokenized_batch(rows, tok, 160, packed)
+    assert "token_flags" in batch
+    rules = LabelRules(min_real_fraction=0.6)
+    cpu = token_inputs_cpu(dict(batch), tok, 0.5 if fmt == "megatron" else 0, rules, fmt, True)
+    tensors = {k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+    gather = token_inputs_gather(tensors, tok, 0.5 if fmt == "megatron" else 0, rules, fmt, True)
+    assert set(cpu) == set(gather)
+    for key, value in cpu.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, gather[key]), key
