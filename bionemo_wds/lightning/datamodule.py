@@ -125,6 +125,8 @@ class GenomicWebDataModule(L.LightningDataModule):
             tokens chosen (0.15), ``mlm_replace`` "bert" (80/10/10) or "mask", ``mlm_span`` (DNABERT's
             span for overlapping k-mers; None: automatic), labels the original ids where chosen (-100
             elsewhere). Needs a tokenizer with a mask token (the bytes default has none).
+        tokenizer: the vocabulary of the ids, an object with the attributes of
+            `bionemo_wds.load.batch.mlm.MaskVocabulary` (None: bytes).
     """
 
     def __init__(
@@ -173,6 +175,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         mlm_probability: float = 0.15,
         mlm_replace: str = "bert",
         mlm_span: bool | None = None,
+        tokenizer: Any = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -182,7 +185,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         self.entries = blend_entries(shards, datasets, blend)
         self.samples = SampleOptions(
             *(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, mask_degenerate_bases, uppercase_labels),
-            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span),
+            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span, tokenizer),
         )
         check_cache_memory(cache_memory)
         self.cached_splits = cached_splits(cache_in_memory)

@@ -22,7 +22,14 @@ from bionemo_wds.format.manifest import Manifest, stored_case
 from bionemo_wds.load.batch.assemble import assemble
 from bionemo_wds.load.batch.hf import check_batch_format
 from bionemo_wds.load.batch.labels import LabelRules
-from bionemo_wds.load.batch.mlm import BYTES, MaskingRule, MaskVocabulary, apply_masks, check_objective
+from bionemo_wds.load.batch.mlm import (
+    BYTES,
+    MaskingRule,
+    MaskVocabulary,
+    apply_masks,
+    check_objective,
+    check_vocabulary,
+)
 from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, boundaries, packed_model_inputs
 from bionemo_wds.load.batch.schema import BatchSchema, Field
@@ -57,6 +64,7 @@ class SampleOptions:
         check_batch_format(self.batch_format, self.soft_mask_weight)
         _ = self.label_rules  # checked now
         check_objective(self.objective, self.mlm_probability, self.mlm_replace, self.mlm_span)
+        check_vocabulary(self.tokenizer)
         _ = self.masking_rule  # checked now: a tokenizer with a mask token, span masking it can take
 
     @cached_property
