@@ -19,7 +19,7 @@ from conftest import LAMBDA, main_here, refused
 from torch.utils.data import DataLoader
 from transformers import BertConfig, BertForMaskedLM
 
-from bionemo_wds import GenomicDataset
+from bionemo_wds import GenomicDataset, GenomicMapDataset
 from bionemo_wds.core.tokenizer import PAD_ID
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.batch.mlm import IGNORE_INDEX, Vocabulary
@@ -218,6 +218,19 @@ def test_bert_for_masked_lm_trains_from_mlm_batches(lambda_128):
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5]), losses
 
 
+def test_map_dataset_serves_the_same_masks_for_an_index(pieces):
+    """``GenomicMapDataset`` takes the options too: sample i has masks, the same in a fresh dataset."""
+    options = {"objective": "mlm", "tokenizer": VOCAB, "batch_format": "hf", "seed": 3}
+    first, again = (
+        GenomicMapDataset(str(pieces["windows"]), **options),
+        GenomicMapDataset(str(pieces["windows"]), **options),
+    )
+    for i in (0, 5):
+        a, b = first[i], again[i]
+        assert (a["labels"] != IGNORE_INDEX).any()
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+
+
 def test_mlm_without_a_mask_token_or_with_bad_options_is_refused(pieces):
     """The bytes default has no mask token; a probability outside (0, 1); span masking of a vocabulary
     that is not overlapping k-mers: each a clear OptionError before anything is read."""
@@ -230,6 +243,10 @@ def test_mlm_without_a_mask_token_or_with_bad_options_is_refused(pieces):
         GenomicDataset(root, objective="mlm", tokenizer=VOCAB, mlm_span=True)
     with pytest.raises(OptionError, match="objective must be one of clm, mlm, got 'mlmm'"):
         GenomicDataset(root, objective="mlmm")
+    with pytest.raises(OptionError, match="objective='mlm' predicts a token or not"):
+        GenomicDataset(root, objective="mlm", tokenizer=VOCAB, soft_mask_weight=0.1)
+    with pytest.raises(OptionError, match="tokenizer must be a tokenizer object"):
+        GenomicDataset(root, objective="mlm", tokenizer=42)
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,11 @@ class SampleOptions:
         check_objective(self.objective, self.mlm_probability, self.mlm_replace, self.mlm_span)
         check_vocabulary(self.tokenizer)
         _ = self.masking_rule  # checked now: a tokenizer with a mask token, span masking it can take
+        if self.objective == "mlm" and self.soft_mask_weight not in (None, 0, 1):
+            raise OptionError(
+                f"objective='mlm' predicts a token or not (no loss weights), so soft_mask_weight="
+                f"{self.soft_mask_weight} cannot be given: use None, 0 (soft-masked bases never predicted) or 1"
+            )
 
     @cached_property
     def label_rules(self) -> LabelRules:
