@@ -33,7 +33,7 @@ from bionemo_wds.core.tokenizer import PAD_ID
 
 #: The peers whose loaders are Lightning data modules (ours, or the classic WebDataModule's pickles).
 LIGHTNING_PEERS = frozenset(
-    {"ours", "ours_windows", "ours_packed", "ours_hf", "ours_packed_hf", "pickled_int64"}
+    {"ours", "ours_windows", "ours_packed", "ours_hf", "ours_packed_hf", "ours_mlm", "ours_mlm_main", "pickled_int64"}
     | {"ours_nt", "ours_dnabert6", "ours_caduceus", "ours_bpe"}
 )
 

@@ -178,6 +178,10 @@ def _packing_targets(p: dict[str, Any]) -> list[tuple[str, bool, str]]:
             a, b = p[fmt]["load"][w]["samples_per_s"], p[base]["load"][w]["samples_per_s"]
             name = f"load: {fmt} (batch_format hf) >= 0.9x {base} with {w} workers"
             out.append((name, a >= 0.9 * b, f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"))
+    for w in sorted(set(p.get("ours_mlm", {}).get("load", {})) & set(p.get("ours_hf", {}).get("load", {})), key=int):
+        a, b = p["ours_mlm"]["load"][w]["samples_per_s"], p["ours_hf"]["load"][w]["samples_per_s"]
+        name = f"load: ours_mlm (masked-LM) >= 0.9x ours_hf with {w} workers"
+        out.append((name, a >= 0.9 * b, f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"))
     for peer, floor in (("ours_nt", 0.8), ("ours_dnabert6", 0.8), ("ours_caduceus", 0.8), ("ours_bpe", 0.5)):
         runs, base = p.get(peer, {}).get("load", {}), p.get("ours_windows", {}).get("load", {})
         for w in sorted(set(runs) & set(base), key=int):

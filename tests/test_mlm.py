@@ -7,15 +7,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+import torch
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.batch.mlm import (
+    IGNORE_INDEX,
     MLM_KEEP,
     MLM_NONE,
     MaskingRule,
+    apply_masks,
     id_dtype,
     mask_tokens,
     maskable,
+    masks_on_device,
     row_salts,
 )
 
@@ -180,3 +184,45 @@ def test_all_positions_draw_independently():
     pairs = (chosen[:, 1:] & chosen[:, :-1]).mean()
     assert abs(pairs - 0.25) < 0.01
     assert len(set(itertools.islice(map(bytes, np.packbits(chosen, axis=1)), 64))) == 64
+
+
+@pytest.mark.parametrize("starts", [[3, 3, 3, 3], [1, 4, 2, 3]], ids=["one_start", "row_starts"])
+@pytest.mark.parametrize("megatron", [False, True])
+def test_laying_masks_on_a_cpu_equals_the_device_form(starts, megatron):
+    """`apply_masks` on a CPU (numpy slices) gives what its tensor form for accelerators
+    (`masks_on_device`, run here on CPU tensors) gives: every chosen and trained token replaced and
+    predicted, untrained columns (-100) never, columns outside the draws never."""
+    rule = MaskingRule.of(CADUCEUS, probability=0.4)
+    ids, lengths, salts = batch(CADUCEUS, 4, 40)
+    codes = mask_tokens(ids, maskable(ids, lengths, rule), salts, rule)
+    seq = 48
+    tokens = np.full((4, seq), CADUCEUS.pad_id, dtype=np.int64)
+    labels = np.full((4, seq), IGNORE_INDEX, dtype=np.int64)
+    for r, p in enumerate(starts):
+        tokens[r, p : p + 40] = ids[r]
+        labels[r, p : p + 40] = np.where(ids[r] == CADUCEUS.pad_id, IGNORE_INDEX, ids[r])
+    labels[:, 10] = IGNORE_INDEX  # an untrained column inside the bases (a degenerate base)
+
+    def inputs() -> dict:
+        return {
+            "input_ids": torch.from_numpy(tokens.copy()),
+            "labels": torch.from_numpy(labels.copy()),
+            "position_ids": torch.arange(seq).expand(4, seq),
+        }
+
+    first = torch.tensor(starts)
+    got = apply_masks(inputs(), codes, first, megatron)
+    predicted, shown = masks_on_device(inputs()["input_ids"], inputs()["labels"], torch.from_numpy(codes), first)
+    if megatron:
+        assert torch.equal(got["tokens"], shown) and torch.equal(got["loss_mask"] > 0, predicted)
+        assert torch.equal(
+            got["labels"],
+            torch.where(torch.from_numpy(labels) != IGNORE_INDEX, torch.from_numpy(labels), torch.from_numpy(tokens)),
+        )
+    else:
+        assert torch.equal(got["input_ids"], shown)
+        assert torch.equal(got["labels"], torch.where(predicted, torch.from_numpy(labels), IGNORE_INDEX))
+    assert predicted.sum() > 10 and not predicted[:, 10].any()
+    assert int(predicted.sum()) == int(
+        sum(((codes[r] != MLM_NONE) & (labels[r, p : p + 40] != IGNORE_INDEX)).sum() for r, p in enumerate(starts))
+    )

@@ -109,6 +109,14 @@ def check_objective(objective: str, probability: float, replace: str, span: bool
         raise OptionError(f"mlm_span must be None (automatic), True or False, got {span!r}")
 
 
+def check_vocabulary(vocab: Any) -> None:
+    """None (bytes) or an object with the attributes masking reads (`MaskVocabulary`)."""
+    needed = ("name", "vocab_size", "pad_id", "mask_id", "special_ids", "kmer", "overlapping")
+    missing = [name for name in needed if not hasattr(vocab, name)]
+    if vocab is not None and missing:
+        raise OptionError(f"tokenizer must be a tokenizer object (it has no {', '.join(missing)}), got {vocab!r}")
+
+
 @dataclass(frozen=True)
 class MaskingRule:
     """A masked-LM rule over one vocabulary (module docstring); made by `of`, which checks it.
@@ -233,14 +241,63 @@ def spread(centres: np.ndarray, k: int) -> np.ndarray:
 def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) -> dict[str, Any]:
     """Lay a batch's ``mlm`` matrix over its unmasked model inputs, on their device.
 
-    `inputs`: the ``hf`` layout of the batch (``input_ids``, ``labels`` of the unshifted tokens, -100
-    where not trained, ``position_ids``, ...); `mlm`: rows x width, its column j is token column
-    ``first[r] + j`` of row r (`first`: rows, the first base column). The result: ``input_ids`` with
-    the replacements, ``labels`` the original id where a token is chosen and trained, -100
-    elsewhere. `megatron`: ``tokens``, ``labels`` (the unmasked tokens, so every label is an id a
-    vocab-parallel loss can index), ``loss_mask`` (1 where predicted), ``position_ids``.
+    `inputs`: the ``hf`` layout of the batch, made for this batch alone (``input_ids``, ``labels``
+    of the unshifted tokens, -100 where not trained, ``position_ids``, ...; changed in place); `mlm`:
+    rows x width, its column j is token column ``first[r] + j`` of row r (`first`: rows, the first
+    base column). The result: ``input_ids`` with the replacements, ``labels`` the original id where a
+    token is chosen and trained, -100 elsewhere. `megatron`: ``tokens``, ``labels`` (the unmasked
+    tokens' labels, so every label is an id a vocab-parallel loss can index), ``loss_mask`` (1 where
+    predicted), ``position_ids``. On a CPU numpy slices (`lay_masks`); elsewhere whole-batch tensor
+    ops (torch's CPU kernels for these are many times slower than numpy's on a shared machine).
     """
     ids, labels = inputs["input_ids"], inputs["labels"]
+    if ids.device.type == "cpu":
+        codes = mlm.numpy() if isinstance(mlm, torch.Tensor) else np.asarray(mlm)
+        starts = first.numpy() if isinstance(first, torch.Tensor) else np.asarray(first)
+        ids_np, labels_np = ids.numpy(), labels.numpy()
+        unmasked = torch.from_numpy(np.where(labels_np != IGNORE_INDEX, labels_np, ids_np)) if megatron else None
+        chosen = lay_masks(ids_np, labels_np, codes, starts)
+        shown = ids
+        if megatron:
+            loss_mask = torch.from_numpy(chosen.astype(np.float32))
+        else:
+            labels_np[~chosen] = IGNORE_INDEX
+    else:
+        unmasked = torch.where(labels != IGNORE_INDEX, labels, ids) if megatron else None
+        predicted, shown = masks_on_device(ids, labels, mlm, first)
+        loss_mask = predicted.float()
+        labels = labels.masked_fill(~predicted, IGNORE_INDEX)
+    if megatron:
+        return {"tokens": shown, "labels": unmasked, "loss_mask": loss_mask, "position_ids": inputs["position_ids"]}
+    out = dict(inputs)
+    out["input_ids"] = shown
+    out["labels"] = labels
+    return out
+
+
+def lay_masks(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Replace the chosen tokens of `ids` in place (`apply_masks`, numpy): by whole-batch slices when
+    every row's bases start in one column (the usual batch), else row by row. Returns where a token is
+    predicted (chosen and trained: `labels` not -100)."""
+    n, seq_length = ids.shape
+    predicted = np.zeros(ids.shape, dtype=bool)
+    uniform = not n or (starts == starts[0]).all()
+    groups: list[tuple[Any, int]] = [(slice(None), int(starts[0]))] if uniform and n else []
+    if not uniform:
+        groups = [(row, int(start)) for row, start in enumerate(starts.tolist())]
+    for rows, p in groups:
+        width = max(0, min(codes.shape[1], seq_length - p))
+        drawn, region = codes[rows, :width], ids[rows, p : p + width]
+        chosen = (drawn != MLM_NONE) & (labels[rows, p : p + width] != IGNORE_INDEX)
+        predicted[rows, p : p + width] = chosen
+        shown = chosen & (drawn >= 0)
+        region[shown] = drawn[shown]
+    return predicted
+
+
+def masks_on_device(ids: torch.Tensor, labels: torch.Tensor, mlm: Any, first: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """`apply_masks` by whole-batch tensor ops (gather/where), for an accelerator: where a token is
+    predicted, and the ids shown."""
     device = ids.device
     codes = torch.as_tensor(mlm).to(device)
     n, seq_length = ids.shape
@@ -251,15 +308,4 @@ def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) ->
     drawn = codes.long().gather(1, at) if codes.shape[1] else torch.full_like(ids, MLM_NONE)
     drawn = torch.where(inside, drawn, torch.full_like(drawn, MLM_NONE))
     predicted = (drawn != MLM_NONE) & (labels != IGNORE_INDEX)
-    shown = torch.where(predicted & (drawn >= 0), drawn, ids)
-    if megatron:
-        return {
-            "tokens": shown,
-            "labels": torch.where(labels != IGNORE_INDEX, labels, ids),
-            "loss_mask": predicted.float(),
-            "position_ids": inputs["position_ids"],
-        }
-    out = dict(inputs)
-    out["input_ids"] = shown
-    out["labels"] = torch.where(predicted, labels, torch.full_like(labels, IGNORE_INDEX))
-    return out
+    return predicted, torch.where(predicted & (drawn >= 0), drawn, ids)

@@ -28,7 +28,7 @@ from bionemo_wds.load.batch.packed import PackedSchema, boundaries, packed_model
 from bionemo_wds.load.batch.schema import BatchSchema, Field
 from bionemo_wds.load.batch.token_inputs import token_model_inputs, token_passthrough
 from bionemo_wds.load.plan.progress import EpochState
-from bionemo_wds.load.tokenize import Tokenizer, resolve_tokenizer
+from bionemo_wds.load.tokenize import Tokenizer, resolve_tokenizer, vocabulary_only
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,11 @@ class SampleOptions:
         _ = self.label_rules  # checked now
         check_objective(self.objective, self.mlm_probability, self.mlm_replace, self.mlm_span)
         _ = self.masking_rule  # checked now: a tokenizer with a mask token, span masking it can take
+        if self.objective == "mlm" and self.soft_mask_weight not in (None, 0, 1):
+            raise OptionError(
+                f"objective='mlm' predicts a token or not (no loss weights), so soft_mask_weight="
+                f"{self.soft_mask_weight} cannot be given: use None, 0 (soft-masked bases never predicted) or 1"
+            )
         if self.vocab is not None and not self.fold_case:
             raise OptionError(
                 f"fold_case=False keeps soft-masked bases as lower-case ids, which only tokenizer='bytes' has; "
@@ -68,8 +73,9 @@ class SampleOptions:
 
     @cached_property
     def vocab(self) -> Tokenizer | None:
-        """The tokenizer (`tokenize.resolve_tokenizer`; None: bytes, the byte layout)."""
-        return resolve_tokenizer(self.tokenizer)
+        """The tokenizer whose ids samples are made of (`tokenize.resolve_tokenizer`; None: bytes, the
+        byte layout; also None for a vocabulary object without rules, which masking alone reads)."""
+        return None if vocabulary_only(self.tokenizer) else resolve_tokenizer(self.tokenizer)
 
     def check_tags(self, max_tag_bytes: int, where: str) -> None:
         """A tokenizer other than bytes has no ids for control tags: refuse data that has them."""
@@ -89,7 +95,9 @@ class SampleOptions:
         """The masked-LM rule (`mlm.MaskingRule`) with ``objective="mlm"``, else None."""
         if self.objective != "mlm":
             return None
-        vocab = self.vocab if self.vocab is not None else BYTES
+        vocab: Any = self.vocab if self.vocab is not None else BYTES
+        if vocabulary_only(self.tokenizer):  # byte ids with a vocabulary of their own (a mask token)
+            vocab = self.tokenizer
         return MaskingRule.of(vocab, self.mlm_probability, self.mlm_replace, self.mlm_span)
 
     def compact_fields(self) -> tuple[Field, ...]:

@@ -9,6 +9,6 @@
 """
 
 from bionemo_wds.load.tokenize.base import Spans, Tokenizer, id_dtype
-from bionemo_wds.load.tokenize.registry import BYTES, resolve_tokenizer, tokenizer_names
+from bionemo_wds.load.tokenize.registry import BYTES, resolve_tokenizer, tokenizer_names, vocabulary_only
 
-__all__ = ["BYTES", "Spans", "Tokenizer", "id_dtype", "resolve_tokenizer", "tokenizer_names"]
+__all__ = ["BYTES", "Spans", "Tokenizer", "id_dtype", "resolve_tokenizer", "tokenizer_names", "vocabulary_only"]

@@ -54,6 +54,18 @@ def resolve_tokenizer(spec: Any) -> Tokenizer | None:
     return HfTokenizer(spec)
 
 
+#: What masked-LM reads of a vocabulary (`batch.mlm.MaskVocabulary`).
+VOCABULARY_ATTRIBUTES = ("name", "vocab_size", "pad_id", "mask_id", "special_ids", "kmer", "overlapping")
+
+
+def vocabulary_only(spec: Any) -> bool:
+    """Whether `spec` is a vocabulary described by its attributes alone (`batch.mlm.Vocabulary`: the
+    byte ids with a mask token of their own), not a tokenizer with rules: the byte layout serves it."""
+    if spec is None or isinstance(spec, (str, os.PathLike, Tokenizer)):
+        return False
+    return all(hasattr(spec, name) for name in VOCABULARY_ATTRIBUTES)
+
+
 def looks_like_path(text: str) -> bool:
     """Whether a tokenizer value is meant as a file (has a directory part or a .json suffix, or exists)."""
     return os.sep in text or "/" in text or text.endswith(".json") or os.path.exists(text)
