@@ -133,12 +133,9 @@ class GenomicDataset(IterableDataset):
             DNABERT's span masking (None: exactly for overlapping k-mers); labels the original ids
             where chosen (-100 elsewhere; ``megatron``: ``loss_mask`` 1 there). Needs a `tokenizer`
             with a mask token (the bytes default has none).
-        tokenizer: the ids samples are made of, with seq_length counting its tokens: ``"bytes"`` (one
-            byte per base, the default), ``"hyenadna"``, ``"caduceus"`` (characters), ``"nt"``
-            (Nucleotide Transformer 6-mers), ``"dnabert3"`` .. ``"dnabert6"`` (overlapping k-mers), or a
-            Hugging Face tokenizer (a tokenizer.json path, a `tokenizers.Tokenizer` or a
-            `PreTrainedTokenizerFast`: BPE of DNABERT-2, GENA-LM, GROVER), run in the loader workers
-            (`load.tokenize`; docs: "Tokenizers and objectives").
+        tokenizer: the ids samples are made of, seq_length counting its tokens: ``"bytes"`` (default),
+            ``"hyenadna"``, ``"caduceus"``, ``"nt"``, ``"dnabert3"`` .. ``"dnabert6"``, or a Hugging Face
+            tokenizer (tokenizer.json path or object; BPE), run in the loader workers (`load.tokenize`).
     """
 
     def __init__(

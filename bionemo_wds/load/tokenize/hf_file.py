@@ -77,7 +77,10 @@ class HfTokenizer(Tokenizer):
         self.prefix, self.suffix = framing(tok)
         self.alphabet = b""
         probe = np.random.default_rng(PROBE_SEED).choice(np.frombuffer(b"ACGT", np.uint8), PROBE_BASES)
-        self.bases_per_token = PROBE_BASES / max(1, len(self.spell(probe).ids))
+        # `encode`, not `encode_batch`: a batch call here would start the library's thread pool, which
+        # it then turns off (with a warning) in every loader worker forked after it
+        tokens = len(tok.encode(probe.tobytes().decode("ascii"), add_special_tokens=False).ids)
+        self.bases_per_token = PROBE_BASES / max(1, tokens)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
