@@ -18,7 +18,6 @@ tokenizer makes it. A sample is ``[CLS]`` k-mers ``[SEP]``.
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from bionemo_wds.load.tokenize.base import Spans, Tokenizer
 
@@ -108,8 +107,14 @@ class DnabertTokenizer(Tokenizer):
         if len(upper) < k:
             empty = np.empty(0, dtype=np.int64)
             return Spans(empty, empty, empty)
-        windows = sliding_window_view(CODES[upper], k)
-        value = windows @ (4 ** np.arange(k - 1, -1, -1, dtype=np.int64))
-        ids = np.where((windows < 0).any(axis=1), self.UNK, 5 + value)
-        starts = np.arange(len(ids), dtype=np.int64)
+        codes = CODES[upper]
+        count = len(upper) - k + 1
+        value = np.zeros(count, dtype=np.int64)
+        for j in range(k):  # k whole-array passes: numpy has no fast integer matrix product
+            value = value * 4 + codes[j : j + count]
+        ids = 5 + value
+        if ord("N") in upper:  # a k-mer holding N is [UNK]
+            cum = np.concatenate([[0], np.cumsum(codes < 0)])
+            ids[cum[k:] > cum[:count]] = self.UNK
+        starts = np.arange(count, dtype=np.int64)
         return Spans(ids, starts, starts + k)
