@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from bionemo_wds.errors import OptionError
@@ -24,10 +25,10 @@ BYTES = "bytes"
 
 #: Every named tokenizer and how to make it.
 NAMED: dict[str, Callable[[], Tokenizer]] = {
-    "hyenadna": lambda: CharacterTokenizer("hyenadna"),
-    "caduceus": lambda: CharacterTokenizer("caduceus"),
+    "hyenadna": partial(CharacterTokenizer, "hyenadna"),
+    "caduceus": partial(CharacterTokenizer, "caduceus"),
     "nt": NucleotideTransformerTokenizer,
-    **{f"dnabert{k}": (lambda k=k: DnabertTokenizer(k)) for k in range(3, 7)},
+    **{f"dnabert{k}": partial(DnabertTokenizer, k) for k in range(3, 7)},
 }
 
 
