@@ -345,3 +345,18 @@ def test_esm_for_masked_lm_trains_on_nt_tokens(root):
     # uniform over 4,107 ids is ln 4107 = 8.32 nats, and the 6-mers' own frequencies leave little below
     # it for a model this small to reach in a few dozen steps: a fall of 0.05 is learning, not noise
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.05, losses
+
+
+def test_a_base_without_a_token_stops_fit_in_one_line(tmp_path, capsys, lambda_seq):
+    """A base the vocabulary cannot spell is found when its batch is built, in a loader worker: the
+    command line still says it in one line (the base, the sample, where), exit 2."""
+    seqs = {"withR": lambda_seq[:3000] + "R" + lambda_seq[3000:6000], "plain": lambda_seq[6000:12000]}
+    fasta = write_fasta(tmp_path / "r.fa", seqs)
+    data = tmp_path / "data"
+    opts = PrepareOptions(seed=SEED, layout="sequences", split=(0.5, 0.5, 0.0), workers=1, progress=False)
+    prepare([str(fasta)], str(data), opts)
+    args = small(data, tmp_path / "logs", "--data.tokenizer", "nt", "--trainer.val_check_interval", "2")
+    args[args.index("--data.seq_length") + 1] = "256"
+    args[args.index("--data.num_workers") + 1] = "1"  # found in a loader worker
+    run = main_here(capsys, *args, "--data.cache_in_memory", "[]")
+    refused(run, "tokenizer 'nt' has no token for base 'R', first at base", "of sample withR:")
