@@ -127,12 +127,8 @@ class GenomicDataset(IterableDataset):
             or ``"hf"``: ``input_ids``, ``attention_mask``, ``labels`` (not shifted, -100 where not
             trained), ``position_ids`` (packed: the flattened varlen keys), for ``model(**batch)`` of
             a `transformers` causal LM (`batch.hf`).
-        objective: ``"clm"`` (next token, the default) or ``"mlm"``: masked-LM batches (`batch.mlm`):
-            ``mlm_probability`` of the tokens chosen (in (0, 1); 0.15), ``mlm_replace`` ``"bert"``
-            (80% mask token, 10% random, 10% kept) or ``"mask"`` (always the mask token), ``mlm_span``
-            DNABERT's span masking (None: exactly for overlapping k-mers); labels the original ids
-            where chosen (-100 elsewhere; ``megatron``: ``loss_mask`` 1 there). Needs a `tokenizer`
-            with a mask token (the bytes default has none).
+        objective: ``"clm"`` (next token) or ``"mlm"`` (masked-LM, `batch.mlm`: ``mlm_probability``,
+            ``mlm_replace`` "bert" or "mask", ``mlm_span``); mlm needs a `tokenizer` with a mask token.
         tokenizer: the ids samples are made of, seq_length counting its tokens: ``"bytes"`` (default),
             ``"hyenadna"``, ``"caduceus"``, ``"nt"``, ``"dnabert3"`` .. ``"dnabert6"``, or a Hugging Face
             tokenizer (tokenizer.json path or object; BPE), run in the loader workers (`load.tokenize`).
