@@ -32,7 +32,10 @@ from benchmarks.peers import PEERS, make_peer
 from bionemo_wds.core.tokenizer import PAD_ID
 
 #: The peers whose loaders are Lightning data modules (ours, or the classic WebDataModule's pickles).
-LIGHTNING_PEERS = frozenset({"ours", "ours_windows", "ours_packed", "ours_hf", "ours_packed_hf", "pickled_int64"})
+LIGHTNING_PEERS = frozenset(
+    {"ours", "ours_windows", "ours_packed", "ours_hf", "ours_packed_hf", "ours_mlm", "ours_mlm_main", "pickled_int64"}
+    | {"ours_nt", "ours_dnabert6", "ours_caduceus", "ours_bpe"}
+)
 
 
 def _import_everything(peer: str, action: str) -> None:
@@ -104,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = time.perf_counter() - t0
         print(json.dumps({"seconds": seconds, "disk_bytes": peer.disk_bytes()}))
         return 0
-    samples = tokens = real = 0
+    samples = tokens = real = bases = 0
     first = None
     own0, children0 = cpu_seconds(resource.RUSAGE_SELF), cpu_seconds(resource.RUSAGE_CHILDREN)
     t_setup = time.perf_counter()
@@ -120,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokens += ids.numel()
         # the slots that are not padding (numpy: one thread, whose CPU time thread_time measures)
         real += int(np.count_nonzero(ids.numpy() != PAD_ID))
+        if "lengths" in batch:  # bases of each row (a tokenizer's rows hold more than one per token)
+            bases += int(batch["lengths"].sum())
         counting += time.perf_counter() - t_count
         counting_cpu += time.thread_time() - cpu_count
     seconds = time.perf_counter() - t0 - counting
@@ -134,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "samples": samples,
         "tokens": tokens,
         "real_tokens": real,  # tokens that are not PAD: what the model learns from
+        "bases": bases,  # bases the batches hold (0: the peer's batches do not say)
         "first_batch_s": first,  # first request -> first model-ready batch
         "ttfb_s": setup + first if first is not None else None,  # set-up start -> first batch
         "cpu_s": cpu,  # set-up and pass, this process and its loader workers (`cpu_seconds`)

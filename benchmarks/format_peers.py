@@ -5,6 +5,11 @@
   trained), ``position_ids``; the two rows give the cost of the format.
 - ``ours_packed_hf``: ``ours_packed`` with ``batch_format="hf"``: the packed batch with the
   flattened varlen keys (``cu_seq_lens_q/k``, ``max_length_q/k``).
+- ``ours_mlm``: ``ours_hf`` with ``objective="mlm"`` (byte ids with a mask token, `MASKED_BYTES`):
+  the masks drawn in the loader workers (the package's way) and laid over the batch at expansion.
+- ``ours_mlm_main``: ``ours_hf`` whose masks are drawn in the main process instead, on each compact
+  batch before its expansion (the same draws, `batch.mlm.batch_masks`): the other place the draws
+  could be made; the two rows say which is faster.
 
 Each prepares its own copy of its peer's dataset (the same options), so its prepare row repeats
 that peer's.
@@ -15,11 +20,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
+
 from benchmarks.packing_peers import OursPacked
-from benchmarks.peers import Ours
+from benchmarks.peers import SEED, Ours
+from bionemo_wds.core.tokenizer import PAD_ID
 
 #: The peers of this module.
-FORMAT_PEERS = ("ours_hf", "ours_packed_hf")
+FORMAT_PEERS = ("ours_hf", "ours_packed_hf", "ours_mlm", "ours_mlm_main")
 
 
 def format_missing() -> str | None:
@@ -43,3 +51,38 @@ class OursPackedHF(OursPacked):
 
     def load_options(self) -> dict[str, Any]:
         return {**super().load_options(), "batch_format": "hf"}
+
+
+def masked_bytes() -> Any:
+    """Our byte ids with a mask token (id 5, unused by bases); every id but a base's special, so a
+    random replacement is a base: the vocabulary of the masked-LM rows."""
+    from bionemo_wds.load.batch.mlm import Vocabulary
+
+    return Vocabulary("bytes-with-mask", 256, PAD_ID, 5, frozenset(range(256)) - frozenset(b"ACGTNacgtn"))
+
+
+class OursMLM(Ours):
+    name = "ours_mlm"
+
+    def load_options(self) -> dict[str, Any]:
+        return {**super().load_options(), "batch_format": "hf", "objective": "mlm", "tokenizer": masked_bytes()}
+
+
+class OursMLMMain(Ours):
+    name = "ours_mlm_main"
+
+    def load_options(self) -> dict[str, Any]:
+        return {**super().load_options(), "batch_format": "hf"}
+
+    def expand(self, dm: Any, compact: dict[str, Any]) -> dict[str, Any]:
+        """The masks of `compact` drawn here, in the main process, then laid over its hf inputs."""
+        import torch
+
+        from bionemo_wds.core.seeds import mlm_salt
+        from bionemo_wds.load.batch.mlm import MaskingRule, apply_masks, batch_masks
+
+        ids, lengths = np.asarray(compact["bases"]), np.asarray(compact["lengths"])
+        rule = MaskingRule.of(masked_bytes())
+        masks = batch_masks(ids, np.arange(ids.shape[1]) < lengths[:, None], compact["keys"], mlm_salt(SEED, 0), rule)
+        first = torch.as_tensor(compact["tag_lengths"]).long() + 2  # BOS, tag, SEP before the bases
+        return apply_masks(dm.model_inputs(compact), masks, first, megatron=False)

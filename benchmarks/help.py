@@ -38,6 +38,13 @@ on the main process (tokens and labels int64, loss_mask float32, position_ids):
   ours_hf        `ours` with batch_format="hf" (input_ids, attention_mask, labels not shifted with
                  -100, position_ids: what a transformers causal LM takes); ours_packed_hf: the same
                  for `ours_packed` (with cu_seq_lens_q/k, max_length_q/k). Each prepares its own copy.
+  ours_mlm       `ours_hf` with objective="mlm" (byte ids with a mask token): masks drawn in the
+                 loader workers, laid over the batch at expansion. ours_mlm_main: `ours_hf` with the
+                 same masks drawn in the main process before expansion (the other place they could be).
+  ours_nt, ours_dnabert6, ours_caduceus, ours_bpe
+                 `ours_windows` read with tokenizer= nt, dnabert6, caduceus, or a BPE tokenizer.json
+                 of 4,096 ids trained at prepare on the genome's first 300 kb: seq_length counts
+                 tokens, so they are compared in bases/s. Each prepares its own copy.
   litdata_packed litdata's LLM pre-training way: every sequence one document of uint8 tokens
                  (BOS SEP bases EOS) in optimize chunks with TokensLoader(), read by StreamingDataset
                  (TokensLoader(block_size=seq_length + 1), shuffle) in StreamingDataLoader: samples
@@ -80,6 +87,9 @@ target whose peers were not run is left out):
   layout   ours_windows (windows cut at load) >= 0.9x ours (format 4 windows) in samples/s at
            each worker count; ours_packed pads < 1% of the token slots.
   format   ours_hf >= 0.9x ours and ours_packed_hf >= 0.9x ours_packed, at each worker count.
+  mlm      ours_mlm (masked-LM) >= 0.9x ours_hf (the same batches unmasked), at each worker count.
+  tokens   ours_nt, ours_dnabert6, ours_caduceus >= 0.8x ours_windows and ours_bpe >= 0.5x, in
+           bases/s at each worker count.
   memory   with --memory-baseline (the --json of a run on a smaller genome, e.g. 32 Mbp when this
            one is 128 Mbp): ours' peak PSS at each worker count within 10% of that run's.
 """

@@ -52,6 +52,12 @@ PEERS = (
     "ours_packed",
     "ours_hf",
     "ours_packed_hf",
+    "ours_mlm",
+    "ours_mlm_main",
+    "ours_nt",
+    "ours_dnabert6",
+    "ours_caduceus",
+    "ours_bpe",
     "litdata",
     "litdata_packed",
     "mosaic",
@@ -378,19 +384,24 @@ class Ours(Peer):
             **self.load_options(),
         )
         dm.setup("fit")
-        return (dm.model_inputs(compact) for compact in dm.train_dataloader())
+        return (self.expand(dm, compact) for compact in dm.train_dataloader())
+
+    def expand(self, dm: Any, compact: dict[str, Any]) -> dict[str, Any]:
+        """A compact batch -> the model inputs (`format_peers.OursMLMMain` draws masks here too)."""
+        return dm.model_inputs(compact)
 
     def storage_stats(self) -> dict[str, int] | None:
         return self.dm.storage_stats if self.dm is not None else None
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:
-    from benchmarks.format_peers import OursHF, OursPackedHF
+    from benchmarks.format_peers import OursHF, OursMLM, OursMLMMain, OursPackedHF
     from benchmarks.packing_peers import LitDataPacked, OursPacked, OursWindows
     from benchmarks.streaming_peers import LitData, Mosaic  # optional libraries: see there
+    from benchmarks.tokenizer_peers import TOKENIZER_CLASSES
 
     kinds: tuple[type[Peer], ...] = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, OursHF)
-    kinds += (OursPackedHF, LitData, LitDataPacked, Mosaic)
+    kinds += (OursPackedHF, OursMLM, OursMLMMain, *TOKENIZER_CLASSES, LitData, LitDataPacked, Mosaic)
     classes = {cls.name: cls for cls in kinds}
     if name not in classes:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")

@@ -131,6 +131,8 @@ def _rates(load: dict[str, Any]) -> dict[str, Any]:
         "samples_per_s": load["samples"] / load["seconds"],
         "tokens_per_s": load["tokens"] / load["seconds"],
     }
+    if load.get("bases"):
+        out["bases_per_s"] = load["bases"] / load["seconds"]
     if load.get("total_s"):
         out["samples_per_s_with_setup"] = load["samples"] / load["total_s"]
     if load.get("cpu_s") is not None and load["tokens"]:

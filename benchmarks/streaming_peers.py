@@ -75,7 +75,10 @@ def unavailable(peer: str) -> str | None:
     this checkout cannot prepare or load that layout yet (`packing_peers.layout_missing`)."""
     from benchmarks.format_peers import FORMAT_PEERS, format_missing
     from benchmarks.packing_peers import SEQUENCE_PEERS, layout_missing
+    from benchmarks.tokenizer_peers import TOKENIZER_PEERS, tokenizer_missing
 
+    if peer in TOKENIZER_PEERS:
+        return layout_missing() or tokenizer_missing()
     if peer in SEQUENCE_PEERS:
         return layout_missing() or (format_missing() if peer in FORMAT_PEERS else None)
     if peer in FORMAT_PEERS:

@@ -178,6 +178,17 @@ def _packing_targets(p: dict[str, Any]) -> list[tuple[str, bool, str]]:
             a, b = p[fmt]["load"][w]["samples_per_s"], p[base]["load"][w]["samples_per_s"]
             name = f"load: {fmt} (batch_format hf) >= 0.9x {base} with {w} workers"
             out.append((name, a >= 0.9 * b, f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"))
+    for w in sorted(set(p.get("ours_mlm", {}).get("load", {})) & set(p.get("ours_hf", {}).get("load", {})), key=int):
+        a, b = p["ours_mlm"]["load"][w]["samples_per_s"], p["ours_hf"]["load"][w]["samples_per_s"]
+        name = f"load: ours_mlm (masked-LM) >= 0.9x ours_hf with {w} workers"
+        out.append((name, a >= 0.9 * b, f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"))
+    for peer, floor in (("ours_nt", 0.8), ("ours_dnabert6", 0.8), ("ours_caduceus", 0.8), ("ours_bpe", 0.5)):
+        runs, base = p.get(peer, {}).get("load", {}), p.get("ours_windows", {}).get("load", {})
+        for w in sorted(set(runs) & set(base), key=int):
+            a, b = runs[w].get("bases_per_s"), base[w].get("bases_per_s")
+            if a and b:  # tokenizers at load: bases per second against bytes on the same windows
+                name = f"load: {peer} >= {floor}x ours_windows (bytes) in bases/s with {w} workers"
+                out.append((name, a >= floor * b, f"{_times(a, b)} ({a / 1e6:,.2f} vs {b / 1e6:,.2f} Mbp/s)"))
     padding = [load["padding"] for load in p.get("ours_packed", {}).get("load", {}).values() if "padding" in load]
     if padding:
         out.append(("padding: ours_packed < 1% of the token slots", max(padding) < 0.01, f"{max(padding):.2%}"))

@@ -720,3 +720,26 @@ def test_benchmark_on_a_tiny_metagenome_reports_the_padding_of_each_peer(tmp_pat
     if "litdata_packed" in padding:
         assert padding["litdata_packed"] == 0
     assert set(padding) | set(results["skipped"]) == set(only.split(","))
+
+
+def test_target_tokenizers_in_bases_per_second_against_bytes():
+    """k-mer and character tokenizers at 0.8x bytes (`ours_windows`), a BPE file at 0.5x, in bases/s."""
+    bases = {"ours_windows": 10e6, "ours_nt": 8e6, "ours_caduceus": 7.9e6, "ours_bpe": 5e6}
+    rows = {name: peer_row({"0": load_row(100.0) | {"bases_per_s": b}}) for name, b in bases.items()}
+    got = found(results_of(rows))
+    assert got["load: ours_nt >= 0.8x ours_windows (bytes) in bases/s with 0 workers"][0] is True
+    assert got["load: ours_caduceus >= 0.8x ours_windows (bytes) in bases/s with 0 workers"][0] is False
+    assert got["load: ours_bpe >= 0.5x ours_windows (bytes) in bases/s with 0 workers"] == (
+        True,
+        "0.50x (5.00 vs 10.00 Mbp/s)",
+    )
+
+
+def test_the_tokenizer_peers_serve_their_tokenizers_batches(tmp_path, genome):
+    """ours_nt and ours_bpe (a BPE trained when it prepares) read the windows of ours_windows, in tokens."""
+    for name, first in (("ours_nt", 3), ("ours_bpe", 2)):  # NT's <cls>; the trained BPE's [CLS]
+        peer = make_peer(name, genome, tmp_path, SEQ, STRIDE, "end", 8)
+        peer.prepare(1)
+        batch = next(iter(peer.batches(0)))
+        assert batch["tokens"].shape[1] == SEQ and (batch["tokens"][:, 0] == first).all()
+        assert int(batch["lengths"].min()) > SEQ  # several bases per token

@@ -566,6 +566,7 @@ KEY_TABLES: dict[tuple[str, str, int], tuple[str | None, bool]] = {
     ("docs/guide/packing.md", "Packing", 1): ("packed compact", True),
     ("docs/guide/training.md", "Hugging Face transformers models", 0): ("windows hf", True),
     ("docs/guide/training.md", "Hugging Face transformers models", 1): ("packed hf", True),
+    ("docs/guide/training.md", "Objectives", 0): ("windows mlm hf", True),
     ("docs/reference/format.md", "manifest.json", 0): (None, False),  # the manifest's keys
 }
 
@@ -599,6 +600,7 @@ def real_batches(lambda_datasets: dict[str, Path]) -> dict[str, set[str]]:
     """The keys of a real batch of each kind: a data module's loader's (compact) and its model inputs,
     windows and packed; and what `GenomicDataset(model_inputs=False)` yields."""
     from bionemo_wds import GenomicDataset, GenomicWebDataModule
+    from bionemo_wds.load.batch.mlm import Vocabulary
 
     out = {}
     for kind, root, options in [
@@ -615,6 +617,9 @@ def real_batches(lambda_datasets: dict[str, Path]) -> dict[str, set[str]]:
         out[f"{kind} hf"] = set(hf.model_inputs(next(iter(hf.train_dataloader()))))
         ds = GenomicDataset(str(root), "train", micro_batch_size=4, model_inputs=False, **options)
         out[f"{kind} dataset compact"] = set(next(iter(ds)))
+    vocab = Vocabulary("bytes-with-mask", 256, 1, 5, frozenset(range(256)) - frozenset(b"ACGTN"))
+    mlm = GenomicDataset(str(lambda_datasets["windows"]), objective="mlm", tokenizer=vocab, batch_format="hf")
+    out["windows mlm hf"] = set(next(iter(mlm)))
     return out
 
 

@@ -40,5 +40,19 @@ def report_error(command: str, exc: BaseException) -> int | None:
     if found is None:
         return None
     error, code = found
-    print(f"bionemo-wds {command}: error: {error}", file=sys.stderr)
+    print(f"bionemo-wds {command}: error: {worker_message(str(error))}", file=sys.stderr)
     return code
+
+
+def worker_message(text: str) -> str:
+    """The user's one line of an error a DataLoader worker raised (bad input found when a batch is
+    built: a base a tokenizer cannot spell, a damaged shard): torch re-raises it in the main process
+    as "Caught X in DataLoader worker process N." and the worker's traceback, whose last line is
+    ``X: <message>``; other messages unchanged."""
+    if not text.startswith("Caught ") or "Original Traceback" not in text:
+        return text
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    head, _, message = last.partition(": ")
+    if message and all(part.isidentifier() for part in head.split(".")):  # "module.ErrorType: message"
+        return message
+    return last

@@ -53,6 +53,8 @@ def check_data(data: Mapping[str, Any], stage: str) -> None:
         lacking = sources.lacking(split)
         if lacking:
             raise OptionError(f"{lacking} has no {split.name} split, which stage {stage!r} needs")
+    for source in sources.of(Split.train):
+        module.samples.check_tags(source.manifest.params.max_tag_bytes, source.root)
     if stage == "fit":
         for source in sources.of(Split.train):
             source.sample_table(Split.train, module.cutting, module.seed)

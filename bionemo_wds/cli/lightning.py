@@ -74,7 +74,9 @@ def run(argv: Sequence[str]) -> int:
                 check_data(self.config[subcommand]["data"].as_dict(), subcommand)
 
         def before_instantiate_classes(self) -> None:
-            follow_seq_length(self.config[self.subcommand] if self.subcommand else self.config)
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            follow_seq_length(config)
+            follow_vocab_size(config)
 
         def instantiate_trainer(self, **kwargs: Any) -> Any:
             try:
@@ -137,6 +139,20 @@ def follow_seq_length(config: Any) -> None:
             return  # no dataset named: the data module says what it needs
         seq_length = read_manifest(root, config.get("data.storage_options")).params.seq_length
     init_args["max_len"] = seq_length
+
+
+def follow_vocab_size(config: Any) -> None:
+    """Give the model the vocabulary size of `data.tokenizer` as ``vocab_size`` when its ``__init__``
+    takes one and the tokenizer is not bytes (whose 256 ids are the models' default)."""
+    init_args = config.get("model.init_args")
+    tokenizer = config.get("data.tokenizer")
+    if init_args is None or "vocab_size" not in init_args or tokenizer in (None, "bytes"):
+        return
+    from bionemo_wds.load.tokenize import resolve_tokenizer
+
+    vocab = resolve_tokenizer(tokenizer)
+    if vocab is not None:
+        init_args["vocab_size"] = vocab.vocab_size
 
 
 def first_dataset(config: Any) -> str | None:

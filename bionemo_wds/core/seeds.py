@@ -25,7 +25,7 @@ import numpy as np
 _M64 = (1 << 64) - 1
 
 #: The load-side streams, by name (the value is mixed into the seed, so renaming one is harmless).
-LOAD_STREAMS = ("shard_order", "shuffle", "reverse_complement", "tag_dropout")
+LOAD_STREAMS = ("shard_order", "shuffle", "reverse_complement", "tag_dropout", "masked_lm")
 
 
 def stream_seed(seed: int, stream: str, *parts: int) -> int:
@@ -168,6 +168,12 @@ def salted_uniforms(key: str, n: int, salt: int) -> list[float]:
     (key, salt), so a resumed or re-scheduled pass draws the same numbers for the same window."""
     h = splitmix64(zlib.crc32(key.encode()) ^ salt)
     return [splitmix64(h + i) / 2.0**64 for i in range(n)]
+
+
+def mlm_salt(seed: int, epoch: int) -> int:
+    """The per-(seed, epoch) salt of masked-LM draws (`batch.mlm.row_salts`): a stream of its own, so a
+    sample's masks are independent of its strand and tag draws."""
+    return stream_seed(seed, "masked_lm", epoch)
 
 
 # --- computed permutations (prepare's window order, the loader's epoch order) ---------------------

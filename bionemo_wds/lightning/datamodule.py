@@ -121,6 +121,16 @@ class GenomicWebDataModule(L.LightningDataModule):
             ``position_ids``) or "hf": ``input_ids``, ``attention_mask``, ``labels`` (not shifted; -100
             where nothing is trained), ``position_ids`` and, packed, ``cu_seq_lens_q/k`` and
             ``max_length_q/k``: what ``model(**batch)`` of a `transformers` causal LM takes.
+        tokenizer: the ids samples are made of, seq_length counting its tokens: "bytes" (default: one
+            byte per base), "hyenadna", "caduceus" (characters), "nt" (Nucleotide Transformer 6-mers),
+            "dnabert3" .. "dnabert6" (overlapping k-mers), or a Hugging Face tokenizer.json path (BPE:
+            DNABERT-2, GENA-LM, GROVER; also a `tokenizers.Tokenizer` object), run in loader workers;
+            in Python also a vocabulary object (`bionemo_wds.load.batch.mlm.Vocabulary`: byte ids
+            with a mask token of their own, for masked-LM on the byte layout).
+        objective: "clm" (default: next token) or "mlm": masked-LM batches, ``mlm_probability`` of the
+            tokens chosen (0.15), ``mlm_replace`` "bert" (80/10/10) or "mask", ``mlm_span`` (DNABERT's
+            span for overlapping k-mers; None: automatic), labels the original ids where chosen (-100
+            elsewhere). Needs a tokenizer with a mask token (the bytes default has none).
     """
 
     def __init__(
@@ -165,6 +175,11 @@ class GenomicWebDataModule(L.LightningDataModule):
         uppercase_labels: bool = False,
         min_real_fraction: float = 0.0,
         batch_format: str = "megatron",
+        objective: str = "clm",
+        mlm_probability: float = 0.15,
+        mlm_replace: str = "bert",
+        mlm_span: bool | None = None,
+        tokenizer: Any = "bytes",
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -172,8 +187,10 @@ class GenomicWebDataModule(L.LightningDataModule):
         check_module_options(fasta, seq_length, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         self.entries = blend_entries(shards, datasets, blend)
-        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format)
-        self.samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, *labels)
+        self.samples = SampleOptions(
+            *(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, mask_degenerate_bases, uppercase_labels),
+            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span, tokenizer),
+        )
         check_cache_memory(cache_memory)
         self.cached_splits = cached_splits(cache_in_memory)
         self.opening = OpenOptions(
@@ -181,7 +198,9 @@ class GenomicWebDataModule(L.LightningDataModule):
         )
         self.store = self.opening.store(self.entries[0].path)  # the first dataset's
         self.root = self.store.root
-        self.cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
+        self.cutting = Cutting(
+            seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout, self.samples.vocab
+        )
         self.micro_batch_size, self.requested_global_batch_size = micro_batch_size, global_batch_size
         self.global_batch_size = global_batch_size or micro_batch_size
         self.seq_length, self.seed, self.handler = seq_length, seed, handler

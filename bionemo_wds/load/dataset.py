@@ -127,6 +127,11 @@ class GenomicDataset(IterableDataset):
             or ``"hf"``: ``input_ids``, ``attention_mask``, ``labels`` (not shifted, -100 where not
             trained), ``position_ids`` (packed: the flattened varlen keys), for ``model(**batch)`` of
             a `transformers` causal LM (`batch.hf`).
+        objective: ``"clm"`` (next token) or ``"mlm"`` (masked-LM, `batch.mlm`: ``mlm_probability``,
+            ``mlm_replace`` "bert" or "mask", ``mlm_span``); mlm needs a `tokenizer` with a mask token.
+        tokenizer: the ids samples are made of, seq_length counting its tokens: ``"bytes"`` (default),
+            ``"hyenadna"``, ``"caduceus"``, ``"nt"``, ``"dnabert3"`` .. ``"dnabert6"``, or a Hugging Face
+            tokenizer (tokenizer.json path or object; BPE), run in the loader workers (`load.tokenize`).
     """
 
     def __init__(
@@ -166,11 +171,18 @@ class GenomicDataset(IterableDataset):
         uppercase_labels: bool = False,
         min_real_fraction: float = 0.0,
         batch_format: str = "megatron",
+        objective: str = "clm",
+        mlm_probability: float = 0.15,
+        mlm_replace: str = "bert",
+        mlm_span: bool | None = None,
+        tokenizer: Any = "bytes",
     ):
         super().__init__()
         world = World.detect(None, dp_rank, dp_size)
-        labels = (mask_degenerate_bases, uppercase_labels, min_real_fraction, batch_format)
-        samples = SampleOptions(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, *labels)
+        samples = SampleOptions(
+            *(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, mask_degenerate_bases, uppercase_labels),
+            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span, tokenizer),
+        )
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)
@@ -178,7 +190,7 @@ class GenomicDataset(IterableDataset):
             seq_length, handler, storage_options, retries, retry_backoff, cache_dir, cache_limit, max_requests
         )
         RequestSlots(cache_dir, max_requests)  # checked now (an OptionError naming it), used when a dataset opens
-        cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout)
+        cutting = Cutting(seq_length, stride, tail, pack, window_offset, control_tags, tag_dropout, samples.vocab)
         sources = Sources(entries, samples_per_epoch, seed, opening, world.rank, samples.unused, cutting)
         self.build(sources, as_split(split), micro_batch_size, world, samples, seed, shuffle_buffer, epoch)
         self.global_batch_size = global_batch_size or micro_batch_size * world.size
@@ -230,10 +242,12 @@ class GenomicDataset(IterableDataset):
         self.records = sources.records(split)
         self.params = sources.params(split)
         self.seq_length: int = self.params.seq_length
+        samples.check_tags(self.params.max_tag_bytes, sources.describe())
+        extra = samples.compact_fields()  # the masked-LM draws with objective="mlm"
         self.schema: BatchSchema | PackedSchema = (
-            PackedSchema(micro, self.seq_length)
+            PackedSchema(micro, self.seq_length, extra=extra)
             if sources.cutting.pack
-            else BatchSchema(micro, self.params.window_length, self.params.max_tag_bytes)
+            else BatchSchema(micro, self.params.window_length, self.params.max_tag_bytes, extra)
         )
         quotas, seeds = sources.train_mix() if split is Split.train else (np.zeros(0, np.int64), [])
         self.quota_list: list[int] = [int(q) for q in quotas]
@@ -301,7 +315,7 @@ class GenomicDataset(IterableDataset):
         reader: Any = SpanBatches if isinstance(self.records, SpanSources) else PlannedBatches
         planned = reader(self.records, self.sources.policy, current, self.mix, self.micro_batch_size, unit)
         train = self.split is Split.train
-        return [planned, self.samples.assemble_stage(self.schema, self.seed, epoch, train)]
+        return [planned, self.samples.assemble_stage(self.schema, self.seed, epoch, train, self.seq_length)]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         plan = self.plan()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class Cutting:
     window_offset: str = "fixed"
     control_tags: bool = True
     tag_dropout: float = 0.0
+    tokenizer: Any = None  # a `tokenize.Tokenizer` (None: bytes): seq_length counts its tokens
 
     def __post_init__(self) -> None:
         if self.tail is not None:
@@ -88,8 +89,11 @@ class Cutting:
         )
 
     def window(self, params: Params) -> int:
-        """Bases of a window (the room BOS, the longest tag, SEP and EOS leave in seq_length)."""
+        """Bases of a window (the room BOS, the longest tag, SEP and EOS leave in seq_length; with a
+        tokenizer, the bases whose tokens fill the room its specials leave)."""
         seq_length = self.seq_length or params.seq_length
+        if self.tokenizer is not None:
+            return self.tokenizer.window_bases(seq_length - self.tokenizer.n_specials)
         return seq_length - N_SPECIALS_PER_SAMPLE - params.max_tag_bytes
 
     def table(self, root: str, params: Params, seqs: SequenceTable, seed: int) -> SampleTable:
@@ -101,6 +105,9 @@ class Cutting:
                 f"seq_length {seq_length} leaves no room for bases in {root} after {N_SPECIALS_PER_SAMPLE} special "
                 f"tokens and its longest control tag ({params.max_tag_bytes} bytes)"
             )
+        if self.pack and self.tokenizer is not None:  # packed in base units (`Tokenizer.pack_units`)
+            units, header = self.tokenizer.pack_units(seq_length)
+            return PackedSamples(seqs, units, np.full(len(seqs), header, dtype=np.int64), self.window_offset, seed)
         if self.pack:
             if self.control_tags:  # a dropped lineage tag may grow up to the room prepare left for it
                 tags = np.where(seqs.tag_bytes > 0, params.max_tag_bytes, 0) if self.tag_dropout > 0 else seqs.tag_bytes
@@ -109,6 +116,12 @@ class Cutting:
                 headers = np.full(len(seqs), N_SPECIALS_PER_SAMPLE - 1, dtype=np.int64)
             return PackedSamples(seqs, seq_length, headers.astype(np.int64), self.window_offset, seed)
         longest = int(seqs.lengths.max(initial=0))
+        if longest < window and self.tokenizer is not None:
+            raise OptionError(
+                f"seq_length {seq_length} asks for windows of {window} bases ({self.tokenizer.name} tokens), longer "
+                f"than every sequence of {root} (the longest has {longest} bases): use a shorter seq_length, or "
+                "pack=True"
+            )
         if longest < window:
             raise OptionError(
                 f"seq_length {seq_length} asks for windows of {window} bases, longer than every sequence of {root} "

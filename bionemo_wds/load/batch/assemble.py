@@ -9,19 +9,24 @@ a Python object per window. Every loader's batches are made here: the data modul
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.core.seeds import flip_salt, tag_salt
+from bionemo_wds.core.seeds import flip_salt, mlm_salt, tag_salt
 from bionemo_wds.load.batch.compact import Part, compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
-from bionemo_wds.load.batch.packed import PackedDocument, PackedSchema, compact_packed
+from bionemo_wds.load.batch.mlm import MaskingRule, batch_masks
+from bionemo_wds.load.batch.packed import PackedDocument, PackedSchema, base_columns, compact_packed
 from bionemo_wds.load.batch.schema import BatchSchema
+from bionemo_wds.load.batch.tokens import TokenDoc, tokenized_batch
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows
+
+log = logging.getLogger("bionemo_wds.load.dataset")  # the dataset's log, where users look for it
 
 
 class PlannedRows(NamedTuple):
@@ -47,6 +52,13 @@ class Document(NamedTuple):
     key: str
 
 
+class TokenLayout(NamedTuple):
+    """A non-byte tokenizer's samples: ids of `tokenizer` in rows of `seq_length` tokens (`tokens`)."""
+
+    tokenizer: Any
+    seq_length: int
+
+
 class PlannedDocuments(NamedTuple):
     """The samples of one planned batch: each one's documents (None: filler, no sample or a damaged
     piece; empty: a packed sample the pass left unused), its source, and the (seed, pass) of its draws."""
@@ -69,17 +81,21 @@ def _assemble(
     epoch: EpochState,
     tag_dropout: float = 0.0,
     control_tags: bool = True,
+    layout: TokenLayout | None = None,
+    mlm: MaskingRule | None = None,
 ) -> Iterator[dict[str, Any]]:
     """(index, planned rows) -> the compact batch of `schema`, with its index (for putting workers'
     batches back in order), reverse-complemented and with tags dropped (seeded by seed, pass and
-    window key: `draws`)."""
+    window key: `draws`); with a masking rule `mlm`, each row's masked-LM draws (`add_masks`)."""
     pass_draw = (seed, epoch.epoch)
-    rc_salts, drop_salts = Salts(flip_salt), Salts(tag_salt)
+    rc_salts, drop_salts, mlm_salts = Salts(flip_salt), Salts(tag_salt), Salts(mlm_salt)
     for index, planned in src:
         if isinstance(planned, PlannedDocuments):
             batch = documents_batch(
-                planned, schema, pass_draw, rc_prob, rc_salts, tag_dropout, drop_salts, control_tags
+                planned, schema, pass_draw, rc_prob, rc_salts, tag_dropout, drop_salts, control_tags, layout
             )
+            if mlm is not None:
+                add_masks(batch, mlm, [pass_draw if d is None else d for d in planned.draws], mlm_salts)
             batch["index"] = index
             yield batch
             continue
@@ -101,21 +117,40 @@ def _assemble(
                 for tag, key, f, d in zip(tags, keys, filler, draws)
             ]
             check_tag_room(tags, keys, schema.max_tag)
-        batch = compact_batch(
-            [block.bases(row) for block, row in zip(blocks, rows)],
-            rc,
-            tags,
-            rc,
-            [block.start[row] for block, row in zip(blocks, rows)],
-            [block.seq_id[row] for block, row in zip(blocks, rows)],
-            keys,
-            schema.window,
-            schema.max_tag,
-        )
+        starts = [block.start[row] for block, row in zip(blocks, rows)]
+        seq_ids = [block.seq_id[row] for block, row in zip(blocks, rows)]
+        if layout is not None:
+            docs = [
+                [] if f else [TokenDoc(block.bases(row), flip, key)]
+                for block, row, f, flip, key in zip(blocks, rows, filler, rc, keys)
+            ]
+            batch = token_rows(docs, layout, False, rc, starts, seq_ids, keys)
+        else:
+            parts = [block.bases(row) for block, row in zip(blocks, rows)]
+            batch = compact_batch(parts, rc, tags, rc, starts, seq_ids, keys, schema.window, schema.max_tag)
         batch["filler"] = np.array(filler, dtype=bool)
         batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
+        if mlm is not None:
+            add_masks(batch, mlm, draws, mlm_salts)
         batch["index"] = index
         yield batch
+
+
+def add_masks(batch: dict[str, Any], rule: MaskingRule, draws: list[tuple[int, int]], salts: Salts) -> None:
+    """Put the masked-LM draws of a compact batch in it (``mlm``, `mlm.batch_masks`): over a window
+    row's bases (before its length), or a packed row's base columns; each row keyed by its key
+    (a packed row's: its documents' keys joined) and salted by its (seed, pass)."""
+    row_salts = np.array([salts[d] for d in draws], dtype=np.uint64)
+    if "bases" not in batch and "tags" not in batch:  # a tokenizer's rows: specials are never chosen
+        ids = batch["tokens"]
+        candidates = np.ones(ids.shape, dtype=bool)
+    elif "doc_tokens" in batch:
+        ids = batch["tokens"]
+        candidates = base_columns(batch["doc_tokens"], batch["doc_prefix"], ids.shape[1])
+    else:
+        ids = batch["bases"]
+        candidates = np.arange(ids.shape[1]) < batch["lengths"][:, None]
+    batch["mlm"] = batch_masks(ids, candidates, batch["keys"], row_salts, rule)
 
 
 def documents_batch(
@@ -127,13 +162,16 @@ def documents_batch(
     tag_dropout: float,
     drop_salts: Salts,
     control_tags: bool,
+    layout: TokenLayout | None = None,
 ) -> dict[str, Any]:
     """The compact batch of samples cut at load (`PlannedDocuments`): one window per row (`BatchSchema`,
     the same batch as stored windows give), or packed rows of several documents (`PackedSchema`).
     Each document draws its strand and tag dropout by its own key."""
     draws = [pass_draw if d is None else d for d in planned.draws]
     filler = [docs is None for docs in planned.samples]
-    if isinstance(schema, PackedSchema):
+    if layout is not None:
+        batch = documents_tokens(planned, draws, rc_prob, rc_salts, layout, isinstance(schema, PackedSchema))
+    elif isinstance(schema, PackedSchema):
         rows: list[list[PackedDocument]] = []
         for docs, draw in zip(planned.samples, draws):
             row = []
@@ -167,6 +205,56 @@ def documents_batch(
         )
     batch["filler"] = np.array(filler, dtype=bool)
     batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
+    return batch
+
+
+def documents_tokens(
+    planned: PlannedDocuments,
+    draws: list[tuple[int, int]],
+    rc_prob: float,
+    rc_salts: Salts,
+    layout: TokenLayout,
+    packed: bool,
+) -> dict[str, Any]:
+    """`documents_batch` for a non-byte tokenizer: every document on its drawn strand, tokenized."""
+    rows = [
+        [TokenDoc(d.bases, rc_prob > 0 and key_flip(d.key, rc_prob, rc_salts[draw]), d.key) for d in docs or ()]
+        for docs, draw in zip(planned.samples, draws)
+    ]
+    first = [docs[0] if docs else None for docs in planned.samples]
+    keys = [";".join(d.key for d in docs or ()) for docs in planned.samples]
+    rc = [bool(row) and row[0].rc for row in rows]
+    starts = [d.start if d is not None else 0 for d in first]
+    seq_ids = [d.seq_id if d is not None else "" for d in first]
+    return token_rows(rows, layout, packed, rc, starts, seq_ids, keys)
+
+
+def token_rows(
+    rows: list[list[TokenDoc]],
+    layout: TokenLayout,
+    packed: bool,
+    rc: list[bool],
+    starts: list[int],
+    seq_ids: list[str],
+    keys: list[str],
+) -> dict[str, Any]:
+    """`tokens.tokenized_batch` of `rows` with the fields every compact batch carries for tracing."""
+    batch = tokenized_batch(rows, layout.tokenizer, layout.seq_length, packed)
+    lost = batch["left_out"]
+    if lost.any():  # a variable-length tokenizer's window ran longer than planned: say so, never hide it
+        first = int(np.argmax(lost > 0))
+        log.warning(
+            "%d bases of this batch are left out: their %s tokens did not fit in seq_length %d (first: %d bases of "
+            "sample %s); the batch's left_out field counts them per row",
+            int(lost.sum()),
+            layout.tokenizer.name,
+            layout.seq_length,
+            int(lost[first]),
+            keys[first],
+        )
+    batch["rc"] = np.array(rc, dtype=bool)
+    batch["start"] = np.array(starts, dtype=np.int64)
+    batch["seq_id"], batch["keys"] = seq_ids, keys
     return batch
 
 

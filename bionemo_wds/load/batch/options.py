@@ -1,10 +1,12 @@
-"""How a window becomes a sample: strand, control tag, case, loss weights and batch format, in one place.
+"""How a window becomes a sample: strand, control tag, case, loss weights, objective and batch format, in one place.
 
 `SampleOptions` holds the per-sample choices of a `GenomicDataset` and builds both halves of a
 batch from them: `assemble_stage` makes compact batches in the loader workers (reverse complement,
 tag dropout: seeded by seed, pass and window key) and `model_inputs` expands a compact batch where
 it is used (case folding, soft-mask weights, the label rules of `labels`, and the ``hf`` format of
-`hf`, all laid out by the builders of `model_inputs` and `packed`).
+`hf`, all laid out by the builders of `model_inputs` and `packed`). With ``objective="mlm"`` the
+workers also draw each sample's masks (`mlm`: seeded by seed, pass and key, for every split) and
+the expansion lays them over the batch (`mlm.apply_masks`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import torch
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.format.manifest import Manifest, stored_case
-from bionemo_wds.load.batch.assemble import assemble
+from bionemo_wds.load.batch.assemble import TokenLayout, assemble
 from bionemo_wds.load.batch.hf import check_batch_format
 from bionemo_wds.load.batch.labels import LabelRules
+from bionemo_wds.load.batch.mlm import BYTES, MaskingRule, apply_masks, check_objective
 from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
-from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
-from bionemo_wds.load.batch.schema import BatchSchema
+from bionemo_wds.load.batch.packed import PackedSchema, boundaries, packed_model_inputs
+from bionemo_wds.load.batch.schema import BatchSchema, Field
+from bionemo_wds.load.batch.token_inputs import token_model_inputs, token_passthrough
 from bionemo_wds.load.plan.progress import EpochState
+from bionemo_wds.load.tokenize import Tokenizer, resolve_tokenizer, vocabulary_only
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,11 @@ class SampleOptions:
     uppercase_labels: bool = False
     min_real_fraction: float = 0.0
     batch_format: str = "megatron"
+    objective: str = "clm"
+    mlm_probability: float = 0.15
+    mlm_replace: str = "bert"
+    mlm_span: bool | None = None
+    tokenizer: Any = "bytes"
 
     def __post_init__(self) -> None:
         if not 0 <= self.rc_prob <= 1:
@@ -48,11 +58,53 @@ class SampleOptions:
         check_soft_mask_weight(self.soft_mask_weight)
         check_batch_format(self.batch_format, self.soft_mask_weight)
         _ = self.label_rules  # checked now
+        check_objective(self.objective, self.mlm_probability, self.mlm_replace, self.mlm_span)
+        _ = self.masking_rule  # checked now: a tokenizer with a mask token, span masking it can take
+        if self.objective == "mlm" and self.soft_mask_weight not in (None, 0, 1):
+            raise OptionError(
+                f"objective='mlm' predicts a token or not (no loss weights), so soft_mask_weight="
+                f"{self.soft_mask_weight} cannot be given: use None, 0 (soft-masked bases never predicted) or 1"
+            )
+        if self.vocab is not None and not self.fold_case:
+            raise OptionError(
+                f"fold_case=False keeps soft-masked bases as lower-case ids, which only tokenizer='bytes' has; "
+                f"tokenizer {self.vocab.name!r} spells upper-case bases (weigh soft-masked ones with soft_mask_weight)"
+            )
+
+    @cached_property
+    def vocab(self) -> Tokenizer | None:
+        """The tokenizer whose ids samples are made of (`tokenize.resolve_tokenizer`; None: bytes, the
+        byte layout; also None for a vocabulary object without rules, which masking alone reads)."""
+        return None if vocabulary_only(self.tokenizer) else resolve_tokenizer(self.tokenizer)
+
+    def check_tags(self, max_tag_bytes: int, where: str) -> None:
+        """A tokenizer other than bytes has no ids for control tags: refuse data that has them."""
+        if self.vocab is not None and self.control_tags and max_tag_bytes > 0:
+            raise OptionError(
+                f"{where} has control tags, which tokenizer {self.vocab.name!r} cannot spell (its vocabulary holds "
+                "bases only): give control_tags=False to train without them, or tokenizer='bytes'"
+            )
 
     @cached_property
     def label_rules(self) -> LabelRules:
         """Which labels are trained (`labels.LabelRules`)."""
         return LabelRules(self.mask_degenerate_bases, self.uppercase_labels, self.min_real_fraction)
+
+    @cached_property
+    def masking_rule(self) -> MaskingRule | None:
+        """The masked-LM rule (`mlm.MaskingRule`) with ``objective="mlm"``, else None."""
+        if self.objective != "mlm":
+            return None
+        vocab: Any = self.vocab if self.vocab is not None else BYTES
+        if vocabulary_only(self.tokenizer):  # byte ids with a vocabulary of their own (a mask token)
+            vocab = self.tokenizer
+        return MaskingRule.of(vocab, self.mlm_probability, self.mlm_replace, self.mlm_span)
+
+    def compact_fields(self) -> tuple[Field, ...]:
+        """The fields the compact batch has beyond the schema's own: the masked-LM draws (``mlm``, rows
+        x the schema's row width) with ``objective="mlm"``."""
+        rule = self.masking_rule
+        return () if rule is None else (Field("mlm", rule.dtype, ("rows", "window"), "masked-LM draws (batch.mlm)"),)
 
     def unused(self, manifest: Manifest) -> list[str]:
         """The options that can have no effect on the dataset of `manifest`, and why (to warn about)."""
@@ -72,23 +124,57 @@ class SampleOptions:
             )
         return problems
 
-    def assemble_stage(self, schema: BatchSchema | PackedSchema, seed: int, epoch: EpochState, train: bool) -> Any:
+    def assemble_stage(
+        self, schema: BatchSchema | PackedSchema, seed: int, epoch: EpochState, train: bool, seq_length: int = 0
+    ) -> Any:
         """The stage turning planned windows into compact batches of `schema`: reverse complement
-        and tag dropout for training only."""
+        and tag dropout for training only; with a tokenizer, rows of `seq_length` token ids."""
         rc, drop = (self.rc_prob, self.tag_dropout) if train else (0.0, 0.0)
-        return assemble(schema, rc, seed, epoch, drop, self.control_tags)
+        layout = None if self.vocab is None else TokenLayout(self.vocab, seq_length)
+        return assemble(schema, rc, seed, epoch, drop, self.control_tags, layout, self.masking_rule)
 
     def model_inputs(self, compact: dict[str, Any], seq_length: int) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (and a packed batch's document
         boundaries: `packed.packed_model_inputs`), the label rules applied; with
-        ``batch_format="hf"``, the batch a `transformers` model takes (`hf`)."""
-        rules, fmt = self.label_rules, self.batch_format
-        if "doc_tokens" in compact:
-            out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight, rules, fmt)
-            for passthrough in () if fmt == "hf" else ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
+        ``batch_format="hf"``, the batch a `transformers` model takes (`hf`); with ``objective="mlm"``
+        the batch laid out unmasked (as ``hf``), then its masks laid over it (`masked`)."""
+        rules, fmt, mlm = self.label_rules, self.batch_format, self.masking_rule is not None
+        layout = "hf" if mlm else fmt
+        packed = "doc_tokens" in compact
+        if self.vocab is not None:  # token ids laid out in the workers (`token_inputs`)
+            out = token_model_inputs(compact, self.vocab, self.soft_mask_weight, rules, layout, causal=not mlm)
+            out = self.masked(out, compact) if mlm else out
+            if fmt != "hf":
+                out.update({k: v for k, v in token_passthrough(compact).items() if k not in out})
+            return out
+        if packed:
+            out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight, rules, layout)
+        else:
+            case = (self.fold_case, self.soft_mask_weight)
+            out = to_model_inputs(compact, seq_length, self.control_tags, *case, rules, layout)
+        if mlm:
+            out = self.masked(out, compact)
+        if fmt != "hf" and (packed or mlm):
+            for passthrough in ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
                 if passthrough in compact:
                     value = compact[passthrough]
                     out[passthrough] = SampleNames(value) if isinstance(value, list) else torch.as_tensor(value)
+        return out
+
+    def masked(self, inputs: dict[str, Any], compact: dict[str, Any]) -> dict[str, Any]:
+        """The unmasked ``hf`` inputs of `compact` with its masked-LM draws laid over them
+        (`mlm.apply_masks`), in the dataset's batch format. A draw's column is its base's place in
+        the compact rows: after BOS, tag and SEP in a window row, the token column itself in a packed row
+        and in every row of a tokenizer's (its rows are laid out in the workers, specials included)."""
+        if "mlm" not in compact:
+            raise ValueError("objective='mlm' expands compact batches that carry their masks (the 'mlm' field)")
+        megatron = self.batch_format != "hf"
+        if "doc_tokens" in compact or self.vocab is not None:  # the draws lie over the token columns
+            first = torch.zeros(len(compact["lengths"]), dtype=torch.int64)
+            out = apply_masks(inputs, compact["mlm"], first, megatron)
+            if megatron and "doc_tokens" in compact:
+                out |= boundaries(torch.as_tensor(compact["doc_tokens"]).to(out["tokens"].device))
             return out
-        case = (self.fold_case, self.soft_mask_weight)
-        return to_model_inputs(compact, seq_length, self.control_tags, *case, rules, fmt)
+        tags = torch.as_tensor(compact["tag_lengths"]).long()
+        first = tags + 2 if self.control_tags else torch.ones_like(tags)
+        return apply_masks(inputs, compact["mlm"], first, megatron)

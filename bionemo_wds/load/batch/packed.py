@@ -74,6 +74,7 @@ class PackedSchema:
     rows: int
     seq_length: int
     documents: int = SLOT_DOCUMENTS
+    extra: tuple[Field, ...] = ()  # fields beyond PACKED_FIELDS (``window`` wide: the token matrix's width)
 
     @property
     def window(self) -> int:
@@ -83,9 +84,8 @@ class PackedSchema:
     @property
     def shared_nbytes(self) -> int:
         """Bytes one batch takes in a transfer slot (`schema.slot_nbytes`)."""
-        return slot_nbytes(
-            PACKED_FIELDS, {"rows": self.rows, "seq_length": self.seq_length, "documents": self.documents}
-        )
+        sizes = {"rows": self.rows, "seq_length": self.seq_length, "window": self.seq_length}
+        return slot_nbytes(PACKED_FIELDS + self.extra, sizes | {"documents": self.documents})
 
 
 class PackedDocument:
@@ -224,12 +224,8 @@ def packed_inputs_cpu(
     sizes = np.asarray(batch["doc_tokens"]).astype(np.int64)
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
     n, seq_length = raw.shape
-    present = (sizes > 0).astype(np.int64)
     ends = np.cumsum(sizes, axis=1)
-    pad = seq_length - ends[:, -1:]
-    inner = np.maximum(sizes - 1, 0)  # the document's columns before its EOS
-    # per row: (document: BOS/tag/SEP False, bases True, EOS False) ..., padding False
-    is_base = segments(np.stack([prefix * present, np.maximum(inner - prefix, 0), present], axis=2), pad, n, seq_length)
+    is_base = base_columns(sizes, prefix, seq_length)
     tokens = raw.astype(np.int64)
     cased = fold_case or soft_mask_weight is not None or rules.uppercase_labels
     lower = is_base & (raw >= LOWER_A) if cased else None
@@ -242,11 +238,8 @@ def packed_inputs_cpu(
     dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
     if rules.mask_degenerate_bases:
         dropped = degenerate_in_documents(raw, is_base)
-    # position ids: the column minus where its document (or the padding after them) began
+    positions = torch.from_numpy(document_positions(sizes, seq_length))
     row_at = np.arange(0, n * seq_length, seq_length)[:, None]
-    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
-    began = np.repeat(starts.ravel(), np.concatenate([sizes, pad], axis=1).ravel())
-    positions = torch.from_numpy((np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length))
     if hf:
         labels = np.where(is_base, label_ids, IGNORE_INDEX)
         for out in (dropped, lower if soft_mask_weight == 0 else None):
@@ -273,6 +266,30 @@ def packed_inputs_cpu(
         "position_ids": positions,
         **boundaries(torch.as_tensor(sizes)),
     }
+
+
+def document_positions(sizes: np.ndarray, seq_length: int) -> np.ndarray:
+    """Position ids (int64, rows x `seq_length`) of packed rows whose documents take `sizes` tokens:
+    the column minus where its document (or the padding after them) began; numpy, no loop."""
+    sizes = np.asarray(sizes).astype(np.int64)
+    n = len(sizes)
+    ends = np.cumsum(sizes, axis=1)
+    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
+    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
+    began = np.repeat(starts.ravel(), np.concatenate([sizes, seq_length - ends[:, -1:]], axis=1).ravel())
+    return (np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length)
+
+
+def base_columns(sizes: np.ndarray, prefix: np.ndarray, seq_length: int) -> np.ndarray:
+    """Where each row of a packed token matrix holds a base (bool, rows x `seq_length`), from its
+    documents' tokens (`sizes`) and the tokens before their first base (`prefix`): per row,
+    (document: BOS/tag/SEP False, bases True, EOS False) ..., padding False."""
+    sizes, prefix = np.asarray(sizes).astype(np.int64), np.asarray(prefix).astype(np.int64)
+    present = (sizes > 0).astype(np.int64)
+    pad = seq_length - np.cumsum(sizes, axis=1)[:, -1:]
+    inner = np.maximum(sizes - 1, 0)  # the document's columns before its EOS
+    runs = np.stack([prefix * present, np.maximum(inner - prefix, 0), present], axis=2)
+    return segments(runs, pad, len(sizes), seq_length)
 
 
 def segments(lengths: np.ndarray, pad: np.ndarray, n: int, seq_length: int) -> np.ndarray:

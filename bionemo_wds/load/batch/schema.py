@@ -68,15 +68,17 @@ class BatchSchema:
         rows: samples per batch (the micro batch).
         window: bases per row (the dataset's window length; the widest of a blend's datasets).
         max_tag: bytes of control tag per row (the room the dataset leaves for tags).
+        extra: fields beyond `FIELDS` (the masked-LM draws: `options.SampleOptions.compact_fields`).
     """
 
     rows: int
     window: int
     max_tag: int
+    extra: tuple[Field, ...] = ()
 
     @property
     def fields(self) -> tuple[Field, ...]:
-        return FIELDS
+        return FIELDS + self.extra
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -85,11 +87,11 @@ class BatchSchema:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape of field `name` in a full batch."""
-        return tuple(self.sizes[dim] for dim in field(name).shape)
+        return tuple(self.sizes[dim] for dim in field(name, self.fields).shape)
 
     def nbytes(self, name: str) -> int:
         """Bytes of array field `name` in a full batch."""
-        dtype = field(name).dtype
+        dtype = field(name, self.fields).dtype
         if dtype is None:
             raise KeyError(f"{name} is a list of names, not an array")
         return int(np.prod(self.shape(name), dtype=np.int64)) * dtype.itemsize
@@ -97,12 +99,12 @@ class BatchSchema:
     @property
     def shared_nbytes(self) -> int:
         """Bytes one batch takes in a transfer slot (`slot_nbytes`)."""
-        return slot_nbytes(FIELDS, self.sizes)
+        return slot_nbytes(self.fields, self.sizes)
 
     def check(self, batch: dict[str, Any]) -> None:
         """Raise a `ValueError` naming the first field of `batch` that does not fit the schema (the
         `index` the builder adds is not part of it)."""
-        for spec in FIELDS:
+        for spec in self.fields:
             if spec.name not in batch:
                 raise ValueError(f"compact batch has no {spec.name!r}")
             value = batch[spec.name]
@@ -117,9 +119,9 @@ class BatchSchema:
                 )
 
 
-def field(name: str) -> Field:
-    """The field called `name`."""
-    for spec in FIELDS:
+def field(name: str, fields: tuple[Field, ...] = FIELDS) -> Field:
+    """The field of `fields` called `name`."""
+    for spec in fields:
         if spec.name == name:
             return spec
     raise KeyError(f"a compact batch has no field {name!r}")

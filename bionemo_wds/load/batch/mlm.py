@@ -1,0 +1,343 @@
+"""Masked-LM draws: which tokens of a sample are predicted, and what the model sees in their place.
+
+The rule is BERT's, as the encoder families of DNA use it (Nucleotide Transformer, DNABERT,
+DNABERT-2, Caduceus): each maskable token is chosen with probability ``probability``; a chosen
+token is predicted (its label is its id) and the model sees, by ``replace``:
+
+- ``"bert"``: the mask token 80% of the time, a random token 10%, the token itself 10%
+  (BERT; `transformers`' ``DataCollatorForLanguageModeling``, which NT and DNABERT-2 train with);
+- ``"mask"``: the mask token always (Caduceus).
+
+A random token is drawn among the vocabulary's ids that are not special (the collator of
+`transformers` draws among every id, specials included; a special in the middle of bases is a
+token no real sample holds).
+
+``span`` (DNABERT, overlapping k-mers): a chosen token is a *centre*, and the tokens that share its
+bases are chosen with it, so the model cannot read the answer off its neighbours: for k-mers the
+centre c masks tokens ``c - (k - 1) // 2 .. c + k // 2`` (DNABERT's ``MASK_LIST``: k=3 -> -1..+1,
+k=4 -> -1..+2, k=5 -> -2..+2, k=6 -> -2..+3; ``mask_tokens`` in DNABERT's
+``examples/run_pretrain.py``, github.com/jerryji1993/DNABERT), kept within the maskable tokens (its
+``1 <= index <= end``). ``probability`` is then the probability of a centre (DNABERT pre-trained
+6-mers with 0.025, which masks about 15% of tokens).
+
+Never a special token, padding or a position past a row's length is chosen. Every draw is a pure
+function of the row's salt (`row_salts`: the sample's key and the pass's `seeds.mlm_salt`, from
+seed and epoch) and the token's position in the row: the same masks for any worker count, after a
+resume, and on every tensor-parallel rank of a group. `mask_tokens` is vectorised over the whole
+batch: counter-based hashes (a 32-bit one per token, 64-bit ones for the chosen tokens), no
+generator state, no Python loop per token.
+
+The draws travel in the compact batch as one matrix (``mlm``, `MLM_NONE` where nothing is predicted,
+`MLM_KEEP` where the token is predicted and left as it is, else the id the model sees), in the
+smallest signed integer type the vocabulary fits (`id_dtype`); `apply_masks` lays them over the
+model inputs on whatever device they are on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from bionemo_wds.core.seeds import GOLDEN, key_crcs, mix64, splitmix64_array
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
+from bionemo_wds.errors import OptionError
+
+#: The training objectives: causal (next token; today's batches) and masked-LM.
+OBJECTIVES = ("clm", "mlm")
+#: What a chosen token becomes: BERT's 80/10/10, or the mask token always.
+REPLACE_RULES = ("bert", "mask")
+#: BERT's shares of a chosen token: the mask token, then a random token; the rest keep the token.
+BERT_MASK_SHARE, BERT_RANDOM_SHARE = 0.8, 0.1
+#: Values of the ``mlm`` matrix: nothing predicted here; predicted, the input left as it is.
+MLM_NONE, MLM_KEEP = -1, -2
+#: The label `transformers` (and torch's cross-entropy) leaves out of the loss.
+IGNORE_INDEX = -100
+#: Mixed into a token's hash to draw its replacement (independent of the draw that chose it).
+_REPLACE_MIX = np.uint64(0xD1B54A32D192ED03)
+
+
+class MaskVocabulary(Protocol):
+    """What masking needs of a tokenizer (the tokenizers of `load` have these attributes)."""
+
+    name: str
+    vocab_size: int
+    pad_id: int
+    mask_id: int | None
+    special_ids: frozenset[int]
+    kmer: int | None
+    overlapping: bool
+
+
+@dataclass
+class Vocabulary:
+    """A vocabulary described by its attributes alone (`MaskVocabulary`)."""
+
+    name: str
+    vocab_size: int
+    pad_id: int
+    mask_id: int | None
+    special_ids: frozenset[int]
+    kmer: int | None = None
+    overlapping: bool = False
+
+
+#: Today's byte-level ids (a base is its ASCII code; EOS, PAD, BOS, SEP, UNK are 0..4): no mask token.
+BYTES = Vocabulary("bytes", 256, PAD_ID, None, frozenset({EOS_ID, PAD_ID, BOS_ID, SEP_ID, UNK_ID}))
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The smallest signed integer type that holds every id of a vocabulary of `vocab_size` and the
+    ``mlm`` matrix's negative codes: int8 up to 127 ids, int16 up to 32,767, else int32."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if vocab_size <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    raise OptionError(f"a vocabulary of {vocab_size} ids does not fit int32")
+
+
+def check_objective(objective: str, probability: float, replace: str, span: bool | None) -> None:
+    """The objective options alone (a vocabulary is checked by `MaskingRule.of`)."""
+    if objective not in OBJECTIVES:
+        raise OptionError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if isinstance(probability, bool) or not isinstance(probability, (int, float)) or not 0 < probability < 1:
+        raise OptionError(f"mlm_probability must be a number in (0, 1), got {probability!r}")
+    if replace not in REPLACE_RULES:
+        raise OptionError(f"mlm_replace must be one of {', '.join(REPLACE_RULES)}, got {replace!r}")
+    if span not in (None, True, False):
+        raise OptionError(f"mlm_span must be None (automatic), True or False, got {span!r}")
+
+
+def check_vocabulary(vocab: Any) -> None:
+    """None (bytes) or an object with the attributes masking reads (`MaskVocabulary`)."""
+    needed = ("name", "vocab_size", "pad_id", "mask_id", "special_ids", "kmer", "overlapping")
+    missing = [name for name in needed if not hasattr(vocab, name)]
+    if vocab is not None and missing:
+        raise OptionError(f"tokenizer must be a tokenizer object (it has no {', '.join(missing)}), got {vocab!r}")
+
+
+@dataclass(frozen=True)
+class MaskingRule:
+    """A masked-LM rule over one vocabulary (module docstring); made by `of`, which checks it.
+
+    Args:
+        probability: chance that a maskable token is chosen (a centre when `span` > 1).
+        replace: ``"bert"`` or ``"mask"`` (`REPLACE_RULES`).
+        span: tokens chosen per centre (1; k for DNABERT's overlapping k-mers).
+        mask_id: the mask token's id.
+        special_ids: ids never chosen (specials and padding), sorted.
+        random_ids: ids a ``"bert"`` random replacement is drawn from (every id not in `special_ids`).
+        dtype: the ``mlm`` matrix's type (`id_dtype`).
+    """
+
+    probability: float
+    replace: str
+    span: int
+    mask_id: int
+    special_ids: np.ndarray = field(repr=False)
+    random_ids: np.ndarray = field(repr=False)
+    dtype: np.dtype
+
+    @cached_property
+    def special_table(self) -> np.ndarray:
+        """``special_table[id]``: the id is never chosen (at least 256 entries: byte ids index it too)."""
+        table = np.zeros(max(int(self.special_ids.max(initial=0)), int(self.random_ids.max(initial=0)), 255) + 1, bool)
+        table[self.special_ids] = True
+        return table
+
+    @classmethod
+    def of(cls, vocab: MaskVocabulary, probability: float = 0.15, replace: str = "bert", span: bool | None = None):
+        """The rule of `vocab`; `span` None: DNABERT's span exactly when `vocab` is overlapping k-mers.
+        Raises `OptionError` for a vocabulary without a mask token or span masking it cannot take."""
+        check_objective("mlm", probability, replace, span)
+        if vocab.mask_id is None:
+            raise OptionError(
+                f"objective='mlm' needs a tokenizer with a mask token, and {vocab.name!r} has none: give a "
+                "tokenizer that has one (a character, k-mer or Hugging Face tokenizer with a mask token)"
+            )
+        kmer = vocab.kmer or 1
+        if span and not (vocab.overlapping and kmer > 1):
+            raise OptionError(
+                f"mlm_span=True is DNABERT's masking of overlapping k-mers, and tokenizer {vocab.name!r} is not "
+                "overlapping k-mers: leave mlm_span unset (or False)"
+            )
+        width = kmer if (span is None and vocab.overlapping) or span else 1
+        specials = np.array(sorted({*vocab.special_ids, vocab.pad_id, vocab.mask_id}), dtype=np.int64)
+        ordinary = np.setdiff1d(np.arange(vocab.vocab_size, dtype=np.int64), specials)
+        if not len(ordinary):
+            raise OptionError(f"tokenizer {vocab.name!r} has no id that is not special: nothing to mask")
+        dtype = id_dtype(vocab.vocab_size)
+        return cls(float(probability), replace, width, int(vocab.mask_id), specials, ordinary, dtype)
+
+
+def row_salts(keys: list[str], salts: int | np.ndarray) -> np.ndarray:
+    """Each row's salt (uint64): its sample's key hashed with its pass's salt (`seeds.mlm_salt`: one
+    for all rows, or one per row where a blend's rows come from streams of their own); a filler
+    row's key is empty, and it has nothing to mask anyway."""
+    if isinstance(salts, (int, np.integer)):
+        return splitmix64_array(key_crcs(keys) ^ np.uint64(int(salts) & ((1 << 64) - 1)))
+    return splitmix64_array(key_crcs(keys) ^ np.asarray(salts, dtype=np.uint64))
+
+
+def maskable(ids: np.ndarray, lengths: np.ndarray, rule: MaskingRule) -> np.ndarray:
+    """Where a row of `ids` (rows x width) holds a token that may be chosen: before the row's length,
+    not special, not padding."""
+    inside = np.arange(ids.shape[1]) < np.asarray(lengths)[:, None]
+    return inside & ~rule.special_table[ids]
+
+
+def batch_masks(
+    ids: np.ndarray, candidates: np.ndarray, keys: list[str], salts: int | np.ndarray, rule: MaskingRule
+) -> np.ndarray:
+    """The ``mlm`` matrix of a compact batch (`mask_tokens`): its rows of ids, the tokens that may
+    be chosen besides specials and padding, each row's key and its pass's salt."""
+    return mask_tokens(ids, candidates & ~rule.special_table[ids], row_salts(keys, salts), rule)
+
+
+def mask_tokens(ids: np.ndarray, candidates: np.ndarray, salts: np.ndarray, rule: MaskingRule) -> np.ndarray:
+    """The ``mlm`` matrix of a batch of token rows (rows x width): `MLM_NONE` where nothing is
+    predicted, `MLM_KEEP` where the token is predicted and shown as it is, else the id shown (the
+    mask token or a random token). `candidates`: the tokens that may be chosen (`maskable`);
+    `salts`: one per row (`row_salts`). A pure function of its arguments.
+
+    Token (r, c) is a centre when ``fmix32(salt32[r] + (c + 1) * 0x9E3779B9)`` (murmur3's 32-bit
+    finaliser of a Weyl sequence; salt32: the row salt's halves xor-ed) is below ``probability *
+    2**32``: 32-bit hashes of every token, half the memory traffic of 64-bit ones. A chosen
+    token's replacement comes from 64-bit SplitMix64 hashes of ``salts[r] + (c + 1) * golden``,
+    computed for the chosen tokens alone.
+    """
+    n, width = candidates.shape
+    out = np.full((n, width), MLM_NONE, dtype=rule.dtype)
+    if not n or not width:
+        return out
+    salts = np.asarray(salts, dtype=np.uint64)
+    folded = ((salts ^ (salts >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    steps = np.arange(1, width + 1, dtype=np.uint32) * _WEYL32
+    bound = min(math.ceil(rule.probability * 2.0**32), (1 << 32) - 1)
+    chosen = fmix32(folded[:, None] + steps[None, :]) < np.uint32(bound)
+    chosen &= candidates
+    if rule.span > 1:
+        chosen = spread(chosen, rule.span) & candidates
+    where = np.flatnonzero(chosen)
+    if not len(where):
+        return out
+    if rule.replace == "mask":
+        out.ravel()[where] = rule.mask_id
+        return out
+    row, col = np.divmod(where, width)
+    second = mix64(salts[row] + (col.astype(np.uint64) + np.uint64(1)) * GOLDEN)
+    share = (second >> np.uint64(11)).astype(np.float64) * 2.0**-53  # uniform in [0, 1)
+    third = mix64(second ^ _REPLACE_MIX) >> np.uint64(32)  # 32 more uniform bits: the random token
+    pick = ((third * np.uint64(len(rule.random_ids))) >> np.uint64(32)).astype(np.int64)
+    values = np.where(
+        share < BERT_MASK_SHARE,
+        rule.mask_id,
+        np.where(share < BERT_MASK_SHARE + BERT_RANDOM_SHARE, rule.random_ids[pick], MLM_KEEP),
+    )
+    out.ravel()[where] = values
+    return out
+
+
+#: The 32-bit golden-ratio increment (Weyl sequence of the 32-bit draws) and murmur3's finaliser constants.
+_WEYL32 = np.uint32(0x9E3779B9)
+_F1, _F2 = np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
+_S13, _S16 = np.uint32(13), np.uint32(16)
+
+
+def fmix32(h: np.ndarray) -> np.ndarray:
+    """murmur3's 32-bit finaliser of every element of a uint32 array (a well-mixing bijection; numpy's
+    uint32 arithmetic wraps modulo 2**32). Changes `h` in place and returns it."""
+    h ^= h >> _S16
+    h *= _F1
+    h ^= h >> _S13
+    h *= _F2
+    h ^= h >> _S16
+    return h
+
+
+def spread(centres: np.ndarray, k: int) -> np.ndarray:
+    """DNABERT's span: each centre c also chooses ``c - (k - 1) // 2 .. c + k // 2`` of its row."""
+    out = centres.copy()
+    width = centres.shape[1]
+    for offset in range(-((k - 1) // 2), k // 2 + 1):
+        if offset > 0:
+            out[:, offset:] |= centres[:, : width - offset]
+        elif offset < 0:
+            out[:, :offset] |= centres[:, -offset:]
+    return out
+
+
+def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) -> dict[str, Any]:
+    """Lay a batch's ``mlm`` matrix over its unmasked model inputs, on their device.
+
+    `inputs`: the ``hf`` layout of the batch, made for this batch alone (``input_ids``, ``labels``
+    of the unshifted tokens, -100 where not trained, ``position_ids``, ...; changed in place); `mlm`:
+    rows x width, its column j is token column ``first[r] + j`` of row r (`first`: rows, the first
+    base column). The result: ``input_ids`` with the replacements, ``labels`` the original id where a
+    token is chosen and trained, -100 elsewhere. `megatron`: ``tokens``, ``labels`` (the unmasked
+    tokens' labels, so every label is an id a vocab-parallel loss can index), ``loss_mask`` (1 where
+    predicted), ``position_ids``. On a CPU numpy slices (`lay_masks`); elsewhere whole-batch tensor
+    ops (torch's CPU kernels for these are many times slower than numpy's on a shared machine).
+    """
+    ids, labels = inputs["input_ids"], inputs["labels"]
+    if ids.device.type == "cpu":
+        codes = mlm.numpy() if isinstance(mlm, torch.Tensor) else np.asarray(mlm)
+        starts = first.numpy() if isinstance(first, torch.Tensor) else np.asarray(first)
+        ids_np, labels_np = ids.numpy(), labels.numpy()
+        unmasked = torch.from_numpy(np.where(labels_np != IGNORE_INDEX, labels_np, ids_np)) if megatron else None
+        chosen = lay_masks(ids_np, labels_np, codes, starts)
+        shown = ids
+        if megatron:
+            loss_mask = torch.from_numpy(chosen.astype(np.float32))
+        else:
+            np.copyto(labels_np, IGNORE_INDEX, where=~chosen)
+    else:
+        unmasked = torch.where(labels != IGNORE_INDEX, labels, ids) if megatron else None
+        predicted, shown = masks_on_device(ids, labels, mlm, first)
+        loss_mask = predicted.float()
+        labels = labels.masked_fill(~predicted, IGNORE_INDEX)
+    if megatron:
+        return {"tokens": shown, "labels": unmasked, "loss_mask": loss_mask, "position_ids": inputs["position_ids"]}
+    out = dict(inputs)
+    out["input_ids"] = shown
+    out["labels"] = labels
+    return out
+
+
+def lay_masks(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Replace the chosen tokens of `ids` in place (`apply_masks`, numpy): by whole-batch slices when
+    every row's bases start in one column (the usual batch), else row by row. Returns where a token is
+    predicted (chosen and trained: `labels` not -100)."""
+    n, seq_length = ids.shape
+    predicted = np.zeros(ids.shape, dtype=bool)
+    uniform = not n or (starts == starts[0]).all()
+    groups: list[tuple[Any, int]] = [(slice(None), int(starts[0]))] if uniform and n else []
+    if not uniform:
+        groups = [(row, int(start)) for row, start in enumerate(starts.tolist())]
+    for rows, p in groups:
+        width = max(0, min(codes.shape[1], seq_length - p))
+        drawn, region = codes[rows, :width], ids[rows, p : p + width]
+        chosen = drawn != MLM_NONE
+        chosen &= labels[rows, p : p + width] != IGNORE_INDEX
+        predicted[rows, p : p + width] = chosen
+        np.copyto(region, drawn, where=chosen & (drawn >= 0), casting="unsafe")  # faster than a fancy index
+    return predicted
+
+
+def masks_on_device(ids: torch.Tensor, labels: torch.Tensor, mlm: Any, first: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """`apply_masks` by whole-batch tensor ops (gather/where), for an accelerator: where a token is
+    predicted, and the ids shown."""
+    device = ids.device
+    codes = torch.as_tensor(mlm).to(device)
+    n, seq_length = ids.shape
+    start = torch.as_tensor(first).to(device).long()[:, None]
+    col = torch.arange(seq_length, device=device).expand(n, seq_length)
+    inside = (col >= start) & (col < start + codes.shape[1])
+    at = (col - start).clamp(0, max(codes.shape[1] - 1, 0))
+    drawn = codes.long().gather(1, at) if codes.shape[1] else torch.full_like(ids, MLM_NONE)
+    drawn = torch.where(inside, drawn, torch.full_like(drawn, MLM_NONE))
+    predicted = (drawn != MLM_NONE) & (labels != IGNORE_INDEX)
+    return predicted, torch.where(predicted & (drawn >= 0), drawn, ids)

@@ -1,0 +1,171 @@
+"""What every tokenizer at load time is: the interface the batch builders and masked-LM code use.
+
+Shards store bases, one byte each; a tokenizer turns one document's bases (uint8, already on the
+strand the sample was drawn on) into the ids of a model family's vocabulary, and says how the family
+frames a sample with special tokens (`prefix`, `suffix`) and which ids are never trained or masked
+(`special_ids`). Each id comes with the span of bases it spells (`Spans`), which is how soft-mask
+weights and degenerate bases become per-token flags (`token_flags`).
+
+The planning side asks two numbers of a tokenizer (`bases_per_token`, `edge_tokens`) so an epoch
+can be cut in bases before any base is read, with `seq_length` counting tokens (`window_bases`,
+`pack_units`).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, shown_byte
+from bionemo_wds.errors import SourceError
+
+#: ``UPPER[byte]``: the byte upper-cased (tokenizer vocabularies are upper case).
+UPPER: np.ndarray = np.frombuffer(UPPERCASE_TABLE, dtype=np.uint8)
+#: Bytes that are A, C, G or T in either case.
+REAL = np.zeros(256, dtype=bool)
+REAL[np.frombuffer(b"ACGTacgt", dtype=np.uint8)] = True
+#: Lower-case letters (soft-masked bases).
+LOWER = np.zeros(256, dtype=bool)
+LOWER[ord("a") : ord("z") + 1] = True
+
+#: Bits of a token's flags (`token_flags`).
+FLAG_SOFT_MASKED = 1
+FLAG_DEGENERATE = 2
+
+
+class Spans(NamedTuple):
+    """A document's token ids and, for each, the bases ``[starts, ends)`` it spells (int64)."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+class Tokenizer:
+    """A model family's tokenizer, run in the loader workers (subclasses set the attributes).
+
+    Attributes:
+        name: the option value that names it (``"nt"``, ``"dnabert6"``, a file's path, ...).
+        vocab_size: ids are in ``[0, vocab_size)``.
+        pad_id: the id that fills a sample after its tokens.
+        mask_id: the ``[MASK]`` id masked-LM replaces tokens with (None: the vocabulary has none).
+        special_ids: ids never masked nor predicted (pad, cls, sep, bos, eos, unk as the family has them).
+        kmer, overlapping: k of a k-mer vocabulary (None otherwise) and whether its k-mers overlap
+            (DNABERT: each base is in k tokens).
+        prefix, suffix: the special ids the family puts before and after each sample's (each packed
+            document's) tokens.
+        bases_per_token: bases one token spells on average, for planning (exact where fixed).
+        edge_tokens: tokens a document may take beyond ``bases / bases_per_token`` (NT's leftover
+            single bases), so planned samples fit.
+        alphabet: the upper-case bases the vocabulary spells (others are refused, naming the base).
+    """
+
+    name: str
+    vocab_size: int
+    pad_id: int
+    mask_id: int | None
+    special_ids: frozenset[int]
+    kmer: int | None = None
+    overlapping: bool = False
+    prefix: tuple[int, ...] = ()
+    suffix: tuple[int, ...] = ()
+    bases_per_token: float = 1.0
+    edge_tokens: int = 0
+    alphabet: bytes = b"ACGTN"
+
+    def encode(self, bases: np.ndarray) -> np.ndarray:
+        """The ids of one document's bases (uint8, any case), without specials."""
+        return self.spans(bases).ids
+
+    def spans(self, bases: np.ndarray, where: str = "the data") -> Spans:
+        """The ids of one document's bases and the bases each spells; a base the vocabulary cannot
+        spell raises a `SourceError` naming it and where it first occurs (`where`: the document)."""
+        upper = UPPER[np.asarray(bases, dtype=np.uint8)]
+        self.check_alphabet(upper, where)
+        return self.spell(upper)
+
+    def spans_many(self, docs: list[np.ndarray], wheres: list[str]) -> list[Spans]:
+        """`spans` of several documents (a tokenizer with a batch call makes it once)."""
+        return [self.spans(doc, where) for doc, where in zip(docs, wheres)]
+
+    def spell(self, upper: np.ndarray) -> Spans:
+        """`spans` of upper-case bases the alphabet holds (subclasses)."""
+        raise NotImplementedError
+
+    def check_alphabet(self, upper: np.ndarray, where: str) -> None:
+        """Refuse the first base outside `alphabet`, naming it and where it is (one `bytes.translate`
+        pass decides that all are in it, at memory speed)."""
+        if not upper.tobytes().translate(None, self.alphabet):
+            return
+        allowed = np.zeros(256, dtype=bool)
+        allowed[np.frombuffer(self.alphabet, dtype=np.uint8)] = True
+        at = int(np.argmax(~allowed[upper]))
+        refuse_base(self.name, int(upper[at]), at, where)
+
+    @cached_property
+    def special_table(self) -> np.ndarray:
+        """``special_table[id]``: whether the id is one of `special_ids` (one lookup per batch)."""
+        table = np.zeros(max(self.vocab_size, max(self.special_ids, default=0) + 1), dtype=bool)
+        table[sorted(self.special_ids)] = True
+        return table
+
+    @property
+    def n_specials(self) -> int:
+        """Special tokens around each sample (each packed document)."""
+        return len(self.prefix) + len(self.suffix)
+
+    @property
+    def id_dtype(self) -> np.dtype:
+        """The smallest integer type the vocabulary fits (ids cross from the workers in it)."""
+        return id_dtype(self.vocab_size)
+
+    def window_bases(self, room: int) -> int:
+        """Bases of a window whose tokens fill `room` tokens (exact for fixed-ratio tokenizers)."""
+        return max(1, int(room * self.bases_per_token))
+
+    def pack_units(self, seq_length: int) -> tuple[int, int]:
+        """(room of a packed sample, header of each document) in base units: a document of b bases
+        charged ``b + header`` units never takes more than its share of `seq_length` tokens when
+        the tokenizer keeps its ratio (exact for characters and k-mers without N)."""
+        r = self.bases_per_token
+        return int(seq_length * r), math.ceil((self.n_specials + self.edge_tokens) * r)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, vocab_size={self.vocab_size})"
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """uint8 up to 256 ids, int16 up to 32,767, else int32."""
+    if vocab_size <= 256:
+        return np.dtype(np.uint8)
+    if vocab_size <= 32767:
+        return np.dtype(np.int16)
+    return np.dtype(np.int32)
+
+
+def refuse_base(tokenizer: str, byte: int, at: int, where: str) -> None:
+    """The one-line error of a base a vocabulary has no token for."""
+    raise SourceError(
+        f"tokenizer {tokenizer!r} has no token for base {shown_byte(byte)}, first at base {at} of {where}: "
+        "use a tokenizer whose vocabulary spells it (tokenizer='bytes' spells every IUPAC code), or prepare "
+        "the data without it"
+    )
+
+
+def token_flags(bases: np.ndarray, spans: Spans) -> np.ndarray | None:
+    """Per token: `FLAG_SOFT_MASKED` when any base it spells is lower case, `FLAG_DEGENERATE` when any
+    is not A/C/G/T; None when no token has either (the usual document)."""
+    if not np.asarray(bases).tobytes().translate(None, b"ACGT"):  # the usual document: one pass
+        return None
+    lower, degenerate = LOWER[bases], ~REAL[bases]
+    if not lower.any() and not degenerate.any():
+        return None
+    flags = np.zeros(len(spans.ids), dtype=np.uint8)
+    for bit, where in ((FLAG_SOFT_MASKED, lower), (FLAG_DEGENERATE, degenerate)):
+        if where.any():
+            cum = np.concatenate([[0], np.cumsum(where, dtype=np.int64)])
+            flags |= np.where(cum[spans.ends] > cum[spans.starts], bit, 0).astype(np.uint8)
+    return flags

@@ -1,0 +1,150 @@
+"""Any Hugging Face tokenizer (a ``tokenizer.json`` path, a `tokenizers.Tokenizer` or a
+`PreTrainedTokenizerFast`): the BPE vocabularies of DNABERT-2, GENA-LM and GROVER.
+
+Ids come from the Rust `tokenizers` library in the loader workers (``encode_batch``, no Python per
+base): the document's bases as an upper-case string, without special tokens; the offsets it returns
+are the bases each token spells. How the family frames a sample is read from the tokenizer's own
+post-processor: the specials ``encode("A", add_special_tokens=True)`` puts before and after the base
+(DNABERT-2: ``[CLS]`` .. ``[SEP]``). A base the vocabulary cannot spell (it becomes the unknown token,
+or, without one, the library drops it) is refused, naming it.
+
+`bases_per_token` is measured once, on 64 kb of seeded uniform A/C/G/T: genomes compress better under
+a BPE trained on genomes, so windows planned by it rarely hold more tokens than fit; a window that
+does has its last tokens left out, and the batch counts the bases they spell (``left_out``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from bionemo_wds.errors import OptionError
+from bionemo_wds.load.tokenize.base import UPPER, Spans, Tokenizer, refuse_base
+
+#: Bases the planning ratio is measured on, and the seed they are drawn with.
+PROBE_BASES = 1 << 16
+PROBE_SEED = 0
+#: Names of the pad and mask tokens in the vocabularies we know (BERT's and RoBERTa's styles).
+PAD_NAMES = ("[PAD]", "<pad>")
+MASK_NAMES = ("[MASK]", "<mask>")
+UNK_NAMES = ("[UNK]", "<unk>")
+
+
+def load_tokenizer(spec: Any) -> Any:
+    """A `tokenizers.Tokenizer` from a path to a tokenizer.json (or a directory holding one), a
+    `tokenizers.Tokenizer`, or a `transformers` fast tokenizer; an `OptionError` otherwise."""
+    from tokenizers import Tokenizer as RustTokenizer
+
+    if isinstance(spec, RustTokenizer):
+        return spec
+    backend = getattr(spec, "backend_tokenizer", None)
+    if isinstance(backend, RustTokenizer):
+        return backend
+    if not isinstance(spec, (str, os.PathLike)):
+        raise OptionError(
+            f"tokenizer must be a name, a path to a tokenizer.json, a tokenizers.Tokenizer or a "
+            f"PreTrainedTokenizerFast, got {type(spec).__name__}"
+        )
+    path = os.fspath(spec)
+    if os.path.isdir(path):
+        path = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(path):
+        raise OptionError(f"tokenizer file {path} does not exist")
+    try:
+        return RustTokenizer.from_file(path)
+    except Exception as err:  # the library raises a bare Exception for a file it cannot parse
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise OptionError(f"{path} is not a Hugging Face tokenizer file ({first})") from None
+
+
+class HfTokenizer(Tokenizer):
+    """A Hugging Face tokenizer run by the Rust library (module docstring)."""
+
+    def __init__(self, spec: Any, name: str | None = None):
+        tok = load_tokenizer(spec)
+        self.tok = tok
+        self.name = name or (os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else "hf-tokenizer")
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        specials = {i for i, added in tok.get_added_tokens_decoder().items() if added.special}
+        self.unk_id = first_id(tok, UNK_NAMES)
+        pad = tok.padding["pad_id"] if tok.padding else first_id(tok, PAD_NAMES)
+        if pad is None:
+            raise OptionError(f"tokenizer {self.name} has no padding token ([PAD] or <pad>): samples cannot be padded")
+        self.pad_id, self.mask_id = int(pad), first_id(tok, MASK_NAMES)
+        self.special_ids = frozenset(specials | {self.pad_id} | ({self.unk_id} if self.unk_id is not None else set()))
+        self.prefix, self.suffix = framing(tok)
+        self.alphabet = b""
+        probe = np.random.default_rng(PROBE_SEED).choice(np.frombuffer(b"ACGT", np.uint8), PROBE_BASES)
+        # `encode`, not `encode_batch`: a batch call here would start the library's thread pool, which
+        # it then turns off (with a warning) in every loader worker forked after it
+        tokens = len(tok.encode(probe.tobytes().decode("ascii"), add_special_tokens=False).ids)
+        self.bases_per_token = PROBE_BASES / max(1, tokens)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["tok"] = self.tok.to_str()  # the Rust object travels to spawned workers as its JSON
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from tokenizers import Tokenizer as RustTokenizer
+
+        state = dict(state)
+        state["tok"] = RustTokenizer.from_str(state["tok"])
+        self.__dict__.update(state)
+
+    def check_alphabet(self, upper: np.ndarray, where: str) -> None:
+        """Checked after encoding (`spans_of`): the vocabulary decides what it spells."""
+
+    def spell(self, upper: np.ndarray) -> Spans:
+        return self.spans_of([upper], ["the data"])[0]
+
+    def spans_of(self, docs: list[np.ndarray], wheres: list[str]) -> list[Spans]:
+        """`spans` of many documents (upper case) in one call into the library."""
+        texts = [doc.tobytes().decode("ascii") for doc in docs]
+        out = []
+        for doc, where, enc in zip(docs, wheres, self.tok.encode_batch(texts, add_special_tokens=False)):
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            spans = Spans(ids, offsets[:, 0], offsets[:, 1])
+            self.check_spelled(doc, spans, where)
+            out.append(spans)
+        return out
+
+    def check_spelled(self, doc: np.ndarray, spans: Spans, where: str) -> None:
+        """Every base is spelled by a token that is not the unknown token: else refuse the first one."""
+        covered = np.zeros(len(doc) + 1, dtype=np.int64)
+        np.add.at(covered, spans.starts, 1)
+        np.add.at(covered, spans.ends, -1)
+        missing = np.cumsum(covered)[: len(doc)] <= 0
+        if self.unk_id is not None and len(spans.ids):
+            unknown = spans.ids == self.unk_id
+            for s, e in zip(spans.starts[unknown].tolist(), spans.ends[unknown].tolist()):
+                missing[s:e] = True
+        if missing.any():
+            at = int(np.argmax(missing))
+            refuse_base(self.name, int(doc[at]), at, where)
+
+    def spans_many(self, docs: list[np.ndarray], wheres: list[str]) -> list[Spans]:
+        return self.spans_of([UPPER[np.asarray(d, dtype=np.uint8)] for d in docs], wheres)
+
+
+def first_id(tok: Any, names: tuple[str, ...]) -> int | None:
+    """The id of the first of `names` the vocabulary has."""
+    for name in names:
+        found = tok.token_to_id(name)
+        if found is not None:
+            return int(found)
+    return None
+
+
+def framing(tok: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The special ids the tokenizer's post-processor puts before and after a sequence."""
+    enc = tok.encode("A", add_special_tokens=True)
+    special = enc.special_tokens_mask
+    inner = [i for i, s in enumerate(special) if not s]
+    if not inner:
+        return (), ()
+    first, last = inner[0], inner[-1]
+    return tuple(enc.ids[:first]), tuple(enc.ids[last + 1 :])
