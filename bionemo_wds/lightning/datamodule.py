@@ -248,40 +248,22 @@ class GenomicWebDataModule(L.LightningDataModule):
             groups = [self.sources]
         else:
             groups = [self.sources.alone(source) for source in self.sources.of(split)]
+        train = split is Split.train
+        progress = self.progress if train else None
+        batching = (self.micro_batch_size, self.world, self.samples, self.seed, self.shuffle_buffer, self.epoch_mode)
         datasets = [
-            GenomicDataset.of_sources(
-                group,
-                split,
-                self.micro_batch_size,
-                self.world,
-                self.samples,
-                self.seed,
-                self.shuffle_buffer,
-                self.epoch_mode,
-                self.requested_global_batch_size,
-                self.progress if split is Split.train else None,
-            )
+            GenomicDataset.of_sources(group, split, *batching, self.requested_global_batch_size, progress)
             for group in groups
         ]
         if datasets:
             self.seq_length = datasets[0].seq_length
-        train = split is Split.train
         self.datasets[split] = datasets
+        checkpoints = (self.state_dict, self.restore_from_loader) if train else None
+        passes = (self.epochs[split], self.trainer_epoch, progress, checkpoints)
+        transfer = (self.num_workers, self.pin_memory, self.transfer_bytes, self.transfer_timeout)
+        cache = self.cache_memory if split in self.cached_splits else None
         self.split_loaders[split] = [
-            SplitLoaders(
-                dataset,
-                self.epochs[split],
-                self.trainer_epoch,
-                self.progress if train else None,
-                (self.state_dict, self.restore_from_loader) if train else None,
-                self.num_workers,
-                self.pin_memory,
-                self.transfer_bytes,
-                self.transfer_timeout,
-                self.cache_memory if split in self.cached_splits else None,
-                self.without_trainer,
-            )
-            for dataset in datasets
+            SplitLoaders(dataset, *passes, *transfer, cache, self.without_trainer) for dataset in datasets
         ]
 
     @property

@@ -24,7 +24,6 @@ epoch's pass, as with a `DistributedSampler`.
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -52,14 +51,13 @@ from bionemo_wds.load.plan.types import DEFAULT_MIX, Consumed, RankPlan
 from bionemo_wds.load.provenance import Provenance, TableCache, batch_provenance
 from bionemo_wds.load.reader import PlannedBatches
 from bionemo_wds.load.shard_errors import Handler, resolve_handler
+from bionemo_wds.load.source_counts import count_sources
 from bionemo_wds.load.sources import OpenOptions, Sources, blend_entries
 from bionemo_wds.load.span_reader import SpanBatches
 from bionemo_wds.load.spans import Cutting, SpanSources
 from bionemo_wds.load.splits import Split, as_split
 from bionemo_wds.load.world import World, in_loader_worker
 from bionemo_wds.storage.request_slots import RequestSlots
-
-log = logging.getLogger("bionemo_wds.load.dataset")
 
 #: `GenomicDataset.state_dict` without ``batches=`` in a process that has not iterated the dataset.
 COUNT_UNKNOWN = (
@@ -353,19 +351,8 @@ class GenomicDataset(IterableDataset):
     def count_sources(
         self, src: Iterable[dict[str, Any]], epoch: Callable[[], int], batches: Callable[[], int]
     ) -> Iterator[dict[str, Any]]:
-        """(main side) Each train dataset's windows of the pass into ``source_counts[epoch()]`` as
-        batches are yielded (a loop may stop at the epoch's length without exhausting the loader),
-        logged when the pass's last planned batch (`batches()` of them) is out."""
-        names = self.sources.names
-        counts = np.zeros(len(names), dtype=np.int64)
-        for n, batch in enumerate(src, 1):
-            sources = np.asarray(batch["dataset"])
-            counts += np.bincount(sources[sources >= 0], minlength=len(counts))
-            self.source_counts[epoch()] = dict(zip(names, counts.tolist()))
-            if n == batches():
-                counted = self.source_counts[epoch()]
-                log.info("train epoch %d, rank %d, windows per dataset: %s", epoch(), self.world.rank, counted)
-            yield batch
+        """(main side) `source_counts.count_sources` into this dataset's ``source_counts``."""
+        return count_sources(src, self.sources.names, self.source_counts, epoch, batches, self.world.rank)
 
     # -- counters ----------------------------------------------------------------------------------------
 
