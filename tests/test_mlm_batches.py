@@ -254,7 +254,7 @@ def test_mlm_without_a_mask_token_or_with_bad_options_is_refused(pieces):
         GenomicDataset(root, objective="mlmm")
     with pytest.raises(OptionError, match="objective='mlm' predicts a token or not"):
         GenomicDataset(root, objective="mlm", tokenizer=VOCAB, soft_mask_weight=0.1)
-    with pytest.raises(OptionError, match="tokenizer must be a name, a path to a tokenizer.json"):
+    with pytest.raises(OptionError, match=r"tokenizer must be a name, a path to a tokenizer\.json"):
         GenomicDataset(root, objective="mlm", tokenizer=42)
 
 
