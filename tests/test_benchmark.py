@@ -16,14 +16,16 @@ from benchmarks.packing_peers import SEQUENCE_PEERS
 from benchmarks.peers import PEERS, make_peer
 from benchmarks.streaming_peers import LIBRARIES, unavailable
 from benchmarks.synthetic import contig_lengths, write_genome
+from benchmarks.tokenizer_peers import TOKENIZER_PEERS
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, SEP_ID
 from bionemo_wds.prepare.splits import length_buckets
 from bionemo_wds.prepare.windows import window_counts
 
 SEQ, STRIDE = 512, 480
 #: The peers that need no optional library nor the sequence layout and yield the default batch
-#: format (those have tests of their own).
-CORE_PEERS = [p for p in PEERS if p not in LIBRARIES and p not in SEQUENCE_PEERS and p not in FORMAT_PEERS]
+#: format of byte ids (those have tests of their own).
+OWN_TESTS = {*LIBRARIES, *SEQUENCE_PEERS, *FORMAT_PEERS, *TOKENIZER_PEERS}
+CORE_PEERS = [p for p in PEERS if p not in OWN_TESTS]
 #: The streaming peers that serve the same windows as the others.
 WINDOW_LIBRARIES = ["litdata", "mosaic"]
 

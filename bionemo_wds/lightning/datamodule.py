@@ -123,14 +123,13 @@ class GenomicWebDataModule(L.LightningDataModule):
             ``max_length_q/k``: what ``model(**batch)`` of a `transformers` causal LM takes.
         tokenizer: the ids samples are made of, seq_length counting its tokens: "bytes" (default: one
             byte per base), "hyenadna", "caduceus" (characters), "nt" (Nucleotide Transformer 6-mers),
-            "dnabert3" .. "dnabert6" (overlapping k-mers), or a Hugging Face tokenizer.json path (BPE:
-            DNABERT-2, GENA-LM, GROVER; also a `tokenizers.Tokenizer` object), run in loader workers;
-            in Python also a vocabulary object (`bionemo_wds.load.batch.mlm.Vocabulary`: byte ids
-            with a mask token of their own, for masked-LM on the byte layout).
-        objective: "clm" (default: next token) or "mlm": masked-LM batches, ``mlm_probability`` of the
-            tokens chosen (0.15), ``mlm_replace`` "bert" (80/10/10) or "mask", ``mlm_span`` (DNABERT's
-            span for overlapping k-mers; None: automatic), labels the original ids where chosen (-100
-            elsewhere). Needs a tokenizer with a mask token (the bytes default has none).
+            "dnabert3" .. "dnabert6" (overlapping k-mers) or a tokenizer.json path (BPE: DNABERT-2,
+            GENA-LM, GROVER), run in loader workers; in Python also a tokenizer object (`load.tokenize`).
+        objective: "clm" (default: next token) or "mlm": masked-LM batches, labels the original ids
+            where chosen (-100 elsewhere); needs a tokenizer with a mask token (bytes has none).
+        mlm_probability: the share of tokens masked-LM chooses (default 0.15).
+        mlm_replace: what a chosen token becomes: "bert" (80% mask, 10% random, 10% kept) or "mask".
+        mlm_span: DNABERT's span masking for overlapping k-mers (None: on for those tokenizers).
     """
 
     def __init__(
