@@ -235,6 +235,7 @@ def test_every_data_option_has_help_and_seq_length_says_what_is_true(capsys):
 # --- 8. resuming from the command line -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fit_resume_config_stopped_and_run_again_resumes(lambda_512, tmp_path, monkeypatch):
     """The same command twice, with ``--ckpt_path last``: the first starts afresh (no checkpoint yet)
     and stops at max_steps 3 (its last checkpoint: step 2), the second continues from that last.ckpt

@@ -230,6 +230,7 @@ def grouped_rows(draw):
     return np.asarray(labels, dtype=np.int64), np.asarray(lengths, dtype=np.int64), ratios
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(grouped_rows(), st.integers(0, 2**31))
 def test_grouped_split_keeps_each_group_in_one_split(rows, seed):

@@ -581,6 +581,7 @@ def test_help_explains_every_option(capsys, command, options):
 # --- where the shards are read ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_process_a_pool_and_dask_answer_alike(capsys, inputs, apart):
     """The shards are read as tasks; the answers do not depend on where they run."""
     _, dataset = apart

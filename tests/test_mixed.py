@@ -437,6 +437,7 @@ def test_fit_logs_a_validation_loss_per_dataset_and_counts_sources(roots):
 # --- 8. loader workers ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_fit_resumed_from_a_checkpoint_reads_what_the_uninterrupted_fit_reads(roots, tmp_path):
     """Lightning's own resume through a blend: a fit stopped at step 7 with a checkpoint, resumed with
     ``ckpt_path`` (and 2 loader workers), trains on exactly the batches steps 7-13 of one uninterrupted

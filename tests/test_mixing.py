@@ -320,6 +320,7 @@ def flat(plans, first=0, last=None) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(blends(), seeds, epochs, st.integers(1, 4), st.integers(1, 5), st.data())
 def test_mixed_plan_cuts_the_sequence_and_resumes_exactly(blend, seed, epoch, dp, micro, data):
@@ -339,6 +340,7 @@ def test_mixed_plan_cuts_the_sequence_and_resumes_exactly(blend, seed, epoch, dp
         assert b.first_batch == k and b.total_batches == steps and b.left_out == a.left_out
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(blends(), seeds, epochs, st.integers(1, 4), st.integers(1, 5), st.integers(1, 4), st.integers(1, 5), st.data())
 def test_elastic_mixed_resume_reads_exactly_the_unconsumed_windows(blend, seed, epoch, dp_a, m_a, dp_b, m_b, data):

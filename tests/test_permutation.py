@@ -72,6 +72,7 @@ def _tables_equal(a: WindowTable, b: WindowTable) -> bool:
     per_shard=st.integers(1, 200),
     seed=st.integers(0, 1000),
 )
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 def test_shards_computed_alone_are_the_full_order_cut(lengths, window, stride_share, tail, per_shard, seed):
     stride = max(1, int(window * stride_share))

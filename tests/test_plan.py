@@ -239,6 +239,7 @@ def test_eval_with_fewer_windows_than_ranks(n, dp, micro):
 # --- resampled epochs ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(tables(), seeds, st.integers(0, 20), dp_sizes, micros, st.integers(1, 60))
 def test_resampled_plan_has_the_pseudo_epoch_on_every_rank(table, seed, pseudo, dp, micro, per_epoch):

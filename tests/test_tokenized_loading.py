@@ -259,6 +259,7 @@ def test_the_command_line_refuses_an_unknown_tokenizer_in_one_line(root, capsys)
     refused(run, "unknown tokenizer 'ntt'; did you mean nt")
 
 
+@pytest.mark.slow
 def test_fit_trains_on_nt_tokens_from_the_command_line(kleb_1024, tmp_path, capsys):
     """The demo config with ``--data.tokenizer nt``: the model gets NT's 4,107 ids as its vocabulary."""
     logs = tmp_path / "logs"
@@ -294,6 +295,7 @@ def test_masked_lm_needs_a_tokenizer_with_a_mask_token(root):
         GenomicDataset(str(root), objective="mlm")
 
 
+@pytest.mark.slow
 def test_esm_for_masked_lm_trains_on_nt_tokens(root):
     """Nucleotide Transformer's architecture (`transformers`' EsmForMaskedLM, a small config with NT's
     4,107 ids and its pad and mask ids) trains from our NT masked-LM batches: the loss falls. (The

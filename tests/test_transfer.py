@@ -342,6 +342,7 @@ def test_spawned_workers_read_every_val_sample_once(dataset, tmp_path):
     assert "leaked shared_memory" not in done.stderr, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=300), st.integers(min_value=1, max_value=40))
 def test_a_pass_sends_its_first_batches_in_growing_groups(n, most):
