@@ -9,7 +9,7 @@ a user error, exit 2). Only the bytes up to the last record taken are read.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,16 +50,34 @@ def stored_documents(
     store: Any, split: str, sequences: bool, desc: str, progress: bool
 ) -> Iterator[tuple[str, int, np.ndarray]]:
     """(sequence, first base, bases) of every document of `split`, in stored order: whole sequences
-    (their pieces joined) when `sequences`, else every stored window."""
+    (their pieces joined) when `sequences`, else every stored window (`joined_documents`)."""
     shards = read_manifest(store).splits[split].shards
-    bar = tqdm(total=len(shards), desc=desc, unit="shard", disable=not progress)
+    with tqdm(total=len(shards), desc=desc, unit="shard", disable=not progress) as bar:
+        yield from joined_documents(counted(stored_records(store, shards), bar), sequences)
+
+
+def counted(
+    records: Iterable[tuple[ShardInfo, str, WindowBlock]], bar: tqdm
+) -> Iterator[tuple[ShardInfo, str, WindowBlock]]:
+    """`records` as they are, `bar` moved on by one as each shard's last record has gone by."""
+    last = None
+    for record in records:
+        if record[0] is not last:
+            bar.update(last is not None)
+            last = record[0]
+        yield record
+    bar.update(last is not None)
+
+
+def joined_documents(
+    records: Iterable[tuple[ShardInfo, str, WindowBlock]], sequences: bool
+) -> Iterator[tuple[str, int, np.ndarray]]:
+    """(sequence, first base, bases) of the documents of `records` (`stored_records`' output) in
+    stored order: every window, or with `sequences` each run of a sequence's consecutive pieces,
+    joined (a new name, or a piece at base 0, opens a document)."""
     current: tuple[str, int] | None = None
     parts: list[np.ndarray] = []
-    last_shard = None
-    for shard, _, block in stored_records(store, shards):
-        if shard is not last_shard:
-            bar.update(last_shard is not None)
-            last_shard = shard
+    for _, _, block in records:
         for i in range(len(block)):
             seq_id, start, bases = block.seq_id[i], int(block.start[i]), block.bases(i)
             if not sequences:
@@ -73,5 +91,3 @@ def stored_documents(
             parts.append(bases)
     if current is not None:
         yield current[0], current[1], np.concatenate(parts)
-    bar.update(last_shard is not None)
-    bar.close()

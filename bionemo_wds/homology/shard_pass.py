@@ -14,7 +14,7 @@ junction, so the result is the same for any number of tasks, workers or either e
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from bionemo_wds.core.distinct import distinct
 from bionemo_wds.format.manifest_types import ShardInfo
-from bionemo_wds.format.stored_records import stored_records
+from bionemo_wds.format.stored_records import joined_documents, stored_records
 from bionemo_wds.homology.sketch import Sketches, SketchParams, sourmash_module
 from bionemo_wds.prepare.executors.tasks import TaskPlace, run_tasks
 
@@ -54,7 +54,7 @@ class ShardRange:
 @dataclass(frozen=True)
 class Fragment:
     """The piece of a document a task holds at one of its ends (sequence layout): its sequence, whether
-    it opens a document (a first piece at base 0, or a new name: `stored_documents`' rule), its length
+    it opens a document (a first piece at base 0, or a new name: `joined_documents`), its length
     and its first and last ``k - 1`` bases (the whole fragment when shorter)."""
 
     seq_id: str
@@ -102,34 +102,13 @@ def shard_ranges(shards: dict[str, tuple[ShardInfo, ...]], workers: int) -> list
     return ranges
 
 
-def _documents(context: PassContext, task: ShardRange) -> Iterator[tuple[str, int, np.ndarray]]:
-    """(sequence, first base, bases) of the task's documents in stored order: every window, or
-    (sequence layout) each run of a sequence's consecutive pieces, joined (`stored_documents`' rule)."""
-    shards = context.shards[task.split][task.first : task.stop]
-    current: tuple[str, int] | None = None
-    parts: list[np.ndarray] = []
-    for _, _, block in stored_records(context.store, shards):
-        for i in range(len(block)):
-            seq_id, start, bases = block.seq_id[i], int(block.start[i]), block.bases(i)
-            if not context.sequences:
-                yield seq_id, start, bases
-                continue
-            if current is not None and (seq_id != current[0] or start == 0):
-                yield current[0], current[1], np.concatenate(parts)
-                current, parts = None, []
-            if current is None:
-                current = (seq_id, start)
-            parts.append(bases)
-    if current is not None:
-        yield current[0], current[1], np.concatenate(parts)
-
-
 def read_range(context: PassContext, task: ShardRange) -> RangePart:
     """One task: the sketch, stretch and query k-mers of every document of its shards."""
     k = context.params.ksize
     part = RangePart()
     first = True
-    for seq_id, start, bases in _documents(context, task):
+    shards = context.shards[task.split][task.first : task.stop]
+    for seq_id, start, bases in joined_documents(stored_records(context.store, shards), context.sequences):
         _add(part, context, seq_id, start, bases)
         if context.sequences:
             data = bases.tobytes()
