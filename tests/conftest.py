@@ -35,6 +35,18 @@ TINY_FIT = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One compute thread per test process (unless the caller set OMP_NUM_THREADS): the suite runs a
+    test process per core (xdist), so torch's default of a thread per core in each of them, and in
+    each script a test starts, oversubscribes the cores; the spinning threads of a small model's
+    training then cost several times its CPU (docs/development.md has the figures). Children inherit
+    the variable."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 def read_fasta(path: Path) -> dict[str, str]:
     """Name -> sequence of a (gzip) FASTA, read the plain way, as the reference for tests."""
     opener = gzip.open if path.suffix == ".gz" else open

@@ -18,4 +18,7 @@ echo "ruff check, ruff format --check, mypy" >&2
 # per worker's collection, a fraction of a second per process the tests start); the caches go into
 # the clone's __pycache__ folders, which git ignores
 unset PYTHONDONTWRITEBYTECODE
+# one compute thread per test process (tests/conftest.py says why); set from here too so numpy's BLAS
+# in the test processes, which reads it when it loads, starts with one thread as well
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 exec "$PY" -m pytest -n "${BIONEMO_WDS_TEST_WORKERS:-auto}" --dist loadfile "$@"
