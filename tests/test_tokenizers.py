@@ -294,3 +294,16 @@ def test_a_batch_tokenized_at_once_equals_each_document_by_its_rule(name, bpe_fi
             pos += size
     assert cut and "token_flags" in batch
     assert batch["lengths"].tolist() == [sum(len(s) for s, _ in texts[:3]), sum(len(s) for s, _ in texts[3:])]
+
+
+def test_bpe_spans_without_library_offsets_equal_the_library_offsets(bpe_file):
+    """A BPE whose tokens spell their own strings is encoded without offsets (``encode_batch_fast``):
+    the bases each token spells, summed from token lengths, equal the library's own offsets."""
+    lib = Tokenizer.from_file(bpe_file)
+    tok = resolve_tokenizer(bpe_file)
+    assert tok.spelled is not None
+    for seq in (TRICKY, SAMPLE[:777].lower(), "A"):
+        spans = tok.spans(np.frombuffer(seq.encode(), np.uint8))
+        enc = lib.encode(seq.upper(), add_special_tokens=False)
+        assert spans.ids.tolist() == enc.ids
+        assert list(zip(spans.starts.tolist(), spans.ends.tolist())) == enc.offsets

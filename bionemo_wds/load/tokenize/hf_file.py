@@ -82,6 +82,7 @@ class HfTokenizer(Tokenizer):
         # it then turns off (with a warning) in every loader worker forked after it
         tokens = len(tok.encode(probe.tobytes().decode("ascii"), add_special_tokens=False).ids)
         self.bases_per_token = PROBE_BASES / max(1, tokens)
+        self.spelled = spelled_lengths(tok, self.vocab_size)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -101,18 +102,42 @@ class HfTokenizer(Tokenizer):
         upper = UPPER[bases].tobytes().decode("ascii")
         edges = bounds.tolist()
         texts = [upper[s:e] for s, e in itertools.pairwise(edges)]
+        if self.spelled is not None and hasattr(self.tok, "encode_batch_fast"):
+            toks = self.tokenize_fast(texts, bounds)
+            if toks is not None:
+                return toks
         encodings = self.tok.encode_batch(texts, add_special_tokens=False)
         counts = np.array([len(enc.ids) for enc in encodings], dtype=np.int64)
         empty = [np.empty(0, dtype=np.int64)]  # the lists to arrays in C, one call per document
         ids = np.concatenate([np.asarray(enc.ids, dtype=np.int64) for enc in encodings] or empty)
-        offsets = np.concatenate(
-            [np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) for enc in encodings] or [empty[0].reshape(0, 2)]
-        )
+        pairs = [np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) for enc in encodings]
+        offsets = np.concatenate(pairs or [empty[0].reshape(0, 2)])
         first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         shift = np.repeat(bounds[:-1], counts)  # offsets are within each document
         toks = Tokens(ids, first, counts, offsets[:, 0] + shift, offsets[:, 1] - offsets[:, 0])
         self.check_spelled(bases, bounds, toks, wheres)
         return toks
+
+    def tokenize_fast(self, texts: list[str], bounds: np.ndarray) -> Tokens | None:
+        """`tokenize` by ``encode_batch_fast`` (the library leaves offsets out), for a BPE whose
+        tokens spell exactly their own strings (`spelled_lengths`): each token's bases are the running
+        sum of their lengths. None when a document's tokens do not spell exactly its bases or one is
+        unknown: then `tokenize` encodes again with offsets, to name the base."""
+        assert self.spelled is not None
+        encodings = self.tok.encode_batch_fast(texts, add_special_tokens=False)
+        counts = np.array([len(enc.ids) for enc in encodings], dtype=np.int64)
+        ids = np.concatenate([np.asarray(enc.ids, dtype=np.int64) for enc in encodings] or [np.empty(0, np.int64)])
+        width = self.spelled[ids]
+        ends = np.cumsum(width)
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        last = first + counts - 1
+        spelled = np.where(counts > 0, ends[np.maximum(last, 0)] if len(ids) else 0, 0)
+        spelled = np.maximum.accumulate(spelled) if len(spelled) else spelled
+        if not np.array_equal(spelled, bounds[1:] - bounds[0]) or (
+            self.unk_id is not None and (ids == self.unk_id).any()
+        ):
+            return None
+        return Tokens(ids, first, counts, ends - width, width)
 
     def spell(self, bases: np.ndarray, bounds: np.ndarray, plain: bool) -> Tokens:
         return self.tokenize(bases, bounds, ["the data"] * (len(bounds) - 1), plain)
@@ -137,6 +162,24 @@ class HfTokenizer(Tokenizer):
         first = int(np.argmax(missing))
         doc = int(np.searchsorted(bounds, first, side="right")) - 1
         refuse_base(self.name, int(UPPER[bases[first]]), first - int(bounds[doc]), wheres[doc])
+
+
+def spelled_lengths(tok: Any, vocab_size: int) -> np.ndarray | None:
+    """``lengths[id]``: the bases token `id` spells, for a BPE model with neither normalizer nor
+    pre-tokenizer nor sub-word affixes (then a token spells exactly its own string: DNABERT-2's style);
+    None for any other tokenizer (its offsets come from the library)."""
+    from tokenizers import models
+
+    model = tok.model
+    if tok.normalizer is not None or tok.pre_tokenizer is not None or not isinstance(model, models.BPE):
+        return None
+    if model.continuing_subword_prefix or model.end_of_word_suffix:
+        return None
+    lengths = np.zeros(vocab_size, dtype=np.int64)
+    for token, i in tok.get_vocab(with_added_tokens=True).items():
+        if i < vocab_size:
+            lengths[i] = len(token)
+    return lengths
 
 
 def first_id(tok: Any, names: tuple[str, ...]) -> int | None:
