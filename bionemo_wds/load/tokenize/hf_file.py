@@ -1,9 +1,12 @@
 """Any Hugging Face tokenizer (a ``tokenizer.json`` path, a `tokenizers.Tokenizer` or a
 `PreTrainedTokenizerFast`): the BPE vocabularies of DNABERT-2, GENA-LM and GROVER.
 
-Ids come from the Rust `tokenizers` library in the loader workers (``encode_batch``, no Python per
-base): the document's bases as an upper-case string, without special tokens; the offsets it returns
-are the bases each token spells. How the family frames a sample is read from the tokenizer's own
+Ids come from the Rust `tokenizers` library in the loader workers, one call for a batch's documents
+(``encode_batch``, no Python per base or token): each document's bases as an upper-case string,
+without special tokens; the offsets it returns are the bases each token spells. A BPE whose tokens
+spell exactly their own strings (no normalizer, pre-tokenizer or sub-word affixes, as DNABERT-2's)
+is encoded without offsets (``encode_batch_fast``) and the bases summed from its tokens' lengths,
+checked against each document's length. How the family frames a sample is read from the tokenizer's own
 post-processor: the specials ``encode("A", add_special_tokens=True)`` puts before and after the base
 (DNABERT-2: ``[CLS]`` .. ``[SEP]``). A base the vocabulary cannot spell (it becomes the unknown token,
 or, without one, the library drops it) is refused, naming it.
