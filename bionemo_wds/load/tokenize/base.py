@@ -1,10 +1,12 @@
 """What every tokenizer at load time is: the interface the batch builders and masked-LM code use.
 
-Shards store bases, one byte each; a tokenizer turns one document's bases (uint8, already on the
-strand the sample was drawn on) into the ids of a model family's vocabulary, and says how the family
-frames a sample with special tokens (`prefix`, `suffix`) and which ids are never trained or masked
-(`special_ids`). Each id comes with the span of bases it spells (`Spans`), which is how soft-mask
-weights and degenerate bases become per-token flags (`token_flags`).
+Shards store bases, one byte each; a tokenizer turns a batch's documents (their bases joined in one
+uint8 array, each already on the strand its sample was drawn on) into the ids of a model family's
+vocabulary in whole-batch array operations (`Tokenizer.tokenize` -> `Tokens`: no numpy call per
+document or token), and says how the family frames a sample with special tokens (`prefix`,
+`suffix`) and which ids are never trained or masked (`special_ids`). Each id comes with the span of
+bases it spells, which is how soft-mask weights and degenerate bases become per-token flags
+(`token_flags`); `spans` gives one document's (`Spans`).
 
 The planning side asks two numbers of a tokenizer (`bases_per_token`, `edge_tokens`) so an epoch
 can be cut in bases before any base is read, with `seq_length` counting tokens (`window_bases`,
