@@ -53,10 +53,12 @@ def kmer_grid(codes: np.ndarray, k: int) -> np.ndarray:
         wide = part if span < 4 else part.astype(np.int32)
         pieces[2 * span] = wide[: len(wide) - span] * wide.dtype.type(4**span) + wide[span:]
         span *= 2
-    value, have = pieces[span].astype(np.int32), span
+    wide_type = np.dtype(np.int16 if k <= 7 else np.int32)  # 4**7 ids (and DNABERT's 5 specials) fit int16
+    value: np.ndarray = pieces[span].astype(wide_type)
+    have = span
     for size in sorted(pieces, reverse=True):  # then the rest of k from the pieces made
         if have + size <= k:
-            value = value[: len(value) - size] * np.int32(4**size) + pieces[size][have : have + len(value) - size]
+            value = value[: len(value) - size] * wide_type.type(4**size) + pieces[size][have : have + len(value) - size]
             have += size
     return value
 
@@ -160,7 +162,8 @@ class DnabertTokenizer(Tokenizer):
         k = self.kmer or 1
         codes = CODES[bases]
         count = max(0, len(bases) - k + 1)
-        value = (kmer_grid(codes, k)[:count] + (self.MASK + 1)).astype(np.int16)
+        value = kmer_grid(codes, k)[:count]
+        value += self.MASK + 1
         if not plain and not only_acgt(bases):  # a k-mer holding N is [UNK]
             cum = np.concatenate([[0], np.cumsum(codes > 3)])
             value[cum[k : k + count] > cum[:count]] = self.UNK
