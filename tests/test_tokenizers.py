@@ -230,3 +230,80 @@ def test_the_tensor_form_for_accelerators_equals_the_cpu_form(fmt, packed):
     for key, value in cpu.items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, gather[key]), key
+
+
+def soft_or_degenerate(seq: str, start: int, end: int) -> int:
+    """The flags of a token spelling ``seq[start:end]`` by the documented rule (1: any base lower
+    case, 2: any base not A/C/G/T)."""
+    spelled = seq[start:end]
+    return (any(c.islower() for c in spelled)) | (any(c.upper() not in "ACGT" for c in spelled) << 1)
+
+
+@pytest.mark.parametrize("name", ["nt", "dnabert6", "dnabert3", "caduceus", "bpe"])
+def test_a_batch_tokenized_at_once_equals_each_document_by_its_rule(name, bpe_file):
+    """The whole batch's bases are tokenized in one pass (`Tokenizer.tokenize`): every packed document,
+    on its strand, equals its own reference ids (short ones, N runs, lower case, a document cut off by
+    seq_length), and each token's flags the rule of the bases it spells."""
+    tok = resolve_tokenizer(bpe_file if name == "bpe" else name)
+    texts = [
+        (TRICKY[:640], False),
+        (SAMPLE[:4], True),
+        ("", False),
+        (TRICKY[1300:], True),
+        ("NN" + SAMPLE[:31].lower() + "N", False),
+        (SAMPLE[:900], False),
+    ]
+    docs = [TokenDoc(np.frombuffer(s.encode(), np.uint8), rc, f"s:{i}") for i, (s, rc) in enumerate(texts)]
+    lib = Tokenizer.from_file(bpe_file)
+
+    def reference(seq: str) -> list[int]:
+        if name == "nt":
+            return nt_reference(seq)
+        if name.startswith("dnabert"):
+            return dnabert_reference(seq, int(name[-1])) if len(seq) >= int(name[-1]) else [2, 3]
+        if name == "caduceus":
+            return char_reference(seq)
+        return lib.encode(seq.upper()).ids
+
+    def strand(doc: TokenDoc) -> str:
+        seq = doc.bases.tobytes().decode()
+        return seq[::-1].translate(str.maketrans("ACGTacgt", "TGCAtgca")) if doc.rc else seq
+
+    need = [sum(len(reference(strand(d))) for d in row) for row in (docs[:3], docs[3:])]
+    seq_length = max(need[0], need[1] - 10)  # the last document of the second row is cut off
+    batch = tokenized_batch([docs[:3], docs[3:]], tok, seq_length, True)
+    cut = False
+    for r, row in enumerate([docs[:3], docs[3:]]):
+        pos = 0
+        for j, doc in enumerate(row):
+            seq = strand(doc)
+            want = reference(seq)
+            size = int(batch["doc_tokens"][r, j])
+            got = batch["tokens"][r, pos : pos + size].tolist()
+            if size < len(want):  # cut off by seq_length: its first tokens, then the suffix
+                cut = True
+                assert got == want[: size - len(tok.suffix)] + list(tok.suffix) and size == seq_length - pos
+            else:
+                assert got == want, (name, r, j)
+            if name != "bpe" and "token_flags" in batch:
+                spans = tok.spans(np.frombuffer(seq.encode(), np.uint8))
+                flags = [soft_or_degenerate(seq, s, e) for s, e in zip(spans.starts.tolist(), spans.ends.tolist())]
+                inner = size - tok.n_specials
+                p = pos + len(tok.prefix)
+                assert batch["token_flags"][r, p : p + inner].tolist() == flags[:inner], (name, r, j)
+            pos += size
+    assert cut and "token_flags" in batch
+    assert batch["lengths"].tolist() == [sum(len(s) for s, _ in texts[:3]), sum(len(s) for s, _ in texts[3:])]
+
+
+def test_bpe_spans_without_library_offsets_equal_the_library_offsets(bpe_file):
+    """A BPE whose tokens spell their own strings is encoded without offsets (``encode_batch_fast``):
+    the bases each token spells, summed from token lengths, equal the library's own offsets."""
+    lib = Tokenizer.from_file(bpe_file)
+    tok = resolve_tokenizer(bpe_file)
+    assert tok.spelled is not None
+    for seq in (TRICKY, SAMPLE[:777].lower(), "A"):
+        spans = tok.spans(np.frombuffer(seq.encode(), np.uint8))
+        enc = lib.encode(seq.upper(), add_special_tokens=False)
+        assert spans.ids.tolist() == enc.ids
+        assert list(zip(spans.starts.tolist(), spans.ends.tolist())) == enc.offsets

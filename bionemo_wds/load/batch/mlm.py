@@ -194,14 +194,17 @@ def batch_masks(
 ) -> np.ndarray:
     """The ``mlm`` matrix of a compact batch (`mask_tokens`): its rows of ids, the tokens that may
     be chosen besides specials and padding, each row's key and its pass's salt."""
-    return mask_tokens(ids, candidates & ~rule.special_table[ids], row_salts(keys, salts), rule)
+    return mask_tokens(ids, candidates, row_salts(keys, salts), rule, specials=True)
 
 
-def mask_tokens(ids: np.ndarray, candidates: np.ndarray, salts: np.ndarray, rule: MaskingRule) -> np.ndarray:
+def mask_tokens(
+    ids: np.ndarray, candidates: np.ndarray, salts: np.ndarray, rule: MaskingRule, specials: bool = False
+) -> np.ndarray:
     """The ``mlm`` matrix of a batch of token rows (rows x width): `MLM_NONE` where nothing is
     predicted, `MLM_KEEP` where the token is predicted and shown as it is, else the id shown (the
-    mask token or a random token). `candidates`: the tokens that may be chosen (`maskable`);
-    `salts`: one per row (`row_salts`). A pure function of its arguments.
+    mask token or a random token). `candidates`: the tokens that may be chosen (`maskable`;
+    `specials`: leave out the rule's special ids too, looked up at the drawn tokens alone); `salts`:
+    one per row (`row_salts`). A pure function of its arguments.
 
     Token (r, c) is a centre when ``fmix32(salt32[r] + (c + 1) * 0x9E3779B9)`` (murmur3's 32-bit
     finaliser of a Weyl sequence; salt32: the row salt's halves xor-ed) is below ``probability *
@@ -218,10 +221,14 @@ def mask_tokens(ids: np.ndarray, candidates: np.ndarray, salts: np.ndarray, rule
     steps = np.arange(1, width + 1, dtype=np.uint32) * _WEYL32
     bound = min(math.ceil(rule.probability * 2.0**32), (1 << 32) - 1)
     chosen = fmix32(folded[:, None] + steps[None, :]) < np.uint32(bound)
-    chosen &= candidates
     if rule.span > 1:
-        chosen = spread(chosen, rule.span) & candidates
-    where = np.flatnonzero(chosen)
+        allowed = candidates & ~rule.special_table[ids] if specials else candidates
+        where = np.flatnonzero(spread(chosen & allowed, rule.span) & allowed)
+    else:
+        chosen &= candidates
+        where = np.flatnonzero(chosen)
+        if specials:  # a lookup at the drawn tokens alone, not the whole batch
+            where = where[~rule.special_table[ids.ravel()[where]]]
     if not len(where):
         return out
     if rule.replace == "mask":
@@ -279,7 +286,7 @@ def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) ->
     base column). The result: ``input_ids`` with the replacements, ``labels`` the original id where a
     token is chosen and trained, -100 elsewhere. `megatron`: ``tokens``, ``labels`` (the unmasked
     tokens' labels, so every label is an id a vocab-parallel loss can index), ``loss_mask`` (1 where
-    predicted), ``position_ids``. On a CPU numpy slices (`lay_masks`); elsewhere whole-batch tensor
+    predicted), ``position_ids``. On a CPU numpy at the chosen cells (`lay_masks`); elsewhere whole-batch tensor
     ops (torch's CPU kernels for these are many times slower than numpy's on a shared machine).
     """
     ids, labels = inputs["input_ids"], inputs["labels"]
@@ -291,9 +298,13 @@ def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) ->
         chosen = lay_masks(ids_np, labels_np, codes, starts)
         shown = ids
         if megatron:
-            loss_mask = torch.from_numpy(chosen.astype(np.float32))
+            weights = np.zeros(ids_np.shape, dtype=np.float32)
+            np.put(weights, chosen, 1.0)
+            loss_mask = torch.from_numpy(weights)
         else:
-            np.copyto(labels_np, IGNORE_INDEX, where=~chosen)
+            kept = labels_np.ravel()[chosen]
+            labels_np.fill(IGNORE_INDEX)
+            np.put(labels_np, chosen, kept)
     else:
         unmasked = torch.where(labels != IGNORE_INDEX, labels, ids) if megatron else None
         predicted, shown = masks_on_device(ids, labels, mlm, first)
@@ -308,23 +319,21 @@ def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) ->
 
 
 def lay_masks(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Replace the chosen tokens of `ids` in place (`apply_masks`, numpy): by whole-batch slices when
-    every row's bases start in one column (the usual batch), else row by row. Returns where a token is
-    predicted (chosen and trained: `labels` not -100)."""
-    n, seq_length = ids.shape
-    predicted = np.zeros(ids.shape, dtype=bool)
-    uniform = not n or (starts == starts[0]).all()
-    groups: list[tuple[Any, int]] = [(slice(None), int(starts[0]))] if uniform and n else []
-    if not uniform:
-        groups = [(row, int(start)) for row, start in enumerate(starts.tolist())]
-    for rows, p in groups:
-        width = max(0, min(codes.shape[1], seq_length - p))
-        drawn, region = codes[rows, :width], ids[rows, p : p + width]
-        chosen = drawn != MLM_NONE
-        chosen &= labels[rows, p : p + width] != IGNORE_INDEX
-        predicted[rows, p : p + width] = chosen
-        np.copyto(region, drawn, where=chosen & (drawn >= 0), casting="unsafe")  # faster than a fancy index
-    return predicted
+    """Replace the chosen tokens of `ids` in place (`apply_masks`, numpy), touching the chosen cells
+    alone: returns where a token is predicted (chosen and trained: `labels` not -100), as flat indices
+    of `ids`."""
+    seq_length = ids.shape[1]
+    where = np.flatnonzero(codes != MLM_NONE)
+    row, col = np.divmod(where, max(1, codes.shape[1]))
+    col += np.asarray(starts, dtype=np.int64)[row]
+    inside = col < seq_length
+    flat = row[inside] * seq_length + col[inside]
+    where = where[inside]
+    trained = labels.ravel()[flat] != IGNORE_INDEX
+    flat, drawn = flat[trained], codes.ravel()[where[trained]]
+    shown = drawn >= 0
+    np.put(ids, flat[shown], drawn[shown])
+    return flat
 
 
 def masks_on_device(ids: torch.Tensor, labels: torch.Tensor, mlm: Any, first: Any) -> tuple[torch.Tensor, torch.Tensor]:

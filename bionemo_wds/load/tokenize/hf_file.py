@@ -1,9 +1,12 @@
 """Any Hugging Face tokenizer (a ``tokenizer.json`` path, a `tokenizers.Tokenizer` or a
 `PreTrainedTokenizerFast`): the BPE vocabularies of DNABERT-2, GENA-LM and GROVER.
 
-Ids come from the Rust `tokenizers` library in the loader workers (``encode_batch``, no Python per
-base): the document's bases as an upper-case string, without special tokens; the offsets it returns
-are the bases each token spells. How the family frames a sample is read from the tokenizer's own
+Ids come from the Rust `tokenizers` library in the loader workers, one call for a batch's documents
+(``encode_batch``, no Python per base or token): each document's bases as an upper-case string,
+without special tokens; the offsets it returns are the bases each token spells. A BPE whose tokens
+spell exactly their own strings (no normalizer, pre-tokenizer or sub-word affixes, as DNABERT-2's)
+is encoded without offsets (``encode_batch_fast``) and the bases summed from its tokens' lengths,
+checked against each document's length. How the family frames a sample is read from the tokenizer's own
 post-processor: the specials ``encode("A", add_special_tokens=True)`` puts before and after the base
 (DNABERT-2: ``[CLS]`` .. ``[SEP]``). A base the vocabulary cannot spell (it becomes the unknown token,
 or, without one, the library drops it) is refused, naming it.
@@ -15,13 +18,14 @@ does has its last tokens left out, and the batch counts the bases they spell (``
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
 import numpy as np
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.tokenize.base import UPPER, Spans, Tokenizer, refuse_base
+from bionemo_wds.load.tokenize.base import UPPER, Tokenizer, Tokens, refuse_base
 
 #: Bases the planning ratio is measured on, and the seed they are drawn with.
 PROBE_BASES = 1 << 16
@@ -81,6 +85,7 @@ class HfTokenizer(Tokenizer):
         # it then turns off (with a warning) in every loader worker forked after it
         tokens = len(tok.encode(probe.tobytes().decode("ascii"), add_special_tokens=False).ids)
         self.bases_per_token = PROBE_BASES / max(1, tokens)
+        self.spelled = spelled_lengths(tok, self.vocab_size)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -94,40 +99,90 @@ class HfTokenizer(Tokenizer):
         state["tok"] = RustTokenizer.from_str(state["tok"])
         self.__dict__.update(state)
 
-    def check_alphabet(self, upper: np.ndarray, where: str) -> None:
-        """Checked after encoding (`spans_of`): the vocabulary decides what it spells."""
+    def tokenize(self, bases: np.ndarray, bounds: np.ndarray, wheres: list[str], plain: bool | None = None) -> Tokens:
+        """Every document's tokens in one call into the library (``encode_batch`` of the upper-case
+        documents); then a base no token spells, or spelled by the unknown token, is refused."""
+        upper = UPPER[bases].tobytes().decode("ascii")
+        edges = bounds.tolist()
+        texts = [upper[s:e] for s, e in itertools.pairwise(edges)]
+        if self.spelled is not None and hasattr(self.tok, "encode_batch_fast"):
+            toks = self.tokenize_fast(texts, bounds)
+            if toks is not None:
+                return toks
+        encodings = self.tok.encode_batch(texts, add_special_tokens=False)
+        counts = np.array([len(enc.ids) for enc in encodings], dtype=np.int64)
+        empty = [np.empty(0, dtype=np.int64)]  # the lists to arrays in C, one call per document
+        ids = np.concatenate([np.asarray(enc.ids, dtype=np.int64) for enc in encodings] or empty)
+        pairs = [np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) for enc in encodings]
+        offsets = np.concatenate(pairs or [empty[0].reshape(0, 2)])
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        shift = np.repeat(bounds[:-1], counts)  # offsets are within each document
+        toks = Tokens(ids, first, counts, offsets[:, 0] + shift, offsets[:, 1] - offsets[:, 0])
+        self.check_spelled(bases, bounds, toks, wheres)
+        return toks
 
-    def spell(self, upper: np.ndarray) -> Spans:
-        return self.spans_of([upper], ["the data"])[0]
+    def tokenize_fast(self, texts: list[str], bounds: np.ndarray) -> Tokens | None:
+        """`tokenize` by ``encode_batch_fast`` (the library leaves offsets out), for a BPE whose
+        tokens spell exactly their own strings (`spelled_lengths`): each token's bases are the running
+        sum of their lengths. None when a document's tokens do not spell exactly its bases or one is
+        unknown: then `tokenize` encodes again with offsets, to name the base."""
+        assert self.spelled is not None
+        encodings = self.tok.encode_batch_fast(texts, add_special_tokens=False)
+        counts = np.array([len(enc.ids) for enc in encodings], dtype=np.int64)
+        ids = np.concatenate([np.asarray(enc.ids, dtype=np.int64) for enc in encodings] or [np.empty(0, np.int64)])
+        width = self.spelled[ids]
+        ends = np.cumsum(width)
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        last = first + counts - 1
+        spelled = np.where(counts > 0, ends[np.maximum(last, 0)] if len(ids) else 0, 0)
+        spelled = np.maximum.accumulate(spelled) if len(spelled) else spelled
+        if not np.array_equal(spelled, bounds[1:] - bounds[0]) or (
+            self.unk_id is not None and (ids == self.unk_id).any()
+        ):
+            return None
+        return Tokens(ids, first, counts, ends - width, width)
 
-    def spans_of(self, docs: list[np.ndarray], wheres: list[str]) -> list[Spans]:
-        """`spans` of many documents (upper case) in one call into the library."""
-        texts = [doc.tobytes().decode("ascii") for doc in docs]
-        out = []
-        for doc, where, enc in zip(docs, wheres, self.tok.encode_batch(texts, add_special_tokens=False)):
-            ids = np.asarray(enc.ids, dtype=np.int64)
-            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
-            spans = Spans(ids, offsets[:, 0], offsets[:, 1])
-            self.check_spelled(doc, spans, where)
-            out.append(spans)
-        return out
+    def spell(self, bases: np.ndarray, bounds: np.ndarray, plain: bool) -> Tokens:
+        return self.tokenize(bases, bounds, ["the data"] * (len(bounds) - 1), plain)
 
-    def check_spelled(self, doc: np.ndarray, spans: Spans, where: str) -> None:
-        """Every base is spelled by a token that is not the unknown token: else refuse the first one."""
-        covered = np.zeros(len(doc) + 1, dtype=np.int64)
-        np.add.at(covered, spans.starts, 1)
-        np.add.at(covered, spans.ends, -1)
-        missing = np.cumsum(covered)[: len(doc)] <= 0
-        if self.unk_id is not None and len(spans.ids):
-            unknown = spans.ids == self.unk_id
-            for s, e in zip(spans.starts[unknown].tolist(), spans.ends[unknown].tolist()):
-                missing[s:e] = True
-        if missing.any():
-            at = int(np.argmax(missing))
-            refuse_base(self.name, int(doc[at]), at, where)
+    def check_spelled(self, bases: np.ndarray, bounds: np.ndarray, toks: Tokens, wheres: list[str]) -> None:
+        """Every base is spelled by a token that is not the unknown token: else refuse the first one.
+        The usual batch is decided in a few whole-batch comparisons (its tokens follow one another
+        from its first base to its last, none unknown)."""
+        at = np.arange(len(toks.ids), dtype=np.int64)
+        starts, ends = toks.token_starts(at), toks.token_ends(at)
+        if len(at):
+            chained = starts[0] == 0 and ends[-1] == len(bases) and bool((starts[1:] == ends[:-1]).all())
+        else:
+            chained = not len(bases)
+        unknown = self.unk_id is not None and bool((toks.ids == self.unk_id).any())
+        if chained and not unknown:
+            return
+        missing = np.ones(len(bases), dtype=bool)  # the first base no known token spells, for the message
+        known = toks.ids != self.unk_id if self.unk_id is not None else np.ones(len(toks.ids), dtype=bool)
+        for s, e in zip(starts[known].tolist(), ends[known].tolist()):
+            missing[s:e] = False
+        first = int(np.argmax(missing))
+        doc = int(np.searchsorted(bounds, first, side="right")) - 1
+        refuse_base(self.name, int(UPPER[bases[first]]), first - int(bounds[doc]), wheres[doc])
 
-    def spans_many(self, docs: list[np.ndarray], wheres: list[str]) -> list[Spans]:
-        return self.spans_of([UPPER[np.asarray(d, dtype=np.uint8)] for d in docs], wheres)
+
+def spelled_lengths(tok: Any, vocab_size: int) -> np.ndarray | None:
+    """``lengths[id]``: the bases token `id` spells, for a BPE model with neither normalizer nor
+    pre-tokenizer nor sub-word affixes (then a token spells exactly its own string: DNABERT-2's style);
+    None for any other tokenizer (its offsets come from the library)."""
+    from tokenizers import models
+
+    model = tok.model
+    if tok.normalizer is not None or tok.pre_tokenizer is not None or not isinstance(model, models.BPE):
+        return None
+    if model.continuing_subword_prefix or model.end_of_word_suffix:
+        return None
+    lengths = np.zeros(vocab_size, dtype=np.int64)
+    for token, i in tok.get_vocab(with_added_tokens=True).items():
+        if i < vocab_size:
+            lengths[i] = len(token)
+    return lengths
 
 
 def first_id(tok: Any, names: tuple[str, ...]) -> int | None:
