@@ -21,12 +21,14 @@ import numpy as np
 from bionemo_wds.errors import refusal_named
 from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_record, record_key
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
+from bionemo_wds.format.shard_columns import shard_values
 from bionemo_wds.format.split_index_file import SplitIndex, read_split_index
 from bionemo_wds.format.tar import decode_named, iter_record_members
 from bionemo_wds.load.plan import RecordTable
 from bionemo_wds.load.plan.mixing import split_virtual
 from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.shard_urls import ShardUrls, split_sizes
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.mapped import map_array
 from bionemo_wds.storage.retry import RemoteReadError
@@ -109,9 +111,9 @@ class SplitRecords:
         only). A shard missing or not of its listed size goes to the policy here (under
         ``handler="warn"``: its records past the end of the file are filler)."""
         entries = manifest.splits[split].shards
-        urls = store.urls([shard.path for shard in entries])
+        urls = ShardUrls(store, entries)  # each made when asked for
         shards: ShardRanges = RemoteShards(store, urls, cache) if store.remote else LocalShards(urls)
-        found = [sizes.get(url, shard.bytes) for url, shard in zip(urls, entries)]
+        found = split_sizes(sizes, split, urls, entries)
         index = read_split_index(store, manifest, split)
         scanned: dict[int, RecordIndex] = {}
         unindexed = set(range(len(entries))) if index is None else set(index.unindexed)
@@ -341,11 +343,11 @@ def _to_look_at(
     size (`found`), without an index, with records past their end, or whose windows (by the index)
     are not the manifest's count. Found without a Python step per shard, which at 100,000 shards
     would cost as much as the rest of the set-up."""
-    listed = np.fromiter((shard.bytes for shard in entries), dtype=np.int64, count=len(entries))
+    listed = np.fromiter(shard_values(entries, "bytes"), dtype=np.int64, count=len(entries))
     sized = np.fromiter((-1 if size is None else size for size in found), dtype=np.int64, count=len(found))
     odd = listed != sized
     if windows is not None:
-        counts = np.fromiter((shard.n_samples for shard in entries), dtype=np.int64, count=len(entries))
+        counts = np.fromiter(shard_values(entries, "n_samples"), dtype=np.int64, count=len(entries))
         odd |= windows != counts
     return sorted({*np.flatnonzero(odd).tolist(), *unindexed, *past})
 
