@@ -78,7 +78,9 @@ def _read_checked(
         found = store.sizes(name)  # None: the protocol cannot list; each shard is asked for its size
         strays = []
         if warn_strays:  # one rank looks for files the manifest does not list (a set of every shard's path)
-            strays = unlisted_shards(name, found or {}, params.prefix, set(paths))
+            folder = f"{name}/"  # the names found that no path of the split names, as a set difference
+            listed_names = {path[len(folder) :] for path in paths if path.startswith(folder)}
+            strays = unlisted_shards(name, (found or {}).keys() - listed_names, params.prefix, ())
         if strays:  # the manifest is the list: a stray copy is never read
             warnings.warn(
                 f"{store.root}: ignoring {len(strays)} file(s) not listed in manifest.json: "
