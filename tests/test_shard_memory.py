@@ -20,7 +20,7 @@ from bionemo_wds import GenomicWebDataModule
 from bionemo_wds.format import read_manifest
 from bionemo_wds.format.shard_columns import ShardColumns, ShardInfo, shard_values
 from bionemo_wds.load.plan.record_columns import Int64View, RecordShards
-from bionemo_wds.load.shard_urls import ShardUrls, UrlValues, split_sizes
+from bionemo_wds.load.shard_urls import MISSING, ShardUrls, UrlValues, match_listing, split_sizes
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.store import Store
 
@@ -154,3 +154,15 @@ def test_an_int64_view_reads_a_narrow_column_as_int64() -> None:
     assert view.dtype == np.int64 and len(view) == 3 and int(view.sum()) == 4_000_000_003
     assert view[np.array([2, 0])].dtype == np.int64 and view[1:].tolist() == [0, 4_000_000_000]
     assert np.cumsum(view)[-1] == 4_000_000_003 and int(view.max()) == 4_000_000_000
+
+
+def test_a_listing_matched_in_numpy_is_the_listing_matched_by_name() -> None:
+    shards = ShardColumns.from_json([_entry(n) for n in (3, 1, 2, 7)])
+    names = ["wdshards-000002.tar", "stray.tar", "wdshards-000003.tar", "wdshards-000001.tar"]
+    matched = match_listing(shards.paths, "train/", names, [20, 5, 30, 10])
+    assert matched is not None
+    found, unlisted = matched
+    assert found.tolist() == [30, 10, 20, MISSING] and unlisted == ["stray.tar"]
+    assert match_listing(shards.paths, "train/", [], []) is not None
+    assert match_listing(shards.paths, "val/", names, [20, 5, 30, 10]) is None  # paths elsewhere: by name
+    assert match_listing(ShardColumns.from_json([_entry(1, path="train/a/b.tar")]).paths, "train/", [], []) is None

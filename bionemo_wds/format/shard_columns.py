@@ -95,6 +95,11 @@ class PathColumn(Sequence[str]):
     def __len__(self) -> int:
         return len(self._paths)
 
+    @property
+    def array(self) -> np.ndarray:
+        """The paths as stored: a fixed-width bytes array (UTF-8), for matching them in numpy."""
+        return self._paths
+
     @overload
     def __getitem__(self, i: int) -> str: ...
     @overload

@@ -101,3 +101,37 @@ def split_sizes(
     if column is not None and len(column) == len(shards):
         return [None if size == MISSING else size for size in column.tolist()]
     return [sizes.get(url, listed) for url, listed in zip(urls, shard_values(shards, "bytes"))]
+
+
+def match_listing(
+    paths: PathColumn, folder: str, names: Sequence[str], sizes: Sequence[int]
+) -> tuple[np.ndarray, list[str]] | None:
+    """(the size found of each of `paths`, `MISSING` where the listing has no such file; the names
+    listed that no path names) for a split whose every path lies directly in `folder` (``train/``),
+    from one listing of it (`Store.listing`: `names`, `sizes`). The names are sorted once and each
+    path's name found by a binary search, all in numpy: at a million shards a dictionary from name
+    to size, and a lookup in it per shard, cost more than the listing. None where a path lies
+    elsewhere or a name is not ASCII (the caller then matches names one by one)."""
+    raw, prefix = paths.array, folder.encode()
+    width, k = raw.dtype.itemsize, len(prefix)
+    if width <= k:
+        return None
+    chars = raw.view(np.uint8).reshape(len(raw), width)
+    rest = np.ascontiguousarray(chars[:, k:])
+    if not (chars[:, :k] == np.frombuffer(prefix, dtype=np.uint8)).all() or (rest == ord("/")).any():
+        return None
+    base = rest.view(f"S{width - k}").ravel()
+    try:
+        listed = np.array(names, dtype="S") if len(names) else np.empty(0, dtype="S1")
+    except UnicodeEncodeError:
+        return None
+    order = np.argsort(listed, kind="stable")
+    ranked = listed[order]
+    found = np.full(len(base), MISSING, dtype=np.int64)
+    matched = np.zeros(len(listed), dtype=bool)
+    if len(ranked):
+        at = np.minimum(np.searchsorted(ranked, base), len(ranked) - 1)
+        hit = ranked[at] == base
+        found[hit] = np.asarray(sizes, dtype=np.int64)[order[at[hit]]]
+        matched[order[at[hit]]] = True
+    return found, [name.decode() for name in listed[~matched].tolist()]
