@@ -7,6 +7,9 @@ what each version holds); `Manifest.to_json` gives the JSON object back, key for
 order `prepare` writes them, so a manifest read and written again is the same file. Keys a reader
 does not know are kept in each object's ``extra`` (and written back after the known ones): nothing
 is lost on a round trip, and an older reader of a newer, compatible manifest keeps what it cannot use.
+A split's shard entries are held as columns (`format.shard_columns`: a `ShardColumns` is the
+sequence of `ShardInfo` entries, each made when asked for), so a rank holds about 90 bytes per
+shard it does not read instead of a Python object per entry.
 
 Values are those of the JSON (a number stays the number the file holds; nothing is converted here),
 checked only for what every reader needs (`REQUIRED_PARAMS`, ...: a `ManifestError` naming the
@@ -16,11 +19,13 @@ file and the first missing key); the readers of the record index check their own
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bionemo_wds.errors import ManifestError
+from bionemo_wds.format.json_fields import json_of, known_fields, split_known
+from bionemo_wds.format.shard_columns import ShardColumns, ShardInfo
 
 FORMAT_NAME = "bionemo-wds"
 #: The version `prepare` writes (both layouts, both codecs): version 5 whose sequence names are in
@@ -67,38 +72,6 @@ INDEX_FILE_SPLIT_KEY, INDEX_FILE_SHARD_KEY = "record_index", "n_records"
 SEQUENCE_INDEX_SPLIT_KEY = "sequence_index"
 _SHARD_KEYS = frozenset(REQUIRED_SHARD_KEYS)
 _INDEX_FILE_SHARD_KEYS = frozenset((*REQUIRED_SHARD_KEYS, INDEX_FILE_SHARD_KEY))
-#: Keys written even when their value is null (`prepare` always writes them); any other optional
-#: key whose value is None is left out.
-_ALWAYS = frozenset(("group_by", "split_at_n"))
-#: Keys left out when they hold this value: what a manifest without them means (``layout``: the
-#: windows layout, which versions 1-4 have and do not name, so a windows manifest stays as it was).
-_OMITTED_DEFAULTS = {"layout": "windows"}
-
-
-def _known(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls) if f.name != "extra")
-
-
-def _json_of(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    """The JSON object of a typed one: its known keys in order (None ones left out but `_ALWAYS`),
-    then its ``extra`` keys."""
-    out: dict[str, Any] = {}
-    for name in names:
-        value = getattr(obj, name)
-        if name in _OMITTED_DEFAULTS and value == _OMITTED_DEFAULTS[name]:
-            continue
-        if value is not None or name in _ALWAYS:
-            out[name] = value
-    out.update(obj.extra)
-    return out
-
-
-def _split_known(obj: Mapping[str, Any], names: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the known keys of a JSON object, the others: ``extra``)."""
-    known = {name: obj[name] for name in names if name in obj}
-    if len(known) == len(obj):
-        return known, {}
-    return known, {key: value for key, value in obj.items() if key not in known}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,45 +107,11 @@ class Params:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Params:
-        known, extra = _split_known(obj, _PARAM_KEYS)
+        known, extra = split_known(obj, _PARAM_KEYS)
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
-        return _json_of(self, _PARAM_KEYS)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ShardInfo:
-    """One shard entry: its file (relative to the dataset root), windows, tokens, size, sha256, and
-    its record index: ``n_records`` (version 4: its rows of the split's index file) or ``records``
-    (version 3: four JSON columns; while a shard is being written, its `RecordIndex`)."""
-
-    path: str
-    n_samples: int
-    n_tokens: int
-    bytes: int
-    sha256: str
-    records: Any = None
-    n_records: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> ShardInfo:
-        # the common case (exactly the keys prepare writes) without the general path: 100,000 entries
-        if len(obj) == 6 and _INDEX_FILE_SHARD_KEYS <= obj.keys():
-            return cls(
-                path=obj["path"],
-                n_samples=obj["n_samples"],
-                n_tokens=obj["n_tokens"],
-                bytes=obj["bytes"],
-                sha256=obj["sha256"],
-                n_records=obj["n_records"],
-            )
-        known, extra = _split_known(obj, _SHARD_KEYS_ORDER)
-        return cls(**known, extra=extra)
-
-    def to_json(self) -> dict[str, Any]:
-        return _json_of(self, _SHARD_KEYS_ORDER)
+        return json_of(self, _PARAM_KEYS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,13 +156,18 @@ class SplitInfo:
     samples_per_shard: int | None = None
     sequence_index: SequenceIndexEntry | None = None  # version 5 (the sequence layout)
     record_index: RecordIndexEntry | None = None
-    shards: tuple[ShardInfo, ...]
+    #: its shard entries in order: a `ShardColumns` (entries given as a tuple or list become one)
+    shards: Sequence[ShardInfo]
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shards, ShardColumns):
+            object.__setattr__(self, "shards", ShardColumns.of(self.shards))
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> SplitInfo:
-        known, extra = _split_known(obj, _SPLIT_KEYS)
-        known["shards"] = tuple(map(ShardInfo.from_json, known["shards"]))
+        known, extra = split_known(obj, _SPLIT_KEYS)
+        known["shards"] = ShardColumns.from_json(known["shards"])
         entry = known.get("record_index")
         if entry is not None:
             if isinstance(entry, dict) and all(key in entry for key in INDEX_ENTRY_KEYS) and len(entry) == 4:
@@ -241,12 +185,12 @@ class SplitInfo:
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
-        out = _json_of(self, _SPLIT_KEYS)
+        out = json_of(self, _SPLIT_KEYS)
         if self.sequence_index is not None:
             out[SEQUENCE_INDEX_SPLIT_KEY] = self.sequence_index.to_json()
         if self.record_index is not None:
             out["record_index"] = self.record_index.to_json()
-        out["shards"] = [shard.to_json() for shard in self.shards]
+        out["shards"] = ShardColumns.of(self.shards).to_json()
         if "record_index" in self.extra or SEQUENCE_INDEX_SPLIT_KEY in self.extra:  # a damaged entry: before the shards
             out["shards"] = out.pop("shards")
         return out
@@ -286,7 +230,7 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object `write_manifest` writes: the keys `from_json` read, in `prepare`'s order."""
-        out = _json_of(self, _MANIFEST_KEYS)
+        out = json_of(self, _MANIFEST_KEYS)
         out["params"] = self.params.to_json()
         out["splits"] = {name: split.to_json() for name, split in self.splits.items()}
         return out
@@ -297,10 +241,9 @@ class Manifest:
         return self.format_version >= INDEXED_FORMAT_VERSION
 
 
-_PARAM_KEYS = _known(Params)
-_SHARD_KEYS_ORDER = ("path", "n_samples", "n_tokens", "bytes", "sha256", "records", "n_records")
-_SPLIT_KEYS = _known(SplitInfo)
-_MANIFEST_KEYS = _known(Manifest)
+_PARAM_KEYS = known_fields(Params)
+_SPLIT_KEYS = known_fields(SplitInfo)
+_MANIFEST_KEYS = known_fields(Manifest)
 
 #: The manifest reader of each format version: ``READERS[version](json_object, where)``.
 READERS: dict[int, Callable[[dict[str, Any], str], Manifest]] = {}
@@ -323,7 +266,7 @@ def _parse(obj: dict[str, Any], where: str, indexed_by_file: bool, sequences: bo
         missing = SEQUENCE_TABLE_KEY  # where version 6 keeps the names of the sequences
     if missing is not None:
         raise ManifestError(f"{where} is damaged: it has no {missing} (prepare the dataset again)")
-    known, extra = _split_known(obj, _MANIFEST_KEYS)
+    known, extra = split_known(obj, _MANIFEST_KEYS)
     known["params"] = Params.from_json(known["params"])
     known["splits"] = {name: SplitInfo.from_json(info) for name, info in known["splits"].items()}
     return Manifest(**known, extra=extra)
@@ -385,7 +328,10 @@ def missing_key(manifest: dict[str, Any], indexed_by_file: bool, sequences: bool
                 return f"splits.{name}.{key}"
         if not isinstance(info["shards"], list):
             return f"splits.{name}.shards list"
-        for i, shard in enumerate(info["shards"]):
+        shards = info["shards"]
+        if set(map(type, shards)) <= {dict} and all(map(all_keys.issubset, shards)):
+            continue  # every entry has every key (what nearly every split is): checked without a step per entry
+        for i, shard in enumerate(shards):
             if isinstance(shard, dict) and all_keys <= shard.keys():
                 continue  # all there (what nearly every entry is): no need to look for the first missing
             for key in shard_keys:

@@ -33,6 +33,7 @@ import numpy as np
 from bionemo_wds.errors import ManifestError, os_error, refusal_named
 from bionemo_wds.format.manifest_types import INDEX_ENTRY_KEYS, Manifest, RecordIndexEntry, ShardInfo
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, json_split_rows, paused_gc
+from bionemo_wds.format.shard_columns import shard_values
 from bionemo_wds.storage.atomic import HashingReader, HashingWriter
 from bionemo_wds.storage.mapped import load_npy
 from bionemo_wds.storage.store import Store
@@ -176,14 +177,16 @@ def _json_index(shards: Sequence[ShardInfo], problems: list[str] | None) -> Spli
 
 def _record_counts(store: Store, shards: Sequence[ShardInfo], split: str) -> np.ndarray:
     """Each shard entry's ``n_records`` (version 4); a `ManifestError` for one without a count."""
+    values = shard_values(shards, "n_records")
     try:
-        counts = np.fromiter((shard.n_records for shard in shards), dtype=np.int64, count=len(shards))
+        counts = values if isinstance(values, np.ndarray) else np.fromiter(values, dtype=np.int64, count=len(values))
     except (TypeError, ValueError, OverflowError):
         counts = None
     if counts is None or (len(counts) and counts.min() < 0):
-        bad = next(
-            n for n, shard in enumerate(shards) if not (isinstance(shard.n_records, int) and shard.n_records >= 0)
-        )
+        if counts is not None:
+            bad = int(np.flatnonzero(counts < 0)[0])
+        else:
+            bad = next(n for n, count in enumerate(values) if not (isinstance(count, int) and count >= 0))
         raise ManifestError(
             f"{store.url('manifest.json')} is damaged: splits.{split}.shards[{bad}].n_records is not a record "
             "count (prepare the dataset again)"

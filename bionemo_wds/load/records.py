@@ -21,12 +21,15 @@ import numpy as np
 from bionemo_wds.errors import refusal_named
 from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_record, record_key
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
+from bionemo_wds.format.shard_columns import shard_values
 from bionemo_wds.format.split_index_file import SplitIndex, read_split_index
 from bionemo_wds.format.tar import decode_named, iter_record_members
 from bionemo_wds.load.plan import RecordTable
 from bionemo_wds.load.plan.mixing import split_virtual
+from bionemo_wds.load.plan.record_columns import Int64View, RecordShards
 from bionemo_wds.load.rows import BlockRows
 from bionemo_wds.load.shard_errors import ShardErrorPolicy
+from bionemo_wds.load.shard_urls import ShardUrls, split_sizes
 from bionemo_wds.storage.cache import RangeCache
 from bionemo_wds.storage.mapped import map_array
 from bionemo_wds.storage.retry import RemoteReadError
@@ -109,9 +112,9 @@ class SplitRecords:
         only). A shard missing or not of its listed size goes to the policy here (under
         ``handler="warn"``: its records past the end of the file are filler)."""
         entries = manifest.splits[split].shards
-        urls = store.urls([shard.path for shard in entries])
+        urls = ShardUrls(store, entries)  # each made when asked for
         shards: ShardRanges = RemoteShards(store, urls, cache) if store.remote else LocalShards(urls)
-        found = [sizes.get(url, shard.bytes) for url, shard in zip(urls, entries)]
+        found = split_sizes(sizes, split, urls, entries)
         index = read_split_index(store, manifest, split)
         scanned: dict[int, RecordIndex] = {}
         unindexed = set(range(len(entries))) if index is None else set(index.unindexed)
@@ -298,10 +301,14 @@ _CHUNK_ROWS = 1 << 22
 
 
 def record_table(index: SplitIndex) -> RecordTable:
-    """The split's `RecordTable`: each record's shard and window count (int64), in one pass over the
-    rows (the shard numbers from a cumulative sum of marks where shards start: `numpy.repeat` of the
-    shard numbers by count costs ~20 ns per record, 4 s at 204.8 million)."""
+    """The split's `RecordTable`: each record's shard and window count, as views that hold no int64
+    per record (`plan.record_columns`: the shard from the index's first record of each shard, the
+    window counts the index's own column)."""
     n = len(index.rows)
+    if len(index.first) and int(index.first[-1]) == n:
+        return RecordTable(RecordShards(index.first), Int64View(index.rows["windows"]))
+    # shards past the rows' end (not an index `SplitIndex.of` makes): numbers from a cumulative sum
+    # of marks where shards start (`numpy.repeat` of the shard numbers by count: ~20 ns per record)
     starts = index.first[1:-1]
     shard = np.cumsum(np.bincount(starts[starts < n], minlength=n)[:n]) if n else np.empty(0, np.int64)
     return RecordTable(shard.astype(np.int64, copy=False), index.rows["windows"].astype(np.int64))
@@ -341,11 +348,11 @@ def _to_look_at(
     size (`found`), without an index, with records past their end, or whose windows (by the index)
     are not the manifest's count. Found without a Python step per shard, which at 100,000 shards
     would cost as much as the rest of the set-up."""
-    listed = np.fromiter((shard.bytes for shard in entries), dtype=np.int64, count=len(entries))
+    listed = np.fromiter(shard_values(entries, "bytes"), dtype=np.int64, count=len(entries))
     sized = np.fromiter((-1 if size is None else size for size in found), dtype=np.int64, count=len(found))
     odd = listed != sized
     if windows is not None:
-        counts = np.fromiter((shard.n_samples for shard in entries), dtype=np.int64, count=len(entries))
+        counts = np.fromiter(shard_values(entries, "n_samples"), dtype=np.int64, count=len(entries))
         odd |= windows != counts
     return sorted({*np.flatnonzero(odd).tolist(), *unindexed, *past})
 

@@ -128,12 +128,15 @@ class ShardErrorPolicy:
     def __init__(
         self,
         mode: str | Handler = "raise",
-        expected: Mapping[str, int] | None = None,
+        expected: Mapping[str, int | None] | None = None,
         context: Any = None,
         records: Mapping[str, RecordChecks] | None = None,
     ):
         self.handler = resolve_handler(mode)
-        self.expected = dict(expected or {})
+        # a column-backed mapping (`shard_urls.UrlValues`) is kept as it is: a dict would cost ~100 B per shard
+        self.expected = (
+            expected if isinstance(expected, Mapping) and not isinstance(expected, dict) else dict(expected or {})
+        )
         self.records = dict(records or {})
         # a counter in shared memory, from the context the loader workers are started with
         self._skipped = (context or mp.get_context()).Value("q", 0)

@@ -71,7 +71,7 @@ class Source:
     entry: BlendEntry
     store: Store
     manifest: Manifest
-    shard_sizes: dict[str, int | None]
+    shard_sizes: Mapping[str, int | None]
     policy: ShardErrorPolicy
     stats: StorageStats
     cache: RangeCache | None

@@ -25,7 +25,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -66,7 +66,7 @@ def read_ahead_pool() -> ThreadPoolExecutor:
 class ShardRanges(Protocol):
     """Byte ranges of shard number `shard` (its position in the split's shard list)."""
 
-    urls: list[str]
+    urls: Sequence[str]
     #: Does `prefetch` do anything? (callers skip working out what to prefetch when it does not)
     reads_ahead: bool
 
@@ -83,7 +83,7 @@ class LocalShards:
 
     reads_ahead = False  # the page cache reads ahead
 
-    def __init__(self, urls: list[str], files: OpenFiles | None = None):
+    def __init__(self, urls: Sequence[str], files: OpenFiles | None = None):
         self.urls = urls
         self.files = files
 
@@ -121,7 +121,7 @@ class RemoteShards:
 
     reads_ahead = True
 
-    def __init__(self, store: Store, urls: list[str], cache: RangeCache | None = None):
+    def __init__(self, store: Store, urls: Sequence[str], cache: RangeCache | None = None):
         self.store, self.urls, self.cache = store, urls, cache
         self._pid = os.getpid()  # the process whose read-ahead `_ahead` holds
         self._ahead: OrderedDict[tuple[int, int, int], Future[bytes]] = OrderedDict()

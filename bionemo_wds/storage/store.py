@@ -166,24 +166,36 @@ class Store:
     def sizes(self, rel_dir: str) -> dict[str, int] | None:
         """Name -> size of the files directly in `rel_dir` (one listing); {} when it does not exist;
         None when the listing gives no sizes or the protocol cannot list (HTTP index pages)."""
+        found = self.listing(rel_dir)
+        return None if found is None else dict(zip(*found))
+
+    def listing(self, rel_dir: str) -> tuple[list[str], list[int]] | None:
+        """(names, sizes) of the files directly in `rel_dir`, in listing order (`sizes` as two
+        lists: at a million files a dictionary costs more than the listing); ([], []) when it does
+        not exist; None when the listing gives no sizes or the protocol cannot list."""
         url = self.url(rel_dir)
         if not self.remote:
             if not os.path.isdir(url):
-                return {}
+                return [], []
+            names, sizes = [], []
             with refusal_named(url):  # permission denied, too many open files: said as that, naming the folder
-                return {e.name: e.stat().st_size for e in os.scandir(url) if e.is_file()}
+                for entry in os.scandir(url):
+                    if entry.is_file():
+                        names.append(entry.name)
+                        sizes.append(entry.stat().st_size)
+            return names, sizes
         try:
             self.fs.invalidate_cache(url)  # a listing from before our own writes is no answer
             entries = self._retrying(lambda: self.fs.ls(url, detail=True), url)
         except FileNotFoundError:
-            return {}
+            return [], []
         except (NotImplementedError, ValueError):
             return None
         self.count(requests=1)
         files = [e for e in entries if e.get("type") == "file"]
         if any(e.get("size") is None for e in files):
             return None  # an HTTP index page names files without sizes
-        return {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e["size"]) for e in files}
+        return [str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in files], [int(e["size"]) for e in files]
 
     def size(self, rel: str) -> int:
         """The size of one file (a HEAD request when remote)."""

@@ -15,6 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
+from bionemo_wds.load.plan.record_columns import Int64View, RecordShards
+
 #: Window id of a filler window (padding of an evaluation rank or a damaged record's place).
 FILLER = -1
 #: Windows mixed together at once in a training epoch (records of 16 windows: 64 records).
@@ -37,10 +39,13 @@ class Samples(Protocol):
 
 @dataclass(frozen=True)
 class RecordTable:
-    """The records of a split, in shard order: which shard each is in, and how many windows it holds."""
+    """The records of a split, in shard order: which shard each is in, and how many windows it holds.
 
-    shard: np.ndarray  # int64 shard number per record
-    windows: np.ndarray  # int64 windows per record
+    Either column may be a view that holds no int64 per record (`record_columns`: the shard found
+    from the shards' first records, the window counts read from the record index as int64)."""
+
+    shard: np.ndarray | RecordShards  # int64 shard number per record
+    windows: np.ndarray | Int64View  # int64 windows per record
 
     def __post_init__(self) -> None:
         if len(self.shard) != len(self.windows):
