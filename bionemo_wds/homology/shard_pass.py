@@ -36,7 +36,7 @@ class PassContext:
     the layout, the sketch parameters and the query k-mers (None: sketches only)."""
 
     store: Any
-    shards: dict[str, tuple[ShardInfo, ...]]
+    shards: dict[str, Sequence[ShardInfo]]
     sequences: bool
     params: SketchParams
     queries: Any  # stored.QueryKmers | None
@@ -84,7 +84,7 @@ class SplitPass:
     found: dict[str, np.ndarray]
 
 
-def shard_ranges(shards: dict[str, tuple[ShardInfo, ...]], workers: int) -> list[ShardRange]:
+def shard_ranges(shards: dict[str, Sequence[ShardInfo]], workers: int) -> list[ShardRange]:
     """The tasks: each split's shards in runs of about `TASK_BYTES` bytes, or fewer so that every
     worker gets about four tasks."""
     total = sum(int(s.bytes) for split in shards.values() for s in split)
@@ -177,7 +177,7 @@ def join(into: RangePart, context: PassContext, parts: Sequence[RangePart]) -> N
 
 def read_splits(
     store: Any,
-    shards: dict[str, tuple[ShardInfo, ...]],
+    shards: dict[str, Sequence[ShardInfo]],
     sequences: bool,
     params: SketchParams,
     queries: Any = None,
