@@ -47,6 +47,20 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+@pytest.fixture(scope="session")
+def dask_scheduler():
+    """The address of one real Dask `LocalCluster` (2 worker processes, a thread each, as
+    ``--executor dask`` starts) per test process, shared by the tests that need a cluster to run on
+    and end in the same bytes: each cluster start costs seconds of CPU in its spawned workers. Tests
+    that kill a worker or the cluster, or need the environment of a fixture in the workers (the S3
+    endpoint), start their own. Workers keep no state between runs; a run's tasks are its own."""
+    pytest.importorskip("distributed")
+    from bionemo_wds.prepare.executors.dask_client import local_cluster
+
+    with local_cluster(2) as cluster:
+        yield cluster.scheduler_address
+
+
 def read_fasta(path: Path) -> dict[str, str]:
     """Name -> sequence of a (gzip) FASTA, read the plain way, as the reference for tests."""
     opener = gzip.open if path.suffix == ".gz" else open

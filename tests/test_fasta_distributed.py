@@ -185,14 +185,10 @@ def test_the_same_bytes_with_the_index_and_writers_in_a_pool(tree, prepared, tmp
 
 
 @pytest.mark.slow
-def test_the_same_bytes_on_a_dask_cluster(tree, prepared, tmp_path):
-    pytest.importorskip("distributed")
-    from bionemo_wds.prepare.executors.dask_client import local_cluster
-
+def test_the_same_bytes_on_a_dask_cluster(tree, prepared, tmp_path, dask_scheduler):
     root, _ = tree
-    with local_cluster(2) as cluster:
-        where = {"executor": "dask", "scheduler": cluster.scheduler_address}
-        prepare(inputs_of(root), tmp_path / "data", PrepareOptions(**OPTS, **where))
+    where = {"executor": "dask", "scheduler": dask_scheduler}
+    prepare(inputs_of(root), tmp_path / "data", PrepareOptions(**OPTS, **where))
     assert tree_bytes(tmp_path / "data") == tree_bytes(prepared)
 
 

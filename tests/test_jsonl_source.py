@@ -62,10 +62,9 @@ def test_one_and_two_workers_give_the_same_bytes(corpus, prepared, tmp_path, mon
 
 
 @pytest.mark.slow
-def test_a_dask_cluster_gives_the_same_bytes(corpus, prepared, tmp_path):
-    pytest.importorskip("distributed")
+def test_a_dask_cluster_gives_the_same_bytes(corpus, prepared, tmp_path, dask_scheduler):
     out = tmp_path / "dask"
-    prepare([str(corpus[0])], out, PrepareOptions(**SMALL, workers=2, executor="dask"))
+    prepare([str(corpus[0])], out, PrepareOptions(**SMALL, workers=2, executor="dask", scheduler=dask_scheduler))
     assert tree_bytes(out) == tree_bytes(prepared)
 
 

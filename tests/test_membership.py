@@ -582,7 +582,7 @@ def test_help_explains_every_option(capsys, command, options):
 
 
 @pytest.mark.slow
-def test_one_process_a_pool_and_dask_answer_alike(capsys, inputs, apart):
+def test_one_process_a_pool_and_dask_answer_alike(capsys, inputs, apart, dask_scheduler):
     """The shards are read as tasks; the answers do not depend on where they run."""
     _, dataset = apart
     queries = (inputs.copy_fa,)
@@ -590,13 +590,9 @@ def test_one_process_a_pool_and_dask_answer_alike(capsys, inputs, apart):
     assert one == contains_json(capsys, dataset, *queries, "--workers", "2")
     leaks = leak_rows(capsys, dataset, "--workers", "1")
     assert leaks == leak_rows(capsys, dataset, "--workers", "2")
-    pytest.importorskip("distributed")
-    from bionemo_wds.prepare.executors.dask_client import local_cluster
-
-    with local_cluster(2) as cluster:
-        dask = ("--executor", "dask", "--scheduler", cluster.scheduler_address)
-        assert contains_json(capsys, dataset, *queries, *dask) == one
-        assert leak_rows(capsys, dataset, *dask) == leaks
+    dask = ("--executor", "dask", "--scheduler", dask_scheduler)
+    assert contains_json(capsys, dataset, *queries, *dask) == one
+    assert leak_rows(capsys, dataset, *dask) == leaks
 
 
 def test_a_scheduler_needs_the_dask_executor(capsys, inputs, apart):

@@ -132,12 +132,10 @@ def test_a_pool_of_two_gives_the_catalog_of_one_process(tmp_path, inputs, monkey
 distributed = pytest.importorskip("distributed")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from bionemo_wds.prepare.executors.dask_client import local_cluster
-
-    with local_cluster(2) as local:
-        yield local
+@pytest.fixture
+def cluster(dask_scheduler):
+    """The test process's shared LocalCluster (conftest), as its scheduler's address."""
+    return dask_scheduler
 
 
 SMALL = dict(seq_length=1024, stride=1000, samples_per_shard=256, windows_per_record=16, progress=False)
@@ -151,7 +149,7 @@ def test_dask_indexes_and_checks_on_the_cluster_with_the_local_bytes(tmp_path, i
     assert len(index_tasks) >= 4
     rules = dict(on_invalid="replace-N", split_at_n=K)
     local = prepare(inputs, tmp_path / "local", PrepareOptions(**SMALL, **rules, workers=1))
-    where = dict(executor="dask", scheduler=cluster.scheduler_address)
+    where = dict(executor="dask", scheduler=cluster)
     with distributed.Client(cluster) as client, distributed.get_task_stream(client) as stream:
         dask = prepare(inputs, tmp_path / "dask", PrepareOptions(**SMALL, **rules, **where))
     ran = [str(task["key"]) for task in stream.data]
@@ -167,7 +165,7 @@ def test_a_bad_byte_found_on_the_cluster_is_the_same_one_line(tmp_path, inputs, 
     monkeypatch.setattr(tasks_module, "TASK_BASES", 400_000)
     with pytest.raises(SourceError) as here:
         prepare(inputs, tmp_path / "local", PrepareOptions(**SMALL, workers=1))
-    where = dict(executor="dask", scheduler=cluster.scheduler_address)
+    where = dict(executor="dask", scheduler=cluster)
     with pytest.raises(SourceError) as there:
         prepare(inputs, tmp_path / "dask", PrepareOptions(**SMALL, **where))
     assert str(there.value) == str(here.value) and "'bad_twice'" in str(here.value)

@@ -195,10 +195,9 @@ def test_same_bytes_for_one_and_two_workers_and_a_seeded_order(tmp_path, kleb_se
 
 
 @pytest.mark.slow
-def test_a_dask_local_cluster_writes_the_same_bytes(tmp_path, kleb_seqs):
-    pytest.importorskip("distributed")
+def test_a_dask_local_cluster_writes_the_same_bytes(tmp_path, kleb_seqs, dask_scheduler):
     out = tmp_path / "dask"
-    prepare([KLEBSIELLA], out, PrepareOptions(**SEQS, executor="dask", workers=2))
+    prepare([KLEBSIELLA], out, PrepareOptions(**SEQS, executor="dask", workers=2, scheduler=dask_scheduler))
     assert tree_bytes(out) == tree_bytes(kleb_seqs)
 
 

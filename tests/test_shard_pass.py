@@ -129,14 +129,10 @@ def test_a_pool_gives_the_one_pass_answer(datasets, queries):
 
 
 @pytest.mark.slow
-def test_dask_gives_the_one_pass_answer(datasets, queries):
-    pytest.importorskip("distributed")
-    from bionemo_wds.prepare.executors.dask_client import local_cluster
-
+def test_dask_gives_the_one_pass_answer(datasets, queries, dask_scheduler):
     root = datasets["sequences"]
-    with local_cluster(2) as cluster:
-        place = TaskPlace("dask", 2, cluster.scheduler_address)
-        assert answers(root, queries, place) == expected(root, queries)
+    place = TaskPlace("dask", 2, dask_scheduler)
+    assert answers(root, queries, place) == expected(root, queries)
 
 
 # --- sketches kept beside the dataset -----------------------------------------------------------------------

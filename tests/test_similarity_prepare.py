@@ -128,8 +128,7 @@ def test_the_grouped_split_keeps_the_requested_fractions(one_worker):
 
 
 @pytest.mark.slow
-def test_one_worker_a_pool_and_dask_write_the_same_bytes(tmp_path, one_worker, planted, monkeypatch):
-    pytest.importorskip("distributed")
+def test_one_worker_a_pool_and_dask_write_the_same_bytes(tmp_path, one_worker, planted, monkeypatch, dask_scheduler):
     monkeypatch.setattr(similarity_groups, "TASK_BASES", 1_000_000)  # several sketch tasks
     made: list[int] = []
     tasks_of = similarity_groups.tasks_of
@@ -144,7 +143,8 @@ def test_one_worker_a_pool_and_dask_write_the_same_bytes(tmp_path, one_worker, p
     assert main(prepare_args(pool, planted["fasta"], "--workers", "2")) == 0
     assert tree_bytes(pool) == tree_bytes(one_worker)
     dask = tmp_path / "dask"
-    assert main(prepare_args(dask, planted["fasta"], "--executor", "dask", "--workers", "2")) == 0
+    on_cluster = ("--executor", "dask", "--scheduler", dask_scheduler, "--workers", "2")
+    assert main(prepare_args(dask, planted["fasta"], *on_cluster)) == 0
     assert tree_bytes(dask) == tree_bytes(one_worker)
     assert len(made) == 2 and min(made) > 4
 
