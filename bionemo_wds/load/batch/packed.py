@@ -200,7 +200,14 @@ def varlen_keys(inputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, Any]
 
 
 def boundaries(doc_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``seq_lens`` and ``cu_seqlens`` (padded with `CU_SEQLENS_PAD`) of the documents' token counts."""
+    """``seq_lens`` and ``cu_seqlens`` (padded with `CU_SEQLENS_PAD`) of the documents' token counts
+    (on a CPU in numpy: a handful of tensor ops on these small arrays cost more than the sums)."""
+    if doc_tokens.device.type == "cpu":
+        seq_lens = doc_tokens.numpy().astype(np.int32)
+        cu = np.zeros((seq_lens.shape[0], seq_lens.shape[1] + 1), dtype=np.int32)
+        np.cumsum(seq_lens, axis=1, out=cu[:, 1:])
+        cu[:, 1:][seq_lens == 0] = CU_SEQLENS_PAD
+        return {"seq_lens": torch.from_numpy(seq_lens), "cu_seqlens": torch.from_numpy(cu)}
     seq_lens = doc_tokens.int()
     ends = torch.cumsum(seq_lens, dim=1, dtype=torch.int32)
     cu = torch.cat([torch.zeros_like(ends[:, :1]), ends], dim=1)
@@ -218,28 +225,33 @@ def packed_inputs_cpu(
     """Whole-batch numpy, no loop over documents: every column's place (in a document's bases or not,
     its position) is expanded from a few numbers per document by `np.repeat`; labels are the tokens
     shifted by one with PAD written at each EOS and over the padding (``hf``: the tokens where they
-    are bases, -100 elsewhere). On a CPU several times faster than the tensor form below. Every
-    label rule but a fraction of real bases per document (`labels.LabelRules.apply`, after)."""
+    are bases, -100 elsewhere). Each output is written in one or two passes over the batch, and the
+    case and degenerate-base passes are skipped when one check finds nothing to do (the usual batch).
+    Every label rule but a fraction of real bases per document (`labels.LabelRules.apply`, after)."""
     raw = np.asarray(batch["tokens"])
     sizes = np.asarray(batch["doc_tokens"]).astype(np.int64)
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
     n, seq_length = raw.shape
     ends = np.cumsum(sizes, axis=1)
     is_base = base_columns(sizes, prefix, seq_length)
-    tokens = raw.astype(np.int64)
     cased = fold_case or soft_mask_weight is not None or rules.uppercase_labels
-    lower = is_base & (raw >= LOWER_A) if cased else None
-    if lower is not None and fold_case and lower.any():
-        tokens[lower] -= CASE_OFFSET
+    lower = None  # lower-case bases, when the batch has any (one max over the uint8 tokens decides)
+    if cased and raw.size and int(raw.max()) >= LOWER_A:
+        lower = is_base & (raw >= LOWER_A)
+        if not lower.any():
+            lower = None
+    if lower is not None and fold_case:
+        tokens = np.where(lower, raw - np.uint8(CASE_OFFSET), raw).astype(np.int64)
+    else:
+        tokens = raw.astype(np.int64)
     # the labels' ids: upper case when asked (the model's keep their case)
     label_ids = tokens
-    if lower is not None and rules.uppercase_labels and not fold_case and lower.any():
+    if lower is not None and rules.uppercase_labels and not fold_case:
         label_ids = np.where(lower, tokens - CASE_OFFSET, tokens)
     dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
     if rules.mask_degenerate_bases:
         dropped = degenerate_in_documents(raw, is_base)
     positions = torch.from_numpy(document_positions(sizes, seq_length))
-    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
     if hf:
         labels = np.where(is_base, label_ids, IGNORE_INDEX)
         for out in (dropped, lower if soft_mask_weight == 0 else None):
@@ -248,11 +260,13 @@ def packed_inputs_cpu(
         return {"input_ids": torch.from_numpy(tokens), "labels": torch.from_numpy(labels), "position_ids": positions}
     # labels: the next token, then PAD at every EOS (no label crosses a document) and in the padding
     labels = np.empty_like(tokens)
-    labels.ravel()[:-1] = label_ids.ravel()[1:]
-    labels.ravel()[(ends - 1 + row_at)[sizes > 0]] = PAD_ID
+    labels[:, :-1] = label_ids[:, 1:]
     labels[:, -1] = PAD_ID
-    for i, used in enumerate(ends[:, -1].tolist()):
-        labels[i, used:] = PAD_ID
+    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
+    labels.ravel()[(ends - 1 + row_at)[sizes > 0]] = PAD_ID
+    for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding (PAD already, unless a caller's differs)
+        if used < seq_length:
+            labels[i, used:] = PAD_ID
     loss_mask = np.zeros((n, seq_length), dtype=np.float32)
     loss_mask[:, :-1] = is_base[:, 1:]  # where the label is a base
     if lower is not None and soft_mask_weight is not None:
@@ -264,43 +278,43 @@ def packed_inputs_cpu(
         "labels": torch.from_numpy(labels),
         "loss_mask": torch.from_numpy(loss_mask),
         "position_ids": positions,
-        **boundaries(torch.as_tensor(sizes)),
+        **boundaries(torch.from_numpy(sizes)),
     }
 
 
 def document_positions(sizes: np.ndarray, seq_length: int) -> np.ndarray:
     """Position ids (int64, rows x `seq_length`) of packed rows whose documents take `sizes` tokens:
-    the column minus where its document (or the padding after them) began; numpy, no loop."""
+    the column minus where its document (or the padding after them) began in its row; numpy, no
+    loop: one `np.repeat` of each document's first column, then one subtraction in place."""
     sizes = np.asarray(sizes).astype(np.int64)
-    n = len(sizes)
     ends = np.cumsum(sizes, axis=1)
-    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
-    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
-    began = np.repeat(starts.ravel(), np.concatenate([sizes, seq_length - ends[:, -1:]], axis=1).ravel())
-    return (np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length)
+    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1).ravel()
+    counts = np.concatenate([sizes, seq_length - ends[:, -1:]], axis=1).ravel()
+    began = np.repeat(starts, counts).reshape(len(sizes), seq_length)
+    return np.subtract(np.arange(seq_length, dtype=np.int64), began, out=began)
 
 
 def base_columns(sizes: np.ndarray, prefix: np.ndarray, seq_length: int) -> np.ndarray:
     """Where each row of a packed token matrix holds a base (bool, rows x `seq_length`), from its
-    documents' tokens (`sizes`) and the tokens before their first base (`prefix`): per row,
-    (document: BOS/tag/SEP False, bases True, EOS False) ..., padding False."""
+    documents' tokens (`sizes`) and the tokens before their first base (`prefix`): every column a
+    base, then the few that are not cleared (each document's BOS, tag and SEP, its EOS, the padding
+    after a row's last document), so the cost is one pass over the matrix, not one per run."""
     sizes, prefix = np.asarray(sizes).astype(np.int64), np.asarray(prefix).astype(np.int64)
-    present = (sizes > 0).astype(np.int64)
-    pad = seq_length - np.cumsum(sizes, axis=1)[:, -1:]
-    inner = np.maximum(sizes - 1, 0)  # the document's columns before its EOS
-    runs = np.stack([prefix * present, np.maximum(inner - prefix, 0), present], axis=2)
-    return segments(runs, pad, len(sizes), seq_length)
-
-
-def segments(lengths: np.ndarray, pad: np.ndarray, n: int, seq_length: int) -> np.ndarray:
-    """Boolean (n x seq_length) from run lengths: per row, for each document the runs of
-    ``lengths[row, doc]`` (alternately False and True, ending False), then `pad` False columns."""
-    runs = lengths.shape[2]
-    values = np.zeros(runs, dtype=bool)
-    values[runs % 2 :: 2] = True  # (True, False) or (False, True, False)
-    counts = np.concatenate([lengths.reshape(n, -1), pad], axis=1).ravel()
-    pattern = np.append(np.tile(values, lengths.shape[1]), False)
-    return np.repeat(np.tile(pattern, n), counts).reshape(n, seq_length)
+    n = len(sizes)
+    ends = np.cumsum(sizes, axis=1)
+    out = np.ones((n, seq_length), dtype=bool)
+    flat = out.reshape(-1)
+    present = sizes > 0
+    row_at = np.arange(0, n * seq_length, seq_length, dtype=np.int64)[:, None]
+    first = (ends - sizes + row_at)[present]
+    head = prefix[present]
+    before = np.cumsum(head) - head
+    flat[np.repeat(first - before, head) + np.arange(int(head.sum()), dtype=np.int64)] = False  # BOS, tag, SEP
+    flat[(ends - 1 + row_at)[present]] = False  # EOS
+    for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding
+        if used < seq_length:
+            out[i, used:] = False
+    return out
 
 
 def packed_inputs_gather(batch: dict[str, Any], fold_case: bool, soft_mask_weight: float | None) -> dict[str, Any]:
