@@ -36,11 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
-from bionemo_wds.load.batch.compact import Part, part_length, put_bases
+from bionemo_wds.core.tokenizer import PAD_ID
+from bionemo_wds.load.batch.compact import Part, part_length
 from bionemo_wds.load.batch.hf import IGNORE_INDEX, check_batch_format, finish
 from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, LabelRules, degenerate_in_documents
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
+from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
 from bionemo_wds.load.batch.schema import Field, slot_nbytes
 
 #: Documents per sample the transfer slots are sized for (a batch with more sends its document
@@ -98,48 +99,25 @@ class PackedDocument:
 
 
 def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, control_tags: bool) -> dict[str, Any]:
-    """The compact packed batch of `rows` (each a list of documents, laid out in order)."""
-    n = len(rows)
-    width = max(1, max((len(r) for r in rows), default=0))
-    tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
-    doc_tokens = np.zeros((n, width), dtype=np.int32)
-    doc_prefix = np.zeros((n, width), dtype=np.int32)
-    doc_rc = np.zeros((n, width), dtype=bool)
-    lengths = np.zeros(n, dtype=np.int32)
-    for i, row in enumerate(rows):
-        pos = 0
-        for j, doc in enumerate(row):
-            tokens[i, pos] = BOS_ID
-            p = pos + 1
-            if control_tags:
-                t = len(doc.tag)
-                tokens[i, p : p + t] = np.frombuffer(doc.tag, dtype=np.uint8)
-                tokens[i, p + t] = SEP_ID
-                p += t + 1
-            m = part_length(doc.bases)
-            if p + m + 1 > seq_length:
-                raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {doc.key})")
-            put_bases(tokens[i, p : p + m], doc.bases, doc.rc)
-            if doc.rc:
-                tokens[i, p : p + m] = np.frombuffer(
-                    tokens[i, p : p + m].tobytes().translate(COMPLEMENT_TABLE), np.uint8
-                )
-            tokens[i, p + m] = EOS_ID
-            doc_tokens[i, j], doc_prefix[i, j], doc_rc[i, j] = p + m + 1 - pos, p - pos, doc.rc
-            lengths[i] += m
-            pos = p + m + 1
-    first = [row[0] if row else None for row in rows]
-    return {
-        "tokens": tokens,
-        "doc_tokens": doc_tokens,
-        "doc_prefix": doc_prefix,
-        "doc_rc": doc_rc,
-        "lengths": lengths,
-        "rc": np.array([bool(d.rc) if d is not None else False for d in first], dtype=bool),
-        "start": np.array([d.start if d is not None else 0 for d in first], dtype=np.int64),
-        "seq_id": [d.seq_id if d is not None else "" for d in first],
-        "keys": [";".join(doc.key for doc in row) for row in rows],
-    }
+    """The compact packed batch of `rows` (each a list of documents, laid out in order): the rows as
+    `packed_layout.DocumentArrays`, laid out by `packed_layout.lay_out` (what the loaders call)."""
+    docs = [doc for row in rows for doc in row]
+    pieces: list[np.ndarray] = []
+    for doc in docs:
+        pieces.extend(doc.bases if isinstance(doc.bases, tuple) else (doc.bases,))
+    counts = [len(doc.bases) if isinstance(doc.bases, tuple) else 1 for doc in docs]
+    arrays = DocumentArrays(
+        np.repeat(np.arange(len(rows), dtype=np.int64), [len(row) for row in rows]),
+        [doc.seq_id for doc in docs],
+        np.array([doc.start for doc in docs], dtype=np.int64),
+        np.array([part_length(doc.bases) for doc in docs], dtype=np.int64),
+        [doc.tag for doc in docs],
+        pieces,
+        np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64),
+        [doc.key for doc in docs],
+    )
+    flip = np.array([bool(doc.rc) for doc in docs], dtype=bool)
+    return lay_out(arrays, flip, arrays.tag, len(rows), seq_length, control_tags)
 
 
 def document_columns(doc_tokens: torch.Tensor, seq_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -203,11 +181,11 @@ def boundaries(doc_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     """``seq_lens`` and ``cu_seqlens`` (padded with `CU_SEQLENS_PAD`) of the documents' token counts
     (on a CPU in numpy: a handful of tensor ops on these small arrays cost more than the sums)."""
     if doc_tokens.device.type == "cpu":
-        seq_lens = doc_tokens.numpy().astype(np.int32)
-        cu = np.zeros((seq_lens.shape[0], seq_lens.shape[1] + 1), dtype=np.int32)
-        np.cumsum(seq_lens, axis=1, out=cu[:, 1:])
-        cu[:, 1:][seq_lens == 0] = CU_SEQLENS_PAD
-        return {"seq_lens": torch.from_numpy(seq_lens), "cu_seqlens": torch.from_numpy(cu)}
+        lens = doc_tokens.numpy().astype(np.int32)
+        cu_np = np.zeros((lens.shape[0], lens.shape[1] + 1), dtype=np.int32)
+        np.cumsum(lens, axis=1, out=cu_np[:, 1:])
+        cu_np[:, 1:][lens == 0] = CU_SEQLENS_PAD
+        return {"seq_lens": torch.from_numpy(lens), "cu_seqlens": torch.from_numpy(cu_np)}
     seq_lens = doc_tokens.int()
     ends = torch.cumsum(seq_lens, dim=1, dtype=torch.int32)
     cu = torch.cat([torch.zeros_like(ends[:, :1]), ends], dim=1)
