@@ -39,7 +39,13 @@ import torch
 from bionemo_wds.core.tokenizer import PAD_ID
 from bionemo_wds.load.batch.compact import Part, part_length
 from bionemo_wds.load.batch.hf import IGNORE_INDEX, check_batch_format, finish
-from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, LabelRules, degenerate_in_documents
+from bionemo_wds.load.batch.labels import (
+    DEFAULT_RULES,
+    NO_RULES,
+    LabelRules,
+    degenerate_bases,
+    may_hold_degenerate,
+)
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
 from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
 from bionemo_wds.load.batch.schema import Field, slot_nbytes
@@ -201,59 +207,60 @@ def packed_inputs_cpu(
     hf: bool = False,
 ) -> dict[str, Any]:
     """Whole-batch numpy, no loop over documents: every column's place (in a document's bases or not,
-    its position) is expanded from a few numbers per document by `np.repeat`; labels are the tokens
-    shifted by one with PAD written at each EOS and over the padding (``hf``: the tokens where they
-    are bases, -100 elsewhere). Each output is written in one or two passes over the batch, and the
-    case and degenerate-base passes are skipped when one check finds nothing to do (the usual batch).
-    Every label rule but a fraction of real bases per document (`labels.LabelRules.apply`, after)."""
+    its position) is expanded from a few numbers per document; labels are the tokens shifted by one
+    with PAD written at each EOS and over the padding (``hf``: the tokens where they are bases, -100
+    elsewhere). The case and degenerate-base passes run only when one check over the uint8 tokens
+    finds something for them (the usual batch has neither), the shifts are made in uint8 and widened
+    once, so each int64 output costs one pass. Every label rule but a fraction of real bases per
+    document (`labels.LabelRules.apply`, after)."""
     raw = np.asarray(batch["tokens"])
     sizes = np.asarray(batch["doc_tokens"]).astype(np.int64)
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
     n, seq_length = raw.shape
-    ends = np.cumsum(sizes, axis=1)
-    is_base = base_columns(sizes, prefix, seq_length)
     cased = fold_case or soft_mask_weight is not None or rules.uppercase_labels
+    is_base = base_columns(sizes, prefix, seq_length) if hf else None
     lower = None  # lower-case bases, when the batch has any (one max over the uint8 tokens decides)
     if cased and raw.size and int(raw.max()) >= LOWER_A:
+        is_base = is_base if is_base is not None else base_columns(sizes, prefix, seq_length)
         lower = is_base & (raw >= LOWER_A)
         if not lower.any():
             lower = None
-    if lower is not None and fold_case:
-        tokens = np.where(lower, raw - np.uint8(CASE_OFFSET), raw).astype(np.int64)
-    else:
-        tokens = raw.astype(np.int64)
-    # the labels' ids: upper case when asked (the model's keep their case)
-    label_ids = tokens
-    if lower is not None and rules.uppercase_labels and not fold_case:
-        label_ids = np.where(lower, tokens - CASE_OFFSET, tokens)
     dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
-    if rules.mask_degenerate_bases:
-        dropped = degenerate_in_documents(raw, is_base)
+    if rules.mask_degenerate_bases and may_hold_degenerate(raw):
+        is_base = is_base if is_base is not None else base_columns(sizes, prefix, seq_length)
+        dropped = degenerate_bases(np.where(is_base, raw, np.uint8(PAD_ID)))
+    ids = raw if lower is None or not fold_case else np.where(lower, raw - np.uint8(CASE_OFFSET), raw)
+    tokens = ids.astype(np.int64)
+    # the labels' ids: upper case when asked (the model's keep their case)
+    label_ids = ids
+    if lower is not None and rules.uppercase_labels and not fold_case:
+        label_ids = np.where(lower, ids - np.uint8(CASE_OFFSET), ids)
     positions = torch.from_numpy(document_positions(sizes, seq_length))
     if hf:
-        labels = np.where(is_base, label_ids, IGNORE_INDEX)
+        assert is_base is not None
+        labels = np.where(is_base, tokens if label_ids is ids else label_ids.astype(np.int64), IGNORE_INDEX)
         for out in (dropped, lower if soft_mask_weight == 0 else None):
             if out is not None:
                 labels[out] = IGNORE_INDEX
         return {"input_ids": torch.from_numpy(tokens), "labels": torch.from_numpy(labels), "position_ids": positions}
     # labels: the next token, then PAD at every EOS (no label crosses a document) and in the padding
-    labels = np.empty_like(tokens)
-    labels[:, :-1] = label_ids[:, 1:]
-    labels[:, -1] = PAD_ID
+    ends = np.cumsum(sizes, axis=1)
+    shifted = np.empty_like(label_ids)
+    shifted.ravel()[:-1] = label_ids.ravel()[1:]
+    shifted[:, -1] = PAD_ID
     row_at = np.arange(0, n * seq_length, seq_length)[:, None]
-    labels.ravel()[(ends - 1 + row_at)[sizes > 0]] = PAD_ID
+    shifted.ravel()[(ends - 1 + row_at)[sizes > 0]] = PAD_ID
     for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding (PAD already, unless a caller's differs)
         if used < seq_length:
-            labels[i, used:] = PAD_ID
-    loss_mask = np.zeros((n, seq_length), dtype=np.float32)
-    loss_mask[:, :-1] = is_base[:, 1:]  # where the label is a base
+            shifted[i, used:] = PAD_ID
+    loss_mask = base_columns(sizes, prefix, seq_length, np.float32, shift=1)  # where the label is a base
     if lower is not None and soft_mask_weight is not None:
         loss_mask[:, :-1][lower[:, 1:]] = soft_mask_weight
     if dropped is not None:
         loss_mask[:, :-1][dropped[:, 1:]] = 0.0
     return {
         "tokens": torch.from_numpy(tokens),
-        "labels": torch.from_numpy(labels),
+        "labels": torch.from_numpy(shifted.astype(np.int64)),
         "loss_mask": torch.from_numpy(loss_mask),
         "position_ids": positions,
         **boundaries(torch.from_numpy(sizes)),
@@ -272,26 +279,30 @@ def document_positions(sizes: np.ndarray, seq_length: int) -> np.ndarray:
     return np.subtract(np.arange(seq_length, dtype=np.int64), began, out=began)
 
 
-def base_columns(sizes: np.ndarray, prefix: np.ndarray, seq_length: int) -> np.ndarray:
-    """Where each row of a packed token matrix holds a base (bool, rows x `seq_length`), from its
-    documents' tokens (`sizes`) and the tokens before their first base (`prefix`): every column a
-    base, then the few that are not cleared (each document's BOS, tag and SEP, its EOS, the padding
-    after a row's last document), so the cost is one pass over the matrix, not one per run."""
+def base_columns(
+    sizes: np.ndarray, prefix: np.ndarray, seq_length: int, dtype: Any = bool, shift: int = 0
+) -> np.ndarray:
+    """Where each row of a packed token matrix holds a base (rows x `seq_length`, 1 where it does, 0
+    elsewhere, in `dtype`), from its documents' tokens (`sizes`) and the tokens before their first
+    base (`prefix`): every column set, then the few that are not cleared (each document's BOS, tag
+    and SEP, its EOS, the padding after a row's last document), so the cost is one pass over the
+    matrix, not one per run. ``shift=1``: whether the next column holds a base (the last column
+    never: what a label's loss mask is)."""
     sizes, prefix = np.asarray(sizes).astype(np.int64), np.asarray(prefix).astype(np.int64)
     n = len(sizes)
     ends = np.cumsum(sizes, axis=1)
-    out = np.ones((n, seq_length), dtype=bool)
+    out = np.ones((n, seq_length), dtype=dtype)
     flat = out.reshape(-1)
     present = sizes > 0
     row_at = np.arange(0, n * seq_length, seq_length, dtype=np.int64)[:, None]
     first = (ends - sizes + row_at)[present]
     head = prefix[present]
     before = np.cumsum(head) - head
-    flat[np.repeat(first - before, head) + np.arange(int(head.sum()), dtype=np.int64)] = False  # BOS, tag, SEP
-    flat[(ends - 1 + row_at)[present]] = False  # EOS
-    for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding
-        if used < seq_length:
-            out[i, used:] = False
+    cleared = np.repeat(first - before, head) + np.arange(int(head.sum()), dtype=np.int64)  # BOS, tag, SEP
+    # and EOS; shifted, a row's first column clears the last of the row before (cleared anyway)
+    flat[np.concatenate([cleared, (ends - 1 + row_at)[present]]) - shift] = 0
+    for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding (and the last `shift` columns)
+        out[i, max(used - shift, 0) :] = 0
     return out
 
 

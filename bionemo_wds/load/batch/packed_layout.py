@@ -66,7 +66,8 @@ def complemented(docs: DocumentArrays, flip: np.ndarray) -> list[np.ndarray]:
     pieces = docs.pieces
     joined = np.concatenate([pieces[i][::-1] for i in order.tolist()]) if len(order) else np.empty(0, np.uint8)
     done = np.frombuffer(joined.tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8)
-    return np.split(done, np.cumsum(docs.length[flipped])[:-1])
+    ends = np.cumsum(docs.length[flipped]).tolist()
+    return [done[a:b] for a, b in zip([0, *ends[:-1]], ends)]
 
 
 def lay_out(
