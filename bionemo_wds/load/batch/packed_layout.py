@@ -41,15 +41,11 @@ _BOS_SEP = np.array([BOS_ID, SEP_ID], dtype=np.uint8)
 _EOS = np.array([EOS_ID], dtype=np.uint8)
 
 
-def headers(tags: list[bytes], control_tags: bool) -> tuple[list[np.ndarray], np.ndarray]:
-    """Each document's tokens before its first base (``BOS tag SEP``; ``BOS`` without control tags)
-    and their counts; one shared array for every document without a tag."""
+def header_lengths(tags: list[bytes], control_tags: bool) -> np.ndarray:
+    """Each document's tokens before its first base: ``BOS tag SEP``, or ``BOS`` without control tags."""
     if not control_tags:
-        return [_BOS] * len(tags), np.ones(len(tags), dtype=np.int64)
-    if not any(tags):
-        return [_BOS_SEP] * len(tags), np.full(len(tags), 2, dtype=np.int64)
-    made = [np.frombuffer(b"%c%s%c" % (BOS_ID, tag, SEP_ID), dtype=np.uint8) if tag else _BOS_SEP for tag in tags]
-    return made, np.fromiter((len(tag) + 2 for tag in tags), dtype=np.int64, count=len(tags))
+        return np.ones(len(tags), dtype=np.int64)
+    return np.fromiter(map(len, tags), dtype=np.int64, count=len(tags)) + 2
 
 
 def complemented(docs: DocumentArrays, flip: np.ndarray) -> list[np.ndarray]:
@@ -77,7 +73,7 @@ def lay_out(
     `seq_length` tokens holding `docs`, those where `flip` says reverse-complemented, each with its
     tag from `tags` (after dropout)."""
     k = len(docs)
-    head, prefix = headers(tags, control_tags)
+    prefix = header_lengths(tags, control_tags)
     sizes = prefix + docs.length + 1
     row = docs.row
     ends = np.cumsum(sizes)
@@ -88,26 +84,37 @@ def lay_out(
         within = np.cumsum(sizes[row_first[i] : row_first[i + 1]])
         d = int(row_first[i] + np.argmax(within > seq_length))
         raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {docs.keys[d]})")
-    # the items concatenated, in order: per document its header, its base items (its pieces, or the
-    # one reverse-complemented view), EOS; per row its padding
-    base_items = np.diff(docs.first_piece)
-    base_items[flip] = 1
-    per_doc = base_items + 2
-    doc_item = np.cumsum(per_doc) - per_doc + row  # every row before ends with one padding item
+    # each document's first column in the flat token matrix; its specials and tag placed by index, its
+    # bases copied piece by piece (one slice copy per stored piece: they lie in different records)
     row_docs = np.diff(row_first)
-    pad_item = np.cumsum(np.bincount(row, weights=per_doc, minlength=n).astype(np.int64)) + np.arange(n)
-    items = np.empty(int(per_doc.sum()) + n, dtype=object)
-    items[doc_item] = objects(head)
-    items[doc_item + per_doc - 1] = objects([_EOS] * k)
+    doc_at = ends - sizes + row * seq_length - np.repeat(np.concatenate([[0], ends])[row_first[:-1]], row_docs)
+    tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
+    flat = tokens.reshape(-1)
+    flat[doc_at] = BOS_ID
+    flat[doc_at + sizes - 1] = EOS_ID
+    if control_tags:
+        flat[doc_at + prefix - 1] = SEP_ID
+        tagged = prefix > 2
+        if tagged.any():
+            count = prefix[tagged] - 2
+            within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+            flat[np.repeat(doc_at[tagged] + 1, count) + within] = np.frombuffer(
+                b"".join(t for t, f in zip(tags, tagged.tolist()) if f), dtype=np.uint8
+            )
+    base_at = doc_at + prefix
+    counts = np.diff(docs.first_piece)
     forward = ~flip
-    at = np.repeat(doc_item + 1 - docs.first_piece[:-1], np.diff(docs.first_piece)) + np.arange(len(docs.pieces))
-    take = np.repeat(forward, np.diff(docs.first_piece))
-    items[at[take]] = objects([p for p, t in zip(docs.pieces, take.tolist()) if t])
-    if not forward.all():
-        items[doc_item[~forward] + 1] = objects(complemented(docs, flip))
-    pads = padding(seq_length)
-    items[pad_item] = objects([pads[: seq_length - u] for u in row_used.tolist()])
-    tokens = np.concatenate(items.tolist()).reshape(n, seq_length) if n else np.empty((0, seq_length), np.uint8)
+    before = np.concatenate([[0], np.cumsum(np.fromiter(map(len, docs.pieces), np.int64, len(docs.pieces)))])
+    piece_at = np.repeat(base_at - before[docs.first_piece[:-1]], counts) + before[:-1]
+    if forward.all():
+        for piece, at in zip(docs.pieces, piece_at.tolist()):
+            flat[at : at + len(piece)] = piece
+    else:
+        for piece, at, f in zip(docs.pieces, piece_at.tolist(), np.repeat(forward, counts).tolist()):
+            if f:
+                flat[at : at + len(piece)] = piece
+        for bases, at in zip(complemented(docs, flip), base_at[flip].tolist()):
+            flat[at : at + len(bases)] = bases
     width = max(1, int(row_docs.max(initial=0)))
     column = np.arange(k) - np.repeat(row_first[:-1], row_docs)
     doc_tokens = np.zeros((n, width), dtype=np.int32)
