@@ -10,9 +10,12 @@ with a damaged piece is filler under ``handler="warn"``, so every rank still yie
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from bionemo_wds.load.batch.assemble import Document, PlannedDocuments, document_key
+from bionemo_wds.load.batch.assemble import PlannedDocuments, document_key
+from bionemo_wds.load.batch.packed_layout import DocumentArrays
 from bionemo_wds.load.plan import FILLER, RankPlan, worker_batches_from
 from bionemo_wds.load.plan.samples import Documents
 from bionemo_wds.load.reader import MISSING, PlannedBatches, RecordCache
@@ -44,7 +47,7 @@ class SpanBatches(PlannedBatches):
     def prepare(self, plan: RankPlan, batches: list[int]) -> None:
         """Work out what `batches` of the plan read, all at once (numpy over every sample and piece of
         them, instead of a few small array operations per batch): per batch, each row's source and
-        draws, and each document's row, length and pieces (record number, row, bases taken)."""
+        draws, and the range of its documents in one table (`PreparedDocuments`, by batch and row)."""
         micro = plan.batches.shape[1]
         real, seeds, passes, sources, found = self.plan_documents(plan.batches[batches])
         rows: dict[int, tuple[list[int], list[tuple[int, int] | None]]] = {}
@@ -53,16 +56,30 @@ class SpanBatches(PlannedBatches):
         for i, src, seed, p in zip(real.tolist(), sources.tolist(), seeds, passes.tolist()):
             source_list, draw_list = rows[batches[i // micro]]
             source_list[i % micro], draw_list[i % micro] = src, (seed, p)
-        docs_of: dict[int, list[tuple[int, int, list[tuple[int, int, int, int]]]]] = {b: [] for b in batches}
+        columns: list[list[np.ndarray]] = [[] for _ in range(7)]
         for d, docs in enumerate(found):
             pieces = self.records.parts[d].pieces(docs.seq, docs.start, docs.length)
-            offset = int(self.records.record_offsets[d])
-            spans: list[list[tuple[int, int, int, int]]] = [[] for _ in range(len(docs))]
-            for span, record, row, lo, hi in zip(*(column.tolist() for column in pieces)):
-                spans[span].append((offset + record, row, lo, hi))
-            for i, length, span_pieces in zip(docs.sample.tolist(), docs.length.tolist(), spans):
-                docs_of[batches[i // micro]].append((i % micro, length, span_pieces))
-        self.prepared = {b: (rows[b][0], rows[b][1], docs_of[b]) for b in batches}
+            record = pieces.record + int(self.records.record_offsets[d])
+            counts = np.bincount(pieces.span, minlength=len(docs))
+            for column, value in zip(
+                columns, (docs.sample, docs.length, counts, record, pieces.row, pieces.lo, pieces.hi)
+            ):
+                column.append(value.astype(np.int64))
+        sample, length, counts, record, row, lo, hi = (
+            np.concatenate(c) if c else np.empty(0, np.int64) for c in columns
+        )
+        order = np.argsort(sample, kind="stable")  # a source's documents are in order: this merges sources
+        first = np.cumsum(counts) - counts
+        counts = counts[order]
+        moved = np.cumsum(counts) - counts
+        take = np.repeat(first[order] - moved, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        sample = sample[order]
+        bounds = np.searchsorted(sample, np.arange(len(batches) + 1, dtype=np.int64) * micro).tolist()
+        first_piece = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.prepared_docs = PreparedDocuments(
+            sample % micro, length[order], first_piece, record[take], row[take], lo[take], hi[take]
+        )
+        self.prepared = {b: (*rows[b], bounds[k], bounds[k + 1]) for k, b in enumerate(batches)}
         self.prepared_plan = plan
 
     def ahead(self, plan: RankPlan, b: int, worker: Worker) -> list[int]:
@@ -72,43 +89,52 @@ class SpanBatches(PlannedBatches):
     def windows(  # type: ignore[override]  # documents of samples cut at load, not rows of stored windows
         self, plan: RankPlan, b: int, cache: RecordCache, worker: Worker
     ) -> PlannedDocuments:
-        """The documents of batch `b` of the plan, with their bases read."""
+        """The documents of batch `b` of the plan, with their bases read: each record decoded once
+        (through the cache), one view per stored piece, the documents' columns as arrays
+        (`DocumentArrays`). A sample with a damaged piece is filler."""
         if getattr(self, "prepared_plan", None) is not plan or b not in self.prepared:
             self.prepare(plan, self.ahead(plan, b, worker))
-        source_list, draw_list, docs = self.prepared.pop(b)
-        samples: list[list[Document] | None] = [[] if draw is not None else None for draw in draw_list]
-        damaged: set[int] = set()
-        for i, length, pieces in docs:
-            doc = self.read_document(length, pieces, cache)
-            row = samples[i]
-            if doc is None:
-                damaged.add(i)
-            elif row is not None:
-                row.append(doc)
-        for i in damaged:  # a sample with a damaged piece is filler
-            samples[i] = None
-        return PlannedDocuments(samples, source_list, list(draw_list))
+        source_list, draw_list, lo, hi = self.prepared.pop(b)
+        table = self.prepared_docs
+        first_piece = table.first_piece[lo : hi + 1]
+        p0, p1 = int(first_piece[0]), int(first_piece[-1])
+        first_piece = first_piece - p0
+        record, row, begin, end = (c[p0:p1] for c in (table.record, table.row, table.lo, table.hi))
+        doc_row, length = table.doc_row[lo:hi], table.length[lo:hi]
+        blocks = {number: self.block(number, cache) for number in dict.fromkeys(record.tolist())}
+        filler = [draw is None for draw in draw_list]
+        if any(block is None for block in blocks.values()):  # drop the samples with a damaged piece
+            bad = np.fromiter((blocks[n] is None for n in record.tolist()), dtype=bool, count=len(record))
+            damaged = np.unique(doc_row[np.add.reduceat(bad, first_piece[:-1]) > 0])
+            for i in damaged.tolist():
+                filler[i] = True
+            kept = ~np.isin(doc_row, damaged)
+            piece_kept = np.repeat(kept, np.diff(first_piece))
+            record, row, begin, end = (c[piece_kept] for c in (record, row, begin, end))
+            doc_row, length = doc_row[kept], length[kept]
+            first_piece = np.concatenate([[0], np.cumsum(np.diff(first_piece)[kept])]).astype(np.int64)
+        numbers, rows = record.tolist(), row.tolist()
+        read = {number: block for number, block in blocks.items() if block is not None}
+        views = []
+        for number, r, a, z in zip(numbers, rows, begin.tolist(), end.tolist()):
+            block = read[number]
+            at = block.offsets[r]
+            views.append(block.tokens[at + a : at + z])
+        heads = [(read[numbers[p]], rows[p]) for p in first_piece[:-1].tolist()]  # each document's first piece
+        seq_id = [block.seq_id[r] for block, r in heads]
+        start = np.fromiter((block.start[r] for block, r in heads), dtype=np.int64, count=len(heads))
+        start += begin[first_piece[:-1]]
+        keys = [document_key(s, a, n) for s, a, n in zip(seq_id, start.tolist(), length.tolist())]
+        tags = [block.tag[r] for block, r in heads]
+        docs = DocumentArrays(doc_row, seq_id, start, length, tags, views, first_piece, keys)
+        return PlannedDocuments(docs, filler, source_list, list(draw_list))
 
-    def read_document(
-        self, length: int, pieces: list[tuple[int, int, int, int]], cache: RecordCache
-    ) -> Document | None:
-        """A document's bases from the pieces it spans, through the cache (None: a piece is damaged)."""
-        first: BlockRows | None = None
-        parts = []
-        for number, row, lo, hi in pieces:
-            block = cache.get(number)
-            if block is MISSING:
-                block = cache.put(number, self.records.read(number, True))
-            if block is None:
-                return None
-            parts.append(block.bases(row)[lo:hi])
-            if first is None:
-                first = block
-        assert first is not None
-        row, lo = pieces[0][1], pieces[0][2]
-        bases = parts[0] if len(parts) == 1 else tuple(parts)  # pieces are written where they go, never joined
-        seq_id, start = first.seq_id[row], first.start[row] + lo
-        return Document(bases, first.tag[row], seq_id, start, document_key(seq_id, start, length))
+    def block(self, number: int, cache: RecordCache) -> BlockRows | None:
+        """Record `number`, decoded, through the cache (None: damaged and skipped)."""
+        block = cache.get(number)
+        if block is MISSING:
+            block = cache.put(number, self.records.read(number, True))
+        return block
 
     def prefetch(self, plan: RankPlan, batches: list[int], cache: RecordCache) -> None:
         """Ask for the records of `batches` not decoded already, in the order they are read."""
@@ -124,5 +150,21 @@ class SpanBatches(PlannedBatches):
 
 #: Batches whose documents and pieces a worker works out at once.
 AHEAD = 32
+
+
+class PreparedDocuments(NamedTuple):
+    """The documents of the batches a worker worked out at once (`SpanBatches.prepare`), by batch and
+    row: per document its row in its batch, its bases and its pieces' range (``first_piece``); per
+    piece its record number, row in the record and the bases it takes (``lo:hi``)."""
+
+    doc_row: np.ndarray
+    length: np.ndarray
+    first_piece: np.ndarray
+    record: np.ndarray
+    row: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
 #: No documents.
 EMPTY_DOCUMENTS = Documents(*(np.empty(0, dtype=np.int64) for _ in range(4)))

@@ -16,11 +16,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.core.seeds import flip_salt, mlm_salt, tag_salt
+from bionemo_wds.core.seeds import flip_salt, key_crcs, mlm_salt, salted_flips, tag_salt
 from bionemo_wds.load.batch.compact import Part, compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
 from bionemo_wds.load.batch.mlm import MaskingRule, batch_masks
-from bionemo_wds.load.batch.packed import PackedDocument, PackedSchema, base_columns, compact_packed
+from bionemo_wds.load.batch.packed import PackedSchema, base_columns
+from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
 from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.batch.tokens import TokenDoc, tokenized_batch
 from bionemo_wds.load.plan.progress import EpochState
@@ -60,12 +61,28 @@ class TokenLayout(NamedTuple):
 
 
 class PlannedDocuments(NamedTuple):
-    """The samples of one planned batch: each one's documents (None: filler, no sample or a damaged
-    piece; empty: a packed sample the pass left unused), its source, and the (seed, pass) of its draws."""
+    """The samples of one planned batch: their documents as arrays (`packed_layout.DocumentArrays`,
+    each with its row), which rows are filler (no sample, or a damaged piece; a packed sample the
+    pass left unused is a row without documents that is not filler), each row's source, and the
+    (seed, pass) of its draws."""
 
-    samples: list[list[Document] | None]
+    docs: DocumentArrays
+    filler: list[bool]
     sources: list[int]
     draws: list[tuple[int, int] | None]
+
+    def samples(self) -> list[list[Document] | None]:
+        """Each row's documents as `Document` (None: filler), for the layouts that take them one by one."""
+        docs = self.docs
+        out: list[list[Document] | None] = [None if f else [] for f in self.filler]
+        pieces, first = docs.pieces, docs.first_piece.tolist()
+        for d, i in enumerate(docs.row.tolist()):
+            part = pieces[first[d] : first[d + 1]]
+            bases = part[0] if len(part) == 1 else tuple(part)  # pieces are written where they go, never joined
+            row = out[i]
+            assert row is not None
+            row.append(Document(bases, docs.tag[d], docs.seq_id[d], int(docs.start[d]), docs.keys[d]))
+        return out
 
 
 def document_key(seq_id: str, start: int, length: int) -> str:
@@ -165,24 +182,24 @@ def documents_batch(
     layout: TokenLayout | None = None,
 ) -> dict[str, Any]:
     """The compact batch of samples cut at load (`PlannedDocuments`): one window per row (`BatchSchema`,
-    the same batch as stored windows give), or packed rows of several documents (`PackedSchema`).
-    Each document draws its strand and tag dropout by its own key."""
+    the same batch as stored windows give), or packed rows of several documents (`PackedSchema`,
+    `packed_layout.lay_out`). Each document draws its strand and tag dropout by its own key."""
     draws = [pass_draw if d is None else d for d in planned.draws]
-    filler = [docs is None for docs in planned.samples]
+    filler = planned.filler
     if layout is not None:
         batch = documents_tokens(planned, draws, rc_prob, rc_salts, layout, isinstance(schema, PackedSchema))
     elif isinstance(schema, PackedSchema):
-        rows: list[list[PackedDocument]] = []
-        for docs, draw in zip(planned.samples, draws):
-            row = []
-            for doc in docs or ():
-                rc = rc_prob > 0 and key_flip(doc.key, rc_prob, rc_salts[draw])
-                tag = dropped_tag(doc.tag, doc.key, tag_dropout, drop_salts[draw]) if tag_dropout > 0 else doc.tag
-                row.append(PackedDocument(doc.bases, tag, rc, doc.seq_id, doc.start, doc.key))
-            rows.append(row)
-        batch = compact_packed(rows, schema.seq_length, control_tags)
+        docs = planned.docs
+        flip = document_flips(docs, draws, rc_prob, rc_salts)
+        tags = docs.tag
+        if tag_dropout > 0:
+            tags = [
+                dropped_tag(tag, key, tag_dropout, drop_salts[draws[i]])
+                for tag, key, i in zip(tags, docs.keys, docs.row.tolist())
+            ]
+        batch = lay_out(docs, flip, tags, len(filler), schema.seq_length, control_tags)
     else:  # one window per row: its document's fields straight into the compact batch
-        one = [docs[0] if docs else None for docs in planned.samples]
+        one = [docs[0] if docs else None for docs in planned.samples()]
         keys = [d.key if d is not None else "" for d in one]
         tags = [d.tag if d is not None else b"" for d in one]
         if tag_dropout > 0:
@@ -208,6 +225,23 @@ def documents_batch(
     return batch
 
 
+def document_flips(docs: DocumentArrays, draws: list[tuple[int, int]], p: float, salts: Salts) -> np.ndarray:
+    """Whether each document is reverse-complemented (probability `p`): `draws.key_flip` of its key
+    salted by its row's (seed, pass), for all documents at once (`seeds.salted_flips`)."""
+    if p <= 0 or not len(docs):
+        return np.zeros(len(docs), dtype=bool)
+    crcs = key_crcs(docs.keys)
+    row_salts = [salts[d] for d in draws]
+    if len(set(row_salts)) == 1:  # the usual batch: one (seed, pass)
+        return salted_flips(crcs, p, row_salts[0])
+    salt_of = np.array([s & (2**64 - 1) for s in row_salts], dtype=np.uint64)[docs.row]
+    flips = np.zeros(len(docs), dtype=bool)
+    for salt in np.unique(salt_of).tolist():
+        at = salt_of == salt
+        flips[at] = salted_flips(crcs[at], p, salt)
+    return flips
+
+
 def documents_tokens(
     planned: PlannedDocuments,
     draws: list[tuple[int, int]],
@@ -217,12 +251,13 @@ def documents_tokens(
     packed: bool,
 ) -> dict[str, Any]:
     """`documents_batch` for a non-byte tokenizer: every document on its drawn strand, tokenized."""
+    samples = planned.samples()
     rows = [
         [TokenDoc(d.bases, rc_prob > 0 and key_flip(d.key, rc_prob, rc_salts[draw]), d.key) for d in docs or ()]
-        for docs, draw in zip(planned.samples, draws)
+        for docs, draw in zip(samples, draws)
     ]
-    first = [docs[0] if docs else None for docs in planned.samples]
-    keys = [";".join(d.key for d in docs or ()) for docs in planned.samples]
+    first = [docs[0] if docs else None for docs in samples]
+    keys = [";".join(d.key for d in docs or ()) for docs in samples]
     rc = [bool(row) and row[0].rc for row in rows]
     starts = [d.start if d is not None else 0 for d in first]
     seq_ids = [d.seq_id if d is not None else "" for d in first]

@@ -62,11 +62,17 @@ def degenerate_bases(bases: np.ndarray) -> np.ndarray | None:
     return NOT_REAL[bases] & (bases != PAD_ID)
 
 
+def may_hold_degenerate(tokens: np.ndarray) -> bool:
+    """Whether a packed token matrix (uint8: specials, tags and bases) holds any byte but a real base
+    and the specials: one `bytes.translate` pass; False says it holds no degenerate base."""
+    return len(tokens.tobytes().translate(None, NOT_DEGENERATE + SPECIALS)) > 0
+
+
 def degenerate_in_documents(tokens: np.ndarray, is_base: np.ndarray) -> np.ndarray | None:
     """`degenerate_bases` of a packed token matrix (uint8: specials, tags and bases), where
     `is_base`: one pass decides that a batch without tags or degenerate bases has none; with tags,
     the bases are picked out first (tag bytes are letters too)."""
-    if not len(tokens.tobytes().translate(None, NOT_DEGENERATE + SPECIALS)):
+    if not may_hold_degenerate(tokens):
         return None
     return degenerate_bases(np.where(is_base, tokens, np.uint8(PAD_ID)))
 

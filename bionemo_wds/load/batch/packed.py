@@ -36,11 +36,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
-from bionemo_wds.load.batch.compact import Part, part_length, put_bases
+from bionemo_wds.core.tokenizer import PAD_ID
+from bionemo_wds.load.batch.compact import Part, part_length
 from bionemo_wds.load.batch.hf import IGNORE_INDEX, check_batch_format, finish
-from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, LabelRules, degenerate_in_documents
+from bionemo_wds.load.batch.labels import (
+    DEFAULT_RULES,
+    NO_RULES,
+    LabelRules,
+    degenerate_bases,
+    may_hold_degenerate,
+)
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
+from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
 from bionemo_wds.load.batch.schema import Field, slot_nbytes
 
 #: Documents per sample the transfer slots are sized for (a batch with more sends its document
@@ -98,48 +105,25 @@ class PackedDocument:
 
 
 def compact_packed(rows: Sequence[Sequence[PackedDocument]], seq_length: int, control_tags: bool) -> dict[str, Any]:
-    """The compact packed batch of `rows` (each a list of documents, laid out in order)."""
-    n = len(rows)
-    width = max(1, max((len(r) for r in rows), default=0))
-    tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
-    doc_tokens = np.zeros((n, width), dtype=np.int32)
-    doc_prefix = np.zeros((n, width), dtype=np.int32)
-    doc_rc = np.zeros((n, width), dtype=bool)
-    lengths = np.zeros(n, dtype=np.int32)
-    for i, row in enumerate(rows):
-        pos = 0
-        for j, doc in enumerate(row):
-            tokens[i, pos] = BOS_ID
-            p = pos + 1
-            if control_tags:
-                t = len(doc.tag)
-                tokens[i, p : p + t] = np.frombuffer(doc.tag, dtype=np.uint8)
-                tokens[i, p + t] = SEP_ID
-                p += t + 1
-            m = part_length(doc.bases)
-            if p + m + 1 > seq_length:
-                raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {doc.key})")
-            put_bases(tokens[i, p : p + m], doc.bases, doc.rc)
-            if doc.rc:
-                tokens[i, p : p + m] = np.frombuffer(
-                    tokens[i, p : p + m].tobytes().translate(COMPLEMENT_TABLE), np.uint8
-                )
-            tokens[i, p + m] = EOS_ID
-            doc_tokens[i, j], doc_prefix[i, j], doc_rc[i, j] = p + m + 1 - pos, p - pos, doc.rc
-            lengths[i] += m
-            pos = p + m + 1
-    first = [row[0] if row else None for row in rows]
-    return {
-        "tokens": tokens,
-        "doc_tokens": doc_tokens,
-        "doc_prefix": doc_prefix,
-        "doc_rc": doc_rc,
-        "lengths": lengths,
-        "rc": np.array([bool(d.rc) if d is not None else False for d in first], dtype=bool),
-        "start": np.array([d.start if d is not None else 0 for d in first], dtype=np.int64),
-        "seq_id": [d.seq_id if d is not None else "" for d in first],
-        "keys": [";".join(doc.key for doc in row) for row in rows],
-    }
+    """The compact packed batch of `rows` (each a list of documents, laid out in order): the rows as
+    `packed_layout.DocumentArrays`, laid out by `packed_layout.lay_out` (what the loaders call)."""
+    docs = [doc for row in rows for doc in row]
+    pieces: list[np.ndarray] = []
+    for doc in docs:
+        pieces.extend(doc.bases if isinstance(doc.bases, tuple) else (doc.bases,))
+    counts = [len(doc.bases) if isinstance(doc.bases, tuple) else 1 for doc in docs]
+    arrays = DocumentArrays(
+        np.repeat(np.arange(len(rows), dtype=np.int64), [len(row) for row in rows]),
+        [doc.seq_id for doc in docs],
+        np.array([doc.start for doc in docs], dtype=np.int64),
+        np.array([part_length(doc.bases) for doc in docs], dtype=np.int64),
+        [doc.tag for doc in docs],
+        pieces,
+        np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64),
+        [doc.key for doc in docs],
+    )
+    flip = np.array([bool(doc.rc) for doc in docs], dtype=bool)
+    return lay_out(arrays, flip, arrays.tag, len(rows), seq_length, control_tags)
 
 
 def document_columns(doc_tokens: torch.Tensor, seq_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -200,7 +184,14 @@ def varlen_keys(inputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, Any]
 
 
 def boundaries(doc_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``seq_lens`` and ``cu_seqlens`` (padded with `CU_SEQLENS_PAD`) of the documents' token counts."""
+    """``seq_lens`` and ``cu_seqlens`` (padded with `CU_SEQLENS_PAD`) of the documents' token counts
+    (on a CPU in numpy: a handful of tensor ops on these small arrays cost more than the sums)."""
+    if doc_tokens.device.type == "cpu":
+        lens = doc_tokens.numpy().astype(np.int32)
+        cu_np = np.zeros((lens.shape[0], lens.shape[1] + 1), dtype=np.int32)
+        np.cumsum(lens, axis=1, out=cu_np[:, 1:])
+        cu_np[:, 1:][lens == 0] = CU_SEQLENS_PAD
+        return {"seq_lens": torch.from_numpy(lens), "cu_seqlens": torch.from_numpy(cu_np)}
     seq_lens = doc_tokens.int()
     ends = torch.cumsum(seq_lens, dim=1, dtype=torch.int32)
     cu = torch.cat([torch.zeros_like(ends[:, :1]), ends], dim=1)
@@ -216,91 +207,103 @@ def packed_inputs_cpu(
     hf: bool = False,
 ) -> dict[str, Any]:
     """Whole-batch numpy, no loop over documents: every column's place (in a document's bases or not,
-    its position) is expanded from a few numbers per document by `np.repeat`; labels are the tokens
-    shifted by one with PAD written at each EOS and over the padding (``hf``: the tokens where they
-    are bases, -100 elsewhere). On a CPU several times faster than the tensor form below. Every
-    label rule but a fraction of real bases per document (`labels.LabelRules.apply`, after)."""
+    its position) is expanded from a few numbers per document; labels are the tokens shifted by one
+    with PAD written at each EOS and over the padding (``hf``: the tokens where they are bases, -100
+    elsewhere). The case and degenerate-base passes run only when one check over the uint8 tokens
+    finds something for them (the usual batch has neither), the shifts are made in uint8 and widened
+    once, so each int64 output costs one pass. Every label rule but a fraction of real bases per
+    document (`labels.LabelRules.apply`, after)."""
     raw = np.asarray(batch["tokens"])
     sizes = np.asarray(batch["doc_tokens"]).astype(np.int64)
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
     n, seq_length = raw.shape
-    ends = np.cumsum(sizes, axis=1)
-    is_base = base_columns(sizes, prefix, seq_length)
-    tokens = raw.astype(np.int64)
     cased = fold_case or soft_mask_weight is not None or rules.uppercase_labels
-    lower = is_base & (raw >= LOWER_A) if cased else None
-    if lower is not None and fold_case and lower.any():
-        tokens[lower] -= CASE_OFFSET
-    # the labels' ids: upper case when asked (the model's keep their case)
-    label_ids = tokens
-    if lower is not None and rules.uppercase_labels and not fold_case and lower.any():
-        label_ids = np.where(lower, tokens - CASE_OFFSET, tokens)
+    is_base = base_columns(sizes, prefix, seq_length) if hf else None
+    lower = None  # lower-case bases, when the batch has any (one max over the uint8 tokens decides)
+    if cased and raw.size and int(raw.max()) >= LOWER_A:
+        is_base = is_base if is_base is not None else base_columns(sizes, prefix, seq_length)
+        lower = is_base & (raw >= LOWER_A)
+        if not lower.any():
+            lower = None
     dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
-    if rules.mask_degenerate_bases:
-        dropped = degenerate_in_documents(raw, is_base)
+    if rules.mask_degenerate_bases and may_hold_degenerate(raw):
+        is_base = is_base if is_base is not None else base_columns(sizes, prefix, seq_length)
+        dropped = degenerate_bases(np.where(is_base, raw, np.uint8(PAD_ID)))
+    ids = raw if lower is None or not fold_case else np.where(lower, raw - np.uint8(CASE_OFFSET), raw)
+    tokens = ids.astype(np.int64)
+    # the labels' ids: upper case when asked (the model's keep their case)
+    label_ids = ids
+    if lower is not None and rules.uppercase_labels and not fold_case:
+        label_ids = np.where(lower, ids - np.uint8(CASE_OFFSET), ids)
     positions = torch.from_numpy(document_positions(sizes, seq_length))
-    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
     if hf:
-        labels = np.where(is_base, label_ids, IGNORE_INDEX)
+        assert is_base is not None
+        labels = np.where(is_base, tokens if label_ids is ids else label_ids.astype(np.int64), IGNORE_INDEX)
         for out in (dropped, lower if soft_mask_weight == 0 else None):
             if out is not None:
                 labels[out] = IGNORE_INDEX
         return {"input_ids": torch.from_numpy(tokens), "labels": torch.from_numpy(labels), "position_ids": positions}
     # labels: the next token, then PAD at every EOS (no label crosses a document) and in the padding
-    labels = np.empty_like(tokens)
-    labels.ravel()[:-1] = label_ids.ravel()[1:]
-    labels.ravel()[(ends - 1 + row_at)[sizes > 0]] = PAD_ID
-    labels[:, -1] = PAD_ID
-    for i, used in enumerate(ends[:, -1].tolist()):
-        labels[i, used:] = PAD_ID
-    loss_mask = np.zeros((n, seq_length), dtype=np.float32)
-    loss_mask[:, :-1] = is_base[:, 1:]  # where the label is a base
+    ends = np.cumsum(sizes, axis=1)
+    shifted = np.empty_like(label_ids)
+    shifted.ravel()[:-1] = label_ids.ravel()[1:]
+    shifted[:, -1] = PAD_ID
+    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
+    shifted.ravel()[(ends - 1 + row_at)[sizes > 0]] = PAD_ID
+    for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding (PAD already, unless a caller's differs)
+        if used < seq_length:
+            shifted[i, used:] = PAD_ID
+    loss_mask = base_columns(sizes, prefix, seq_length, np.float32, shift=1)  # where the label is a base
     if lower is not None and soft_mask_weight is not None:
         loss_mask[:, :-1][lower[:, 1:]] = soft_mask_weight
     if dropped is not None:
         loss_mask[:, :-1][dropped[:, 1:]] = 0.0
     return {
         "tokens": torch.from_numpy(tokens),
-        "labels": torch.from_numpy(labels),
+        "labels": torch.from_numpy(shifted.astype(np.int64)),
         "loss_mask": torch.from_numpy(loss_mask),
         "position_ids": positions,
-        **boundaries(torch.as_tensor(sizes)),
+        **boundaries(torch.from_numpy(sizes)),
     }
 
 
 def document_positions(sizes: np.ndarray, seq_length: int) -> np.ndarray:
     """Position ids (int64, rows x `seq_length`) of packed rows whose documents take `sizes` tokens:
-    the column minus where its document (or the padding after them) began; numpy, no loop."""
+    the column minus where its document (or the padding after them) began in its row; numpy, no
+    loop: one `np.repeat` of each document's first column, then one subtraction in place."""
     sizes = np.asarray(sizes).astype(np.int64)
+    ends = np.cumsum(sizes, axis=1)
+    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1).ravel()
+    counts = np.concatenate([sizes, seq_length - ends[:, -1:]], axis=1).ravel()
+    began = np.repeat(starts, counts).reshape(len(sizes), seq_length)
+    return np.subtract(np.arange(seq_length, dtype=np.int64), began, out=began)
+
+
+def base_columns(
+    sizes: np.ndarray, prefix: np.ndarray, seq_length: int, dtype: Any = bool, shift: int = 0
+) -> np.ndarray:
+    """Where each row of a packed token matrix holds a base (rows x `seq_length`, 1 where it does, 0
+    elsewhere, in `dtype`), from its documents' tokens (`sizes`) and the tokens before their first
+    base (`prefix`): every column set, then the few that are not cleared (each document's BOS, tag
+    and SEP, its EOS, the padding after a row's last document), so the cost is one pass over the
+    matrix, not one per run. ``shift=1``: whether the next column holds a base (the last column
+    never: what a label's loss mask is)."""
+    sizes, prefix = np.asarray(sizes).astype(np.int64), np.asarray(prefix).astype(np.int64)
     n = len(sizes)
     ends = np.cumsum(sizes, axis=1)
-    row_at = np.arange(0, n * seq_length, seq_length)[:, None]
-    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1) + row_at
-    began = np.repeat(starts.ravel(), np.concatenate([sizes, seq_length - ends[:, -1:]], axis=1).ravel())
-    return (np.arange(n * seq_length, dtype=np.int64) - began).reshape(n, seq_length)
-
-
-def base_columns(sizes: np.ndarray, prefix: np.ndarray, seq_length: int) -> np.ndarray:
-    """Where each row of a packed token matrix holds a base (bool, rows x `seq_length`), from its
-    documents' tokens (`sizes`) and the tokens before their first base (`prefix`): per row,
-    (document: BOS/tag/SEP False, bases True, EOS False) ..., padding False."""
-    sizes, prefix = np.asarray(sizes).astype(np.int64), np.asarray(prefix).astype(np.int64)
-    present = (sizes > 0).astype(np.int64)
-    pad = seq_length - np.cumsum(sizes, axis=1)[:, -1:]
-    inner = np.maximum(sizes - 1, 0)  # the document's columns before its EOS
-    runs = np.stack([prefix * present, np.maximum(inner - prefix, 0), present], axis=2)
-    return segments(runs, pad, len(sizes), seq_length)
-
-
-def segments(lengths: np.ndarray, pad: np.ndarray, n: int, seq_length: int) -> np.ndarray:
-    """Boolean (n x seq_length) from run lengths: per row, for each document the runs of
-    ``lengths[row, doc]`` (alternately False and True, ending False), then `pad` False columns."""
-    runs = lengths.shape[2]
-    values = np.zeros(runs, dtype=bool)
-    values[runs % 2 :: 2] = True  # (True, False) or (False, True, False)
-    counts = np.concatenate([lengths.reshape(n, -1), pad], axis=1).ravel()
-    pattern = np.append(np.tile(values, lengths.shape[1]), False)
-    return np.repeat(np.tile(pattern, n), counts).reshape(n, seq_length)
+    out = np.ones((n, seq_length), dtype=dtype)
+    flat = out.reshape(-1)
+    present = sizes > 0
+    row_at = np.arange(0, n * seq_length, seq_length, dtype=np.int64)[:, None]
+    first = (ends - sizes + row_at)[present]
+    head = prefix[present]
+    before = np.cumsum(head) - head
+    cleared = np.repeat(first - before, head) + np.arange(int(head.sum()), dtype=np.int64)  # BOS, tag, SEP
+    # and EOS; shifted, a row's first column clears the last of the row before (cleared anyway)
+    flat[np.concatenate([cleared, (ends - 1 + row_at)[present]]) - shift] = 0
+    for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding (and the last `shift` columns)
+        out[i, max(used - shift, 0) :] = 0
+    return out
 
 
 def packed_inputs_gather(batch: dict[str, Any], fold_case: bool, soft_mask_weight: float | None) -> dict[str, Any]:

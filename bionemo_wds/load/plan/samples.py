@@ -354,12 +354,11 @@ class PackedSamples:
             seq.append(s)
             start.append(self.offset(s, passes[whole]) + k * self.full_length[s])
             length.append(self.full_length[s])
-        for i in np.flatnonzero(ids >= self.n_full).tolist():
-            for doc_seq, doc_start, doc_length in self.bin_documents(int(ids[i]) - self.n_full, int(passes[i])):
-                sample.append(np.array([i]))
-                seq.append(np.array([doc_seq]))
-                start.append(np.array([doc_start]))
-                length.append(np.array([doc_length]))
+        packed = np.flatnonzero(ids >= self.n_full)
+        for p in np.unique(passes[packed]).tolist():
+            at = packed[passes[packed] == p]
+            for column, values in zip((sample, seq, start, length), self.bins_documents(at, ids[at] - self.n_full, p)):
+                column.append(values)
         if not sample:
             empty = np.empty(0, dtype=np.int64)
             return Documents(empty, empty, empty, empty)
@@ -367,22 +366,27 @@ class PackedSamples:
         order = np.argsort(docs[0], kind="stable")
         return Documents(*(c[order] for c in docs))
 
-    def bin_documents(self, j: int, pass_: int) -> list[tuple[int, int, int]]:
-        """(sequence, start, length) of each document of packed sample `j` in pass `pass_` (none for a
-        sample the pass leaves unused)."""
+    def bins_documents(
+        self, at: np.ndarray, bins: np.ndarray, pass_: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(sample index from `at`, sequence, start, length) of each document of the packed samples
+        `bins` of pass `pass_`, in order (none for a sample the pass leaves unused): each sample's
+        documents are a range of the packing's, the first and last cut where the sample starts and
+        where the next one does; numpy over all of them, no loop per sample."""
         packing = self.packing(pass_)
-        if j >= packing.n_bins:
-            return []
-        d0, o0 = int(packing.bin_doc[j]), int(packing.bin_offset[j])
-        d1, o1 = (
-            (int(packing.bin_doc[j + 1]), int(packing.bin_offset[j + 1]))
-            if j + 1 < packing.n_bins
-            else (len(packing.seq), 0)
-        )
-        out = []
-        for d in range(d0, min(d1, len(packing.seq) - 1) + 1):
-            lo = o0 if d == d0 else 0
-            hi = o1 if d == d1 else int(packing.length[d])
-            if hi > lo:
-                out.append((int(packing.seq[d]), int(packing.start[d]) + lo, hi - lo))
-        return out
+        n_bins, n_docs = packing.n_bins, len(packing.seq)
+        used = bins < n_bins
+        at, bins = at[used], bins[used]
+        d0, o0 = packing.bin_doc[bins], packing.bin_offset[bins]
+        following = bins + 1 < n_bins
+        after = np.minimum(bins + 1, max(n_bins - 1, 0))
+        d1 = np.where(following, packing.bin_doc[after] if n_bins else 0, n_docs)
+        o1 = np.where(following, packing.bin_offset[after] if n_bins else 0, 0)
+        counts = np.maximum(np.minimum(d1, n_docs - 1) - d0 + 1, 0)
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        d = np.repeat(d0, counts) + np.arange(len(first), dtype=np.int64) - first
+        lo = np.where(d == np.repeat(d0, counts), np.repeat(o0, counts), 0)
+        hi = np.where(d == np.repeat(d1, counts), np.repeat(o1, counts), packing.length[d])
+        kept = hi > lo
+        d = d[kept]
+        return np.repeat(at, counts)[kept], packing.seq[d], packing.start[d] + lo[kept], (hi - lo)[kept]

@@ -1,0 +1,147 @@
+"""Packed samples as arrays: the documents of many packed samples found at once
+(`PackedSamples.bins_documents`) and a batch laid out from `DocumentArrays` (`packed_layout.lay_out`),
+each against a plain one-document-at-a-time reference written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
+from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
+from bionemo_wds.load.plan.samples import PackedSamples, SequenceTable
+
+
+def one_bin(table: PackedSamples, j: int, pass_: int) -> list[tuple[int, int, int]]:
+    """(sequence, start, length) of packed sample `j`'s documents, one document at a time."""
+    packing = table.packing(pass_)
+    if j >= packing.n_bins:
+        return []
+    d0, o0 = int(packing.bin_doc[j]), int(packing.bin_offset[j])
+    n = len(packing.seq)
+    d1, o1 = (int(packing.bin_doc[j + 1]), int(packing.bin_offset[j + 1])) if j + 1 < packing.n_bins else (n, 0)
+    out = []
+    for d in range(d0, min(d1, n - 1) + 1):
+        lo = o0 if d == d0 else 0
+        hi = o1 if d == d1 else int(packing.length[d])
+        if hi > lo:
+            out.append((int(packing.seq[d]), int(packing.start[d]) + lo, hi - lo))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 900), min_size=1, max_size=60),
+    st.sampled_from([64, 200, 512]),
+    st.sampled_from(["fixed", "random"]),
+    st.integers(0, 3),
+)
+def test_documents_of_many_packed_samples_are_each_ones(lengths, seq_length, offsets, seed):
+    """Every sample id of two passes asked at once, in a shuffled order: each id's documents are the
+    ones its bin gives alone, in order (whole samples one each, unused packed samples none)."""
+    n = len(lengths)
+    table = PackedSamples(
+        SequenceTable(np.asarray(lengths, dtype=np.int64), np.zeros(n, np.int64), 128),
+        seq_length,
+        np.full(n, 3, dtype=np.int64),
+        offsets,
+        seed,
+    )
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(np.concatenate([np.arange(table.n_windows)] * 2)).astype(np.int64)
+    passes = rng.integers(0, 2, len(ids)).astype(np.int64)
+    docs = table.documents(ids, passes)
+    assert (np.diff(docs.sample) >= 0).all()
+    for i, (sample_id, pass_) in enumerate(zip(ids.tolist(), passes.tolist())):
+        at = docs.sample == i
+        got = list(zip(docs.seq[at].tolist(), docs.start[at].tolist(), docs.length[at].tolist()))
+        if sample_id >= table.n_full:
+            assert got == one_bin(table, sample_id - table.n_full, pass_)
+        else:
+            assert len(got) == 1
+
+
+def reference_row(docs: list[tuple[bytes, bytes, bool]], seq_length: int, control_tags: bool) -> bytes:
+    """A packed row written one document at a time: BOS (tag SEP) bases-on-their-strand EOS, then PAD."""
+    out = b""
+    for bases, tag, flip in docs:
+        strand = bases[::-1].translate(COMPLEMENT_TABLE) if flip else bases
+        out += bytes([BOS_ID]) + (tag + bytes([SEP_ID]) if control_tags else b"") + strand + bytes([EOS_ID])
+    return out + bytes([PAD_ID]) * (seq_length - len(out))
+
+
+@pytest.mark.parametrize("control_tags", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_lay_out_is_the_row_written_document_by_document(control_tags, seed):
+    """Documents of several pieces, tags of any length, flipped or not, rows without documents: the
+    token matrix and the document columns are those of the one-document-at-a-time layout."""
+    rng = np.random.default_rng(seed)
+    n, seq_length = 6, 400
+    rows: list[list[tuple[bytes, bytes, bool]]] = []
+    pieces, first, row_of, tags, flips, lengths = [], [0], [], [], [], []
+    for i in range(n):
+        row, used = [], 0
+        while rng.random() < 0.8:
+            m = int(rng.integers(0, 60))
+            tag = (
+                rng.choice(list(b"|d__Ab;p__C|"), int(rng.integers(0, 8))).astype(np.uint8).tobytes()
+                if control_tags
+                else b""
+            )
+            if used + m + len(tag) + 3 > seq_length:
+                break
+            bases = rng.choice(list(b"ACGTNacgtn"), m).astype(np.uint8).tobytes()
+            cuts = sorted(rng.integers(0, m + 1, int(rng.integers(0, 3))).tolist())
+            parts = [bases[a:b] for a, b in zip([0, *cuts], [*cuts, m])]
+            flip = bool(rng.random() < 0.5)
+            row.append((bases, tag, flip))
+            pieces += [np.frombuffer(p, dtype=np.uint8) for p in parts]
+            first.append(len(pieces))
+            row_of.append(i)
+            tags.append(tag)
+            flips.append(flip)
+            lengths.append(m)
+            used += m + len(tag) + 3
+        rows.append(row)
+    k = len(row_of)
+    keys = [f"d{d}" for d in range(k)]
+    starts = np.arange(k, dtype=np.int64) * 10
+    docs = DocumentArrays(
+        np.asarray(row_of, dtype=np.int64),
+        [f"s{d}" for d in range(k)],
+        starts,
+        np.asarray(lengths, dtype=np.int64),
+        tags,
+        pieces,
+        np.asarray(first, dtype=np.int64),
+        keys,
+    )
+    batch = lay_out(docs, np.asarray(flips, dtype=bool), tags, n, seq_length, control_tags)
+    for i, row in enumerate(rows):
+        assert batch["tokens"][i].tobytes() == reference_row(row, seq_length, control_tags)
+        head = [len(tag) + 2 if control_tags else 1 for _, tag, _ in row]
+        assert batch["doc_prefix"][i, : len(row)].tolist() == head
+        assert batch["doc_tokens"][i, : len(row)].tolist() == [h + len(b) + 1 for h, (b, _, _) in zip(head, row)]
+        assert not batch["doc_tokens"][i, len(row) :].any()
+        assert batch["doc_rc"][i, : len(row)].tolist() == [f for _, _, f in row]
+        assert batch["lengths"][i] == sum(len(b) for b, _, _ in row)
+    assert batch["keys"] == [";".join(keys[d] for d in range(k) if row_of[d] == i) for i in range(n)]
+
+
+def test_a_document_past_the_row_is_named():
+    """A row whose documents need more than seq_length tokens: an error naming the document."""
+    bases = np.frombuffer(b"ACGTACGT", dtype=np.uint8)
+    docs = DocumentArrays(
+        np.zeros(2, np.int64),
+        ["s", "s"],
+        np.zeros(2, np.int64),
+        np.array([8, 8]),
+        [b"", b""],
+        [bases, bases],
+        np.arange(3, dtype=np.int64),
+        ["near", "far"],
+    )
+    with pytest.raises(ValueError, match="document far"):
+        lay_out(docs, np.zeros(2, dtype=bool), [b"", b""], 1, 12, control_tags=False)
