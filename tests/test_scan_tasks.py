@@ -134,7 +134,7 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture
 def cluster(dask_scheduler):
-    """The test process's shared LocalCluster (conftest), as its scheduler's address."""
+    """This file's LocalCluster (conftest's `dask_scheduler`), as its scheduler's address."""
     return dask_scheduler
 
 

@@ -40,6 +40,10 @@ def local_cluster(workers: int, threads: int = 1) -> Any:
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
+        # the scheduler's HTTP server (health and metrics routes) still starts without a dashboard, by
+        # default on port 8787: on any free port instead, so a second cluster on the machine (another
+        # run's, a notebook's) does not add Dask's "Port 8787 is already in use" lines to our output
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
         # its processes log errors only: its own shutdown's notes (tasks cancelled when a run stops on
         # a full disk) would precede the one line that says what happened
         silence_logs=logging.ERROR,
