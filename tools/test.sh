@@ -21,4 +21,6 @@ unset PYTHONDONTWRITEBYTECODE
 # one compute thread per test process (tests/conftest.py says why); set from here too so numpy's BLAS
 # in the test processes, which reads it when it loads, starts with one thread as well
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-exec "$PY" -m pytest -n "${BIONEMO_WDS_TEST_WORKERS:-auto}" --dist loadfile "$@"
+# --no-loadscope-reorder: xdist would hand out the files with the most tests first; the order of
+# tests/conftest.py (its LONGEST_FILES, by measured CPU, first) keeps a long file from starting last
+exec "$PY" -m pytest -n "${BIONEMO_WDS_TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder "$@"
