@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,6 +89,22 @@ def dask_scheduler():
 
     with local_cluster(2) as cluster:
         yield cluster.scheduler_address
+
+
+def tool_module(name: str) -> Any:
+    """``tools/NAME.py`` imported as a module (the tools are scripts, not a package), once per test
+    process: the tests of one tool share it."""
+    import importlib.util
+    import sys
+
+    key = f"tools_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(__file__).resolve().parents[1] / "tools" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module  # before running it: its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 def read_fasta(path: Path) -> dict[str, str]:

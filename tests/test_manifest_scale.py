@@ -6,15 +6,14 @@ from __future__ import annotations
 import fnmatch
 import gc
 import hashlib
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import tool_module
 
 from bionemo_wds import GenomicWebDataModule
 from bionemo_wds.format import MANIFEST_NAME, RecordIndex, read_manifest, shard_indexes, unlisted_shards
@@ -28,19 +27,7 @@ from bionemo_wds.load.shard_errors import ShardErrorPolicy
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.store import Store
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "manifest_scale.py"
-
-
-def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location("manifest_scale", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["manifest_scale"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ms = _tool()
+ms = tool_module("manifest_scale")
 
 
 def _write(root: Path, *extra: str) -> Any:

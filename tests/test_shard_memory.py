@@ -5,14 +5,13 @@ copy per record (`load.plan.record_columns`), and each behaves as what it replac
 from __future__ import annotations
 
 import gc
-import importlib.util
-import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import tool_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,21 +23,11 @@ from bionemo_wds.load.shard_urls import MISSING, ShardUrls, UrlValues, match_lis
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.store import Store
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "manifest_scale.py"
 #: The most bytes a rank may hold per shard it does not read (16 records per shard).
 BYTES_PER_SHARD = 300
 
 
-def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location("manifest_scale_memory", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["manifest_scale_memory"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ms = _tool()
+ms = tool_module("manifest_scale")
 
 
 @pytest.fixture(scope="module")
