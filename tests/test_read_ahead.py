@@ -4,15 +4,13 @@ its batch, and the batches are those of the local disk."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import servers
 import torch
-from conftest import KLEBSIELLA
+from conftest import KLEBSIELLA, tool_module
 
 from bionemo_wds.format import read_manifest
 from bionemo_wds.format.record_index import INDEX_DTYPE
@@ -29,15 +27,10 @@ from bionemo_wds.prepare import PrepareOptions, prepare
 pytest.importorskip("aiohttp")
 
 http_server = servers.http_server
-TRAFFIC = Path(__file__).resolve().parents[1] / "tools" / "read_traffic.py"
 
 
 def read_traffic() -> Any:
-    spec = importlib.util.spec_from_file_location("read_traffic", TRAFFIC)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_module("read_traffic")
 
 
 def synthetic(windows_per_record: int, records: int = 3000, per_shard: int = 4) -> tuple[RecordTable, SplitIndex]:

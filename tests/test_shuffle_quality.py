@@ -5,15 +5,14 @@ records lie in."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import itertools
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import tool_module
 
 from bionemo_wds import GenomicWebDataModule
 from bionemo_wds.format.record_index import INDEX_DTYPE
@@ -21,21 +20,12 @@ from bionemo_wds.format.split_index_file import SplitIndex
 from bionemo_wds.load.plan import RecordTable
 from bionemo_wds.load.splits import Split
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
 #: Shards of the synthetic record index (about 3,900 windows).
 SHARDS = 200
 
 
-def load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-sq = load("shuffle_quality")
-traffic = load("read_traffic")
+sq = tool_module("shuffle_quality")
+traffic = tool_module("read_traffic")
 
 
 @pytest.fixture(scope="module")

@@ -4,32 +4,21 @@ merging two genomes. Run in a process of its own, so the peak RSS it reports is 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from conftest import LAMBDA
+from conftest import LAMBDA, tool_module
 
 pytest.importorskip("sourmash")
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "similarity_scale.py"
 
 
-def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location("similarity_scale", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["similarity_scale"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-scale = _tool()
+scale = tool_module("similarity_scale")
 
 
 def test_contigs_are_seeded_families_of_real_stretches():

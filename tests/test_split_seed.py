@@ -9,7 +9,6 @@ of a dataset as the rule before wrote it.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import shutil
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KLEBSIELLA, main_here, read_fasta, refused, split_seq_ids, tree_bytes, write_fasta
+from conftest import KLEBSIELLA, main_here, read_fasta, refused, split_seq_ids, tool_module, tree_bytes, write_fasta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,12 +102,7 @@ def test_a_group_goes_where_its_name_draws_and_never_straddles(n_groups, seed, d
 
 def split_seed_tool():
     """tools/split_seed.py, the measurement the prepare guide quotes."""
-    path = Path(__file__).resolve().parents[1] / "tools" / "split_seed.py"
-    spec = importlib.util.spec_from_file_location("split_seed", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_module("split_seed")
 
 
 def test_two_seeds_share_what_chance_gives():

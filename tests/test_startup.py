@@ -4,7 +4,6 @@ worker's units of batches come one at a time with the same batches as the listed
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import tool_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,23 +21,12 @@ from bionemo_wds.load.plan import Consumed, EpochOrder, RecordTable, cut, unit_r
 from bionemo_wds.load.splits import Split
 from bionemo_wds.storage.store import Store
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
 LAMBDA = Path(__file__).resolve().parents[1] / "bionemo_wds" / "data" / "lambda_phage_NC_001416.fa.gz"
 #: The template of the small readable datasets: lambda phage, shards of 4 records of 2 windows of 1,024 tokens.
 SEQ, RECORDS, WINDOWS = 1024, 4, 2
 
 
-def _load(name: str) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-ms = _load("manifest_scale")
+ms = tool_module("manifest_scale")
 fb = sys.modules["first_batch"]  # what manifest_scale imports
 
 
