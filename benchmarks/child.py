@@ -34,7 +34,7 @@ from bionemo_wds.core.tokenizer import PAD_ID
 #: The peers whose loaders are Lightning data modules (ours, or the classic WebDataModule's pickles).
 LIGHTNING_PEERS = frozenset(
     {"ours", "ours_windows", "ours_packed", "ours_hf", "ours_packed_hf", "ours_mlm", "ours_mlm_main", "pickled_int64"}
-    | {"ours_nt", "ours_dnabert6", "ours_caduceus", "ours_bpe"}
+    | {"ours_nt", "ours_dnabert6", "ours_caduceus", "ours_bpe", "ours_hf_device", "ours_mlm_device"}
 )
 
 
@@ -122,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         samples += ids.shape[0]
         tokens += ids.numel()
         # the slots that are not padding (numpy: one thread, whose CPU time thread_time measures)
-        real += int(np.count_nonzero(ids.numpy() != PAD_ID))
+        on_cpu = ids.device.type == "cpu"  # the device peers' batches are on the GPU
+        real += int(np.count_nonzero(ids.numpy() != PAD_ID)) if on_cpu else int((ids != PAD_ID).sum())
         if "lengths" in batch:  # bases of each row (a tokenizer's rows hold more than one per token)
             bases += int(batch["lengths"].sum())
         counting += time.perf_counter() - t_count

@@ -10,6 +10,10 @@
 - ``ours_mlm_main``: ``ours_hf`` whose masks are drawn in the main process instead, on each compact
   batch before its expansion (the same draws, `batch.mlm.batch_masks`): the other place the draws
   could be made; the two rows say which is faster.
+- ``ours_hf_device``, ``ours_mlm_device``: ``ours_hf`` and ``ours_mlm`` whose compact batches are
+  moved to the GPU and expanded there, as a Trainer does (``on_after_batch_transfer``), the masks
+  drawn there too (``mlm_draws="device"``), from pinned memory; each batch waits for the GPU. Only
+  with CUDA.
 
 Each prepares its own copy of its peer's dataset (the same options), so its prepare row repeats
 that peer's.
@@ -27,15 +31,25 @@ from benchmarks.peers import SEED, Ours
 from bionemo_wds.core.tokenizer import PAD_ID
 
 #: The peers of this module.
-FORMAT_PEERS = ("ours_hf", "ours_packed_hf", "ours_mlm", "ours_mlm_main")
+FORMAT_PEERS = ("ours_hf", "ours_packed_hf", "ours_mlm", "ours_mlm_main", "ours_hf_device", "ours_mlm_device")
+#: The peers that expand their batches on a GPU.
+DEVICE_PEERS = ("ours_hf_device", "ours_mlm_device")
 
 
-def format_missing() -> str | None:
-    """Why this checkout cannot run these peers (a data module without ``batch_format``), or None."""
+def format_missing(peer: str = "ours_hf") -> str | None:
+    """Why this checkout or machine cannot run `peer` (a data module without ``batch_format`` or,
+    for the device peers, ``mlm_draws``; no CUDA device), or None."""
+    import torch
+
     from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 
-    if "batch_format" not in inspect.signature(GenomicWebDataModule).parameters:
+    options = inspect.signature(GenomicWebDataModule).parameters
+    if "batch_format" not in options:
         return "this checkout's GenomicWebDataModule has no batch_format option"
+    if peer in DEVICE_PEERS and "mlm_draws" not in options:
+        return "this checkout's GenomicWebDataModule has no mlm_draws option"
+    if peer in DEVICE_PEERS and not torch.cuda.is_available():
+        return "needs a CUDA device (the batches are expanded on the GPU)"
     return None
 
 
@@ -86,3 +100,34 @@ class OursMLMMain(Ours):
         masks = batch_masks(ids, np.arange(ids.shape[1]) < lengths[:, None], compact["keys"], mlm_salt(SEED, 0), rule)
         first = torch.as_tensor(compact["tag_lengths"]).long() + 2  # BOS, tag, SEP before the bases
         return apply_masks(dm.model_inputs(compact), masks, first, megatron=False)
+
+
+def on_gpu(dm: Any, compact: dict[str, Any]) -> dict[str, Any]:
+    """`compact` moved to the GPU and expanded there (what a Trainer's transfer and
+    ``on_after_batch_transfer`` do), waiting for the GPU to finish the batch."""
+    import torch
+
+    moved = {k: v.to("cuda", non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in compact.items()}
+    out = dm.model_inputs(moved)
+    torch.cuda.synchronize()
+    return out
+
+
+class OursHFDevice(OursHF):
+    name = "ours_hf_device"
+
+    def load_options(self) -> dict[str, Any]:
+        return {**super().load_options(), "pin_memory": True}  # what a GPU run uses
+
+    def expand(self, dm: Any, compact: dict[str, Any]) -> dict[str, Any]:
+        return on_gpu(dm, compact)
+
+
+class OursMLMDevice(OursMLM):
+    name = "ours_mlm_device"
+
+    def load_options(self) -> dict[str, Any]:
+        return {**super().load_options(), "mlm_draws": "device", "pin_memory": True}
+
+    def expand(self, dm: Any, compact: dict[str, Any]) -> dict[str, Any]:
+        return on_gpu(dm, compact)

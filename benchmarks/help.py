@@ -41,6 +41,9 @@ on the main process (tokens and labels int64, loss_mask float32, position_ids):
   ours_mlm       `ours_hf` with objective="mlm" (byte ids with a mask token): masks drawn in the
                  loader workers, laid over the batch at expansion. ours_mlm_main: `ours_hf` with the
                  same masks drawn in the main process before expansion (the other place they could be).
+  ours_hf_device, ours_mlm_device
+                 `ours_hf` and `ours_mlm` expanded on the GPU as a Trainer does, the masks drawn there
+                 (mlm_draws="device"); each batch waits for the GPU. Skipped without CUDA.
   ours_nt, ours_dnabert6, ours_caduceus, ours_bpe
                  `ours_windows` read with tokenizer= nt, dnabert6, caduceus, or a BPE tokenizer.json
                  of 4,096 ids trained at prepare on the genome's first 300 kb: seq_length counts
@@ -87,7 +90,8 @@ target whose peers were not run is left out):
   layout   ours_windows (windows cut at load) >= 0.9x ours (format 4 windows) in samples/s at
            each worker count; ours_packed pads < 1% of the token slots.
   format   ours_hf >= 0.9x ours and ours_packed_hf >= 0.9x ours_packed, at each worker count.
-  mlm      ours_mlm (masked-LM) >= 0.9x ours_hf (the same batches unmasked), at each worker count.
+  mlm      ours_mlm (masked-LM) >= 0.9x ours_hf (the same batches unmasked), at each worker count;
+           on a GPU, ours_mlm_device >= 0.9x ours_hf_device.
   tokens   ours_nt, ours_dnabert6, ours_caduceus >= 0.8x ours_windows and ours_bpe >= 0.5x, in
            bases/s at each worker count.
   memory   with --memory-baseline (the --json of a run on a smaller genome, e.g. 32 Mbp when this

@@ -54,6 +54,8 @@ PEERS = (
     "ours_packed_hf",
     "ours_mlm",
     "ours_mlm_main",
+    "ours_hf_device",
+    "ours_mlm_device",
     "ours_nt",
     "ours_dnabert6",
     "ours_caduceus",
@@ -395,13 +397,14 @@ class Ours(Peer):
 
 
 def make_peer(name: str, *args, **kwargs) -> Peer:
-    from benchmarks.format_peers import OursHF, OursMLM, OursMLMMain, OursPackedHF
+    from benchmarks.format_peers import OursHF, OursHFDevice, OursMLM, OursMLMDevice, OursMLMMain, OursPackedHF
     from benchmarks.packing_peers import LitDataPacked, OursPacked, OursWindows
     from benchmarks.streaming_peers import LitData, Mosaic  # optional libraries: see there
     from benchmarks.tokenizer_peers import TOKENIZER_CLASSES
 
     kinds: tuple[type[Peer], ...] = (EdenFly, PickledInt64, RawLimit, Ours, OursWindows, OursPacked, OursHF)
-    kinds += (OursPackedHF, OursMLM, OursMLMMain, *TOKENIZER_CLASSES, LitData, LitDataPacked, Mosaic)
+    kinds += (OursPackedHF, OursMLM, OursMLMMain, OursHFDevice, OursMLMDevice, *TOKENIZER_CLASSES)
+    kinds += (LitData, LitDataPacked, Mosaic)
     classes = {cls.name: cls for cls in kinds}
     if name not in classes:
         raise ValueError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")

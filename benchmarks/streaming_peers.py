@@ -80,9 +80,9 @@ def unavailable(peer: str) -> str | None:
     if peer in TOKENIZER_PEERS:
         return layout_missing() or tokenizer_missing()
     if peer in SEQUENCE_PEERS:
-        return layout_missing() or (format_missing() if peer in FORMAT_PEERS else None)
+        return layout_missing() or (format_missing(peer) if peer in FORMAT_PEERS else None)
     if peer in FORMAT_PEERS:
-        return format_missing()
+        return format_missing(peer)
     if peer not in LIBRARIES:
         return None
     try:

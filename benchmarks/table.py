@@ -182,6 +182,11 @@ def _packing_targets(p: dict[str, Any]) -> list[tuple[str, bool, str]]:
         a, b = p["ours_mlm"]["load"][w]["samples_per_s"], p["ours_hf"]["load"][w]["samples_per_s"]
         name = f"load: ours_mlm (masked-LM) >= 0.9x ours_hf with {w} workers"
         out.append((name, a >= 0.9 * b, f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"))
+    device = set(p.get("ours_mlm_device", {}).get("load", {})) & set(p.get("ours_hf_device", {}).get("load", {}))
+    for w in sorted(device, key=int):
+        a, b = p["ours_mlm_device"]["load"][w]["samples_per_s"], p["ours_hf_device"]["load"][w]["samples_per_s"]
+        name = f"load: ours_mlm_device (masks drawn on the GPU) >= 0.9x ours_hf_device with {w} workers"
+        out.append((name, a >= 0.9 * b, f"{_times(a, b)} ({a:,.0f} vs {b:,.0f} samples/s)"))
     for peer, floor in (("ours_nt", 0.8), ("ours_dnabert6", 0.8), ("ours_caduceus", 0.8), ("ours_bpe", 0.5)):
         runs, base = p.get(peer, {}).get("load", {}), p.get("ours_windows", {}).get("load", {})
         for w in sorted(set(runs) & set(base), key=int):

@@ -130,6 +130,8 @@ class GenomicWebDataModule(L.LightningDataModule):
         mlm_probability: the share of tokens masked-LM chooses (default 0.15).
         mlm_replace: what a chosen token becomes: "bert" (80% mask, 10% random, 10% kept) or "mask".
         mlm_span: DNABERT's span masking for overlapping k-mers (None: on for those tokenizers).
+        mlm_draws: where masks are drawn, the same masks anywhere: "workers", "device" (the expansion,
+            on the batch's device) or "auto" (default: the device if the Trainer's is an accelerator).
     """
 
     def __init__(
@@ -179,6 +181,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         mlm_replace: str = "bert",
         mlm_span: bool | None = None,
         tokenizer: Any = "bytes",
+        mlm_draws: str = "auto",
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -186,10 +189,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         check_module_options(fasta, seq_length, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         self.entries = blend_entries(shards, datasets, blend)
-        self.samples = SampleOptions(
-            *(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, mask_degenerate_bases, uppercase_labels),
-            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span, tokenizer),
-        )
+        self.samples = SampleOptions.pick(self.hparams)
         check_cache_memory(cache_memory)
         self.cached_splits = cached_splits(cache_in_memory)
         self.opening = OpenOptions(
@@ -228,6 +228,7 @@ class GenomicWebDataModule(L.LightningDataModule):
         splits = check_stage(stage)
         if self.sources is None:  # once; later stages reuse what was built so far
             self.world = World.detect(getattr(self, "trainer", None), self.dp_rank, self.dp_size)
+            self.samples = self.samples.placed(getattr(self, "trainer", None))  # where masks are drawn
             opened = (self.opening, self.world.rank, self.samples.unused, self.cutting)
             self.sources = Sources(self.entries, self.samples_per_epoch, self.seed, *opened)
             self.global_batch_size = self.requested_global_batch_size or self.micro_batch_size * self.world.size

@@ -130,6 +130,8 @@ class GenomicDataset(IterableDataset):
         tokenizer: the ids samples are made of, seq_length counting its tokens: ``"bytes"`` (default),
             ``"hyenadna"``, ``"caduceus"``, ``"nt"``, ``"dnabert3"`` .. ``"dnabert6"``, or a Hugging Face
             tokenizer (tokenizer.json path or object; BPE), run in the loader workers (`load.tokenize`).
+        mlm_draws: where masks are drawn (the same masks): ``"workers"``, ``"device"`` (`model_inputs`,
+            on the batch's device: `batch.mlm_device`) or ``"auto"`` (the workers; a data module asks its Trainer).
     """
 
     def __init__(
@@ -174,13 +176,11 @@ class GenomicDataset(IterableDataset):
         mlm_replace: str = "bert",
         mlm_span: bool | None = None,
         tokenizer: Any = "bytes",
+        mlm_draws: str = "auto",
     ):
         super().__init__()
         world = World.detect(None, dp_rank, dp_size)
-        samples = SampleOptions(
-            *(rc_prob, control_tags, tag_dropout, fold_case, soft_mask_weight, mask_degenerate_bases, uppercase_labels),
-            *(min_real_fraction, batch_format, objective, mlm_probability, mlm_replace, mlm_span, tokenizer),
-        )
+        samples = SampleOptions.pick(locals())
         check_options(micro_batch_size, global_batch_size, epoch, cache_limit, samples_per_epoch, datasets, blend)
         resolve_handler(handler)  # checked now, used when a dataset is opened
         entries = blend_entries(None if root is None else str(root), datasets, blend)

@@ -19,8 +19,9 @@ from webdataset.filters import pipelinefilter
 from bionemo_wds.core.seeds import flip_salt, key_crcs, mlm_salt, salted_flips, tag_salt
 from bionemo_wds.load.batch.compact import Part, compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
-from bionemo_wds.load.batch.mlm import MaskingRule, batch_masks
-from bionemo_wds.load.batch.packed import PackedSchema, base_columns
+from bionemo_wds.load.batch.mlm import MaskingRule, batch_masks, row_salts
+from bionemo_wds.load.batch.mlm_device import draw_candidates
+from bionemo_wds.load.batch.packed import PackedSchema
 from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
 from bionemo_wds.load.batch.schema import BatchSchema
 from bionemo_wds.load.batch.tokens import TokenDoc, tokenized_batch
@@ -100,10 +101,12 @@ def _assemble(
     control_tags: bool = True,
     layout: TokenLayout | None = None,
     mlm: MaskingRule | None = None,
+    mlm_on_device: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """(index, planned rows) -> the compact batch of `schema`, with its index (for putting workers'
     batches back in order), reverse-complemented and with tags dropped (seeded by seed, pass and
-    window key: `draws`); with a masking rule `mlm`, each row's masked-LM draws (`add_masks`)."""
+    window key: `draws`); with a masking rule `mlm`, each row's masked-LM draws (`add_masks`; with
+    `mlm_on_device` each row's salt, for the expansion to draw from)."""
     pass_draw = (seed, epoch.epoch)
     rc_salts, drop_salts, mlm_salts = Salts(flip_salt), Salts(tag_salt), Salts(mlm_salt)
     for index, planned in src:
@@ -112,7 +115,7 @@ def _assemble(
                 planned, schema, pass_draw, rc_prob, rc_salts, tag_dropout, drop_salts, control_tags, layout
             )
             if mlm is not None:
-                add_masks(batch, mlm, [pass_draw if d is None else d for d in planned.draws], mlm_salts)
+                add_masks(batch, mlm, [pass_draw if d is None else d for d in planned.draws], mlm_salts, mlm_on_device)
             batch["index"] = index
             yield batch
             continue
@@ -148,26 +151,25 @@ def _assemble(
         batch["filler"] = np.array(filler, dtype=bool)
         batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
         if mlm is not None:
-            add_masks(batch, mlm, draws, mlm_salts)
+            add_masks(batch, mlm, draws, mlm_salts, mlm_on_device)
         batch["index"] = index
         yield batch
 
 
-def add_masks(batch: dict[str, Any], rule: MaskingRule, draws: list[tuple[int, int]], salts: Salts) -> None:
+def add_masks(
+    batch: dict[str, Any], rule: MaskingRule, draws: list[tuple[int, int]], salts: Salts, on_device: bool = False
+) -> None:
     """Put the masked-LM draws of a compact batch in it (``mlm``, `mlm.batch_masks`): over a window
     row's bases (before its length), or a packed row's base columns; each row keyed by its key
-    (a packed row's: its documents' keys joined) and salted by its (seed, pass)."""
-    row_salts = np.array([salts[d] for d in draws], dtype=np.uint64)
-    if "bases" not in batch and "tags" not in batch:  # a tokenizer's rows: specials are never chosen
-        ids = batch["tokens"]
-        candidates = np.ones(ids.shape, dtype=bool)
-    elif "doc_tokens" in batch:
-        ids = batch["tokens"]
-        candidates = base_columns(batch["doc_tokens"], batch["doc_prefix"], ids.shape[1])
-    else:
-        ids = batch["bases"]
-        candidates = np.arange(ids.shape[1]) < batch["lengths"][:, None]
-    batch["mlm"] = batch_masks(ids, candidates, batch["keys"], row_salts, rule)
+    (a packed row's: its documents' keys joined) and salted by its (seed, pass). `on_device`: only
+    each row's salt (``mlm_salts``, the uint64's bits as int64), for the expansion to draw from
+    (`mlm_device.draw_masks`)."""
+    pass_salts = np.array([salts[d] for d in draws], dtype=np.uint64)
+    if on_device:
+        batch["mlm_salts"] = row_salts(batch["keys"], pass_salts).view(np.int64)
+        return
+    ids, candidates = draw_candidates(batch, "bases" not in batch and "tags" not in batch)
+    batch["mlm"] = batch_masks(ids, candidates, batch["keys"], pass_salts, rule)
 
 
 def documents_batch(

@@ -58,7 +58,7 @@ MLM_NONE, MLM_KEEP = -1, -2
 #: The label `transformers` (and torch's cross-entropy) leaves out of the loss.
 IGNORE_INDEX = -100
 #: Mixed into a token's hash to draw its replacement (independent of the draw that chose it).
-_REPLACE_MIX = np.uint64(0xD1B54A32D192ED03)
+REPLACE_MIX = np.uint64(0xD1B54A32D192ED03)
 
 
 class MaskVocabulary(Protocol):
@@ -218,7 +218,7 @@ def mask_tokens(
         return out
     salts = np.asarray(salts, dtype=np.uint64)
     folded = ((salts ^ (salts >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    steps = np.arange(1, width + 1, dtype=np.uint32) * _WEYL32
+    steps = np.arange(1, width + 1, dtype=np.uint32) * WEYL32
     bound = min(math.ceil(rule.probability * 2.0**32), (1 << 32) - 1)
     chosen = fmix32(folded[:, None] + steps[None, :]) < np.uint32(bound)
     if rule.span > 1:
@@ -237,7 +237,7 @@ def mask_tokens(
     row, col = np.divmod(where, width)
     second = mix64(salts[row] + (col.astype(np.uint64) + np.uint64(1)) * GOLDEN)
     share = (second >> np.uint64(11)).astype(np.float64) * 2.0**-53  # uniform in [0, 1)
-    third = mix64(second ^ _REPLACE_MIX) >> np.uint64(32)  # 32 more uniform bits: the random token
+    third = mix64(second ^ REPLACE_MIX) >> np.uint64(32)  # 32 more uniform bits: the random token
     pick = ((third * np.uint64(len(rule.random_ids))) >> np.uint64(32)).astype(np.int64)
     values = np.where(
         share < BERT_MASK_SHARE,
@@ -249,7 +249,7 @@ def mask_tokens(
 
 
 #: The 32-bit golden-ratio increment (Weyl sequence of the 32-bit draws) and murmur3's finaliser constants.
-_WEYL32 = np.uint32(0x9E3779B9)
+WEYL32 = np.uint32(0x9E3779B9)
 _F1, _F2 = np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
 _S13, _S16 = np.uint32(13), np.uint32(16)
 

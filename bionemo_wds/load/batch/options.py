@@ -6,15 +6,18 @@ tag dropout: seeded by seed, pass and window key) and `model_inputs` expands a c
 it is used (case folding, soft-mask weights, the label rules of `labels`, and the ``hf`` format of
 `hf`, all laid out by the builders of `model_inputs` and `packed`). With ``objective="mlm"`` the
 workers also draw each sample's masks (`mlm`: seeded by seed, pass and key, for every split) and
-the expansion lays them over the batch (`mlm.apply_masks`).
+the expansion lays them over the batch (`mlm.apply_masks`); with ``mlm_draws="device"`` the workers
+send each row's salt and the expansion draws the same masks on the batch's device (`mlm_device`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import torch
 
 from bionemo_wds.errors import OptionError
@@ -23,6 +26,7 @@ from bionemo_wds.load.batch.assemble import TokenLayout, assemble
 from bionemo_wds.load.batch.hf import check_batch_format
 from bionemo_wds.load.batch.labels import LabelRules
 from bionemo_wds.load.batch.mlm import BYTES, MaskingRule, apply_masks, check_objective
+from bionemo_wds.load.batch.mlm_device import DRAW_PLACES, draw_masks
 from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, boundaries, packed_model_inputs
 from bionemo_wds.load.batch.schema import BatchSchema, Field
@@ -49,6 +53,7 @@ class SampleOptions:
     mlm_replace: str = "bert"
     mlm_span: bool | None = None
     tokenizer: Any = "bytes"
+    mlm_draws: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0 <= self.rc_prob <= 1:
@@ -60,6 +65,8 @@ class SampleOptions:
         _ = self.label_rules  # checked now
         check_objective(self.objective, self.mlm_probability, self.mlm_replace, self.mlm_span)
         _ = self.masking_rule  # checked now: a tokenizer with a mask token, span masking it can take
+        if self.mlm_draws not in DRAW_PLACES:
+            raise OptionError(f"mlm_draws must be one of {', '.join(DRAW_PLACES)}, got {self.mlm_draws!r}")
         if self.objective == "mlm" and self.soft_mask_weight not in (None, 0, 1):
             raise OptionError(
                 f"objective='mlm' predicts a token or not (no loss weights), so soft_mask_weight="
@@ -70,6 +77,19 @@ class SampleOptions:
                 f"fold_case=False keeps soft-masked bases as lower-case ids, which only tokenizer='bytes' has; "
                 f"tokenizer {self.vocab.name!r} spells upper-case bases (weigh soft-masked ones with soft_mask_weight)"
             )
+
+    @classmethod
+    def pick(cls, options: Mapping[str, Any]) -> SampleOptions:
+        """The options of a dataset's or data module's arguments (`options`: by name; others ignored)."""
+        return cls(**{f.name: options[f.name] for f in fields(cls) if f.name in options})
+
+    def placed(self, trainer: Any) -> SampleOptions:
+        """These options with ``mlm_draws="auto"`` made "device" when `trainer` (a Lightning Trainer, or
+        None) runs on an accelerator, where the expansion draws masks in microseconds, else "workers"."""
+        if self.mlm_draws != "auto":
+            return self
+        device = getattr(getattr(getattr(trainer, "strategy", None), "root_device", None), "type", "cpu")
+        return replace(self, mlm_draws="workers" if device == "cpu" else "device")
 
     @cached_property
     def vocab(self) -> Tokenizer | None:
@@ -100,11 +120,22 @@ class SampleOptions:
             vocab = self.tokenizer
         return MaskingRule.of(vocab, self.mlm_probability, self.mlm_replace, self.mlm_span)
 
+    @property
+    def draws_on_device(self) -> bool:
+        """Whether the expansion draws the masked-LM masks (``mlm_draws="device"``; "auto" is made
+        "device" by a data module whose Trainer runs on an accelerator, else it is the workers)."""
+        return self.masking_rule is not None and self.mlm_draws == "device"
+
     def compact_fields(self) -> tuple[Field, ...]:
-        """The fields the compact batch has beyond the schema's own: the masked-LM draws (``mlm``, rows
-        x the schema's row width) with ``objective="mlm"``."""
+        """The fields the compact batch has beyond the schema's own: with ``objective="mlm"`` the
+        masked-LM draws (``mlm``, rows x the schema's row width), or each row's salt for them when the
+        expansion draws them (``mlm_salts``)."""
         rule = self.masking_rule
-        return () if rule is None else (Field("mlm", rule.dtype, ("rows", "window"), "masked-LM draws (batch.mlm)"),)
+        if rule is None:
+            return ()
+        if self.draws_on_device:
+            return (Field("mlm_salts", np.dtype(np.int64), ("rows",), "each row's masked-LM salt (batch.mlm_device)"),)
+        return (Field("mlm", rule.dtype, ("rows", "window"), "masked-LM draws (batch.mlm)"),)
 
     def unused(self, manifest: Manifest) -> list[str]:
         """The options that can have no effect on the dataset of `manifest`, and why (to warn about)."""
@@ -131,7 +162,9 @@ class SampleOptions:
         and tag dropout for training only; with a tokenizer, rows of `seq_length` token ids."""
         rc, drop = (self.rc_prob, self.tag_dropout) if train else (0.0, 0.0)
         layout = None if self.vocab is None else TokenLayout(self.vocab, seq_length)
-        return assemble(schema, rc, seed, epoch, drop, self.control_tags, layout, self.masking_rule)
+        return assemble(
+            schema, rc, seed, epoch, drop, self.control_tags, layout, self.masking_rule, self.draws_on_device
+        )
 
     def model_inputs(self, compact: dict[str, Any], seq_length: int) -> dict[str, Any]:
         """Compact batch -> tokens, labels, loss_mask, position_ids (and a packed batch's document
@@ -166,15 +199,21 @@ class SampleOptions:
         (`mlm.apply_masks`), in the dataset's batch format. A draw's column is its base's place in
         the compact rows: after BOS, tag and SEP in a window row, the token column itself in a packed row
         and in every row of a tokenizer's (its rows are laid out in the workers, specials included)."""
-        if "mlm" not in compact:
-            raise ValueError("objective='mlm' expands compact batches that carry their masks (the 'mlm' field)")
+        rule = self.masking_rule
+        assert rule is not None
+        if "mlm" in compact:
+            codes = compact["mlm"]
+        elif "mlm_salts" in compact:
+            codes = draw_masks(compact, rule, self.vocab is not None)
+        else:
+            raise ValueError("objective='mlm' expands compact batches that carry masks or salts ('mlm', 'mlm_salts')")
         megatron = self.batch_format != "hf"
         if "doc_tokens" in compact or self.vocab is not None:  # the draws lie over the token columns
             first = torch.zeros(len(compact["lengths"]), dtype=torch.int64)
-            out = apply_masks(inputs, compact["mlm"], first, megatron)
+            out = apply_masks(inputs, codes, first, megatron)
             if megatron and "doc_tokens" in compact:
                 out |= boundaries(torch.as_tensor(compact["doc_tokens"]).to(out["tokens"].device))
             return out
         tags = torch.as_tensor(compact["tag_lengths"]).long()
         first = tags + 2 if self.control_tags else torch.ones_like(tags)
-        return apply_masks(inputs, compact["mlm"], first, megatron)
+        return apply_masks(inputs, codes, first, megatron)
