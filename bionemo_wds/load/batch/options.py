@@ -176,9 +176,10 @@ class SampleOptions:
         packed = "doc_tokens" in compact
         if self.vocab is not None:  # token ids laid out in the workers (`token_inputs`)
             out = token_model_inputs(compact, self.vocab, self.soft_mask_weight, rules, layout, causal=not mlm)
-            out = self.masked(out, compact) if mlm else out
-            if fmt != "hf":
-                out.update({k: v for k, v in token_passthrough(compact).items() if k not in out})
+            if mlm:  # laid out as hf, so the passthrough of the megatron format is added here
+                out = self.masked(out, compact)
+                if fmt != "hf":
+                    out.update({k: v for k, v in token_passthrough(compact).items() if k not in out})
             return out
         if packed:
             out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight, rules, layout)

@@ -80,13 +80,17 @@ def token_inputs_cpu(
     batch_format: str,
     causal: bool,
 ) -> dict[str, Any]:
-    """`token_model_inputs` in numpy."""
+    """`token_model_inputs` in numpy. The labels and the loss mask are read from the compact ids
+    (1 or 2 bytes each, not the int64 ids), and float weights are made only when flags or a fraction
+    of real bases change them (otherwise the loss mask is where a label is not special)."""
     compact = np.asarray(batch["tokens"])
     ids = compact.astype(np.int64)
     n, width = ids.shape
-    weight = tokenizer.ordinary(compact).astype(np.float32)
+    trained = tokenizer.ordinary(compact)
+    weight: np.ndarray | None = None  # the label weights, when they are not just `trained`
     flags, degenerate = batch.get("token_flags"), None
     if flags is not None:
+        weight = trained.astype(np.float32)
         flags = np.asarray(flags)
         if soft_mask_weight is not None:
             weight[(flags & FLAG_SOFT_MASKED) > 0] *= soft_mask_weight
@@ -98,12 +102,15 @@ def token_inputs_cpu(
     positions = torch.from_numpy(document_positions(sizes, width)) if sizes is not None else None
     expanded = positions if positions is not None else position_ids(width).expand(n, width)
     if rules.min_real_fraction > 0:
-        trained = torch.from_numpy(weight > 0)
-        real = trained if degenerate is None else trained & ~torch.from_numpy(degenerate)
-        weight[too_few_real(trained, real, expanded, rules.min_real_fraction).numpy()] = 0.0
+        weight = trained.astype(np.float32) if weight is None else weight
+        chosen = torch.from_numpy(weight > 0)
+        real = chosen if degenerate is None else chosen & ~torch.from_numpy(degenerate)
+        weight[too_few_real(chosen, real, expanded, rules.min_real_fraction).numpy()] = 0.0
+    if weight is not None:
+        trained = weight > 0
     out: dict[str, Any]
     if batch_format == "hf":
-        labels = np.where(weight > 0, ids, IGNORE_INDEX)
+        labels = np.where(trained, ids, IGNORE_INDEX)
         if causal:  # nothing before a document predicts its first token
             labels[(expanded == 0).numpy() if positions is not None else np.s_[:, 0]] = IGNORE_INDEX
         out = {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels), "position_ids": expanded}
@@ -112,10 +119,10 @@ def token_inputs_cpu(
         out["attention_mask"] = torch.from_numpy((ids != tokenizer.pad_id).astype(np.int64))
         return out
     labels = np.empty_like(ids)
-    labels[:, :-1] = ids[:, 1:]
+    labels[:, :-1] = compact[:, 1:]
     labels[:, -1] = tokenizer.pad_id
-    loss_mask = np.zeros_like(weight)
-    loss_mask[:, :-1] = weight[:, 1:]
+    loss_mask = np.zeros((n, width), dtype=np.float32)
+    loss_mask[:, :-1] = (trained if weight is None else weight)[:, 1:]
     if positions is not None:  # no label crosses into the next document
         crossing = np.zeros((n, width), dtype=bool)
         crossing[:, :-1] = positions[:, 1:].numpy() == 0

@@ -5,7 +5,8 @@ pieces, reverse-complemented when its strand draw says so: the bases flip first,
 tokenized) into the family's ids (`tokenize`), frames each document with the family's specials
 (``prefix`` ids, the document's tokens, ``suffix`` ids) and writes rows of ``seq_length`` tokens in
 the smallest integer type the vocabulary fits (int16 for NT and DNABERT-6: half of the int64 the
-model takes, made from it on the main side by `token_inputs`).
+model takes, made from it on the main side by `token_inputs`). Unpacked rows of plain bases by
+characters or overlapping k-mers take a shorter path of the same result (`plain_batch`).
 
 Fields: ``tokens`` (rows x seq_length ids, ``pad_id`` after the last document), ``token_flags``
 (uint8, only when a token spells a soft-masked or degenerate base: `tokenize.base.token_flags`),
@@ -23,7 +24,10 @@ import numpy as np
 
 from bionemo_wds.core.tokenizer import reverse_complement_bases
 from bionemo_wds.load.batch.compact import Part
-from bionemo_wds.load.tokenize.base import Tokenizer, only_plain, token_flags
+from bionemo_wds.load.tokenize.base import NOT_PLAIN, Tokenizer, only_plain, token_flags
+
+#: `NOT_PLAIN` as a byte string, to find in a document's codes.
+NOT_PLAIN_BYTE = bytes([NOT_PLAIN])
 
 
 class TokenDoc(NamedTuple):
@@ -49,14 +53,86 @@ def joined_bases(docs: Sequence[TokenDoc]) -> tuple[np.ndarray, np.ndarray]:
     return bases, bounds
 
 
+def strand_bytes(doc: TokenDoc) -> bytes:
+    """A document's bases as stored, joined from their pieces, reversed when it is on the reverse
+    strand (not complemented)."""
+    part = doc.bases
+    if not isinstance(part, tuple):
+        return (part[::-1] if doc.rc else part).tobytes()
+    if doc.rc:
+        return b"".join(piece[::-1].tobytes() for piece in reversed(part))
+    return b"".join(piece.tobytes() for piece in part)
+
+
+def plain_batch(rows: Sequence[Sequence[TokenDoc]], tokenizer: Tokenizer, seq_length: int) -> dict[str, Any] | None:
+    """`tokenized_batch` of unpacked rows (one document each, or none) by a tokenizer with
+    `Tokenizer.plain_codes`, when every base is plain (upper-case A/C/G/T; None otherwise, and for
+    a document whose tokens do not fit: the general path then makes the batch, flags, errors and
+    left-out bases included).
+
+    Each document's bases go through one ``bytes.translate`` that complements the reverse strand,
+    checks that they are plain and gives their codes at once, straight into its row of a code
+    matrix whose rows are ``seq_length + width - 1`` wide (room for the bases of a row's last
+    overlapping k-mer) and start at the row's first token column; the ids of every row then come from
+    one `Tokenizer.spell_codes` of the whole matrix, and only the specials and padding are written
+    per row. The general path's joined bases, separate complement, plain check and layout copies
+    cost about twice as much.
+    """
+    table = tokenizer.plain_codes
+    if table is None or any(len(row) > 1 for row in rows):
+        return None
+    n, k, pre, suf = len(rows), tokenizer.kmer or 1, tokenizer.prefix, tokenizer.suffix
+    stride, p = seq_length + k - 1, len(pre)
+    codes = np.zeros((n, stride), dtype=np.uint8)
+    lengths = np.zeros(n, dtype=np.int32)
+    counts: list[int | None] = []
+    for i, row in enumerate(rows):
+        if not row:
+            counts.append(None)
+            continue
+        spelled = strand_bytes(row[0]).translate(tokenizer.plain_codes_rc if row[0].rc else table)
+        m = len(spelled)
+        count = max(0, m - k + 1)
+        if NOT_PLAIN_BYTE in spelled or p + count + len(suf) > seq_length:
+            return None
+        codes[i, p : p + m] = np.frombuffer(spelled, dtype=np.uint8)
+        lengths[i] = m
+        counts.append(count)
+    ids = tokenizer.spell_codes(codes.reshape(-1))  # element i * stride + c: the token at column c of row i
+    tokens = np.empty((n, seq_length), dtype=tokenizer.id_dtype)
+    tokens[:] = np.lib.stride_tricks.as_strided(ids, (n, seq_length), (stride * ids.itemsize, ids.itemsize))
+    for i, used in enumerate(counts):
+        if used is None:
+            tokens[i] = tokenizer.pad_id
+            continue
+        tokens[i, :p] = pre
+        tokens[i, p + used : p + used + len(suf)] = suf
+        tokens[i, p + used + len(suf) :] = tokenizer.pad_id
+    return {"tokens": tokens, "lengths": lengths, "left_out": np.zeros(n, dtype=np.int32)}
+
+
 def tokenized_batch(
     rows: Sequence[Sequence[TokenDoc]], tokenizer: Tokenizer, seq_length: int, packed: bool
 ) -> dict[str, Any]:
     """The compact token batch of `rows` (each a list of documents, laid out in order; empty: filler).
 
-    The bases of the whole batch are tokenized at once (`Tokenizer.tokenize`) and flagged at once
-    (`token_flags`); what stays per document is placing its tokens: plain integers and a slice copy.
+    Unpacked rows of plain bases by a tokenizer with `Tokenizer.plain_codes` (characters,
+    overlapping k-mers): `plain_batch`. Otherwise the bases of the whole batch are tokenized at once
+    (`Tokenizer.tokenize`) and flagged at once (`token_flags`); what stays per document is placing
+    its tokens: plain integers and a slice copy.
     """
+    if not packed:
+        plain_rows = plain_batch(rows, tokenizer, seq_length)
+        if plain_rows is not None:
+            return plain_rows
+    return laid_out_batch(rows, tokenizer, seq_length, packed)
+
+
+def laid_out_batch(
+    rows: Sequence[Sequence[TokenDoc]], tokenizer: Tokenizer, seq_length: int, packed: bool
+) -> dict[str, Any]:
+    """`tokenized_batch` of any rows: the whole batch tokenized at once (`Tokenizer.tokenize`), then
+    each document's tokens placed in its row."""
     n = len(rows)
     docs = [doc for row in rows for doc in row]
     bases, bounds = joined_bases(docs)

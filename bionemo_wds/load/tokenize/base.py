@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bionemo_wds.core.tokenizer import UPPERCASE_TABLE, shown_byte
+from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, UPPERCASE_TABLE, shown_byte
 from bionemo_wds.errors import SourceError
 
 #: ``UPPER[byte]``: the byte upper-cased (tokenizer vocabularies are upper case).
@@ -32,6 +32,19 @@ REAL[np.frombuffer(b"ACGTacgt", dtype=np.uint8)] = True
 #: Lower-case letters (soft-masked bases).
 LOWER = np.zeros(256, dtype=bool)
 LOWER[ord("a") : ord("z") + 1] = True
+
+#: The code a `Tokenizer.plain_codes` table gives every byte that is not an upper-case A, C, G or T.
+NOT_PLAIN = 255
+
+
+def plain_table(codes: dict[int, int]) -> bytes:
+    """A `Tokenizer.plain_codes` table: `codes` of the bytes A, C, G, T; `NOT_PLAIN` for the rest."""
+    assert sorted(codes) == sorted(b"ACGT")
+    table = bytearray([NOT_PLAIN]) * 256
+    for byte, code in codes.items():
+        table[byte] = code
+    return bytes(table)
+
 
 #: Bits of a token's flags (`token_flags`).
 FLAG_SOFT_MASKED = 1
@@ -91,6 +104,11 @@ class Tokenizer:
             single bases), so planned samples fit.
         alphabet: the upper-case bases the vocabulary spells, in either case (others are refused,
             naming the base).
+        plain_codes: a ``bytes.translate`` table of a tokenizer whose element j is the token starting
+            at base j (characters, overlapping k-mers; None for others): the code `spell_codes` takes
+            for each upper-case A, C, G and T, `NOT_PLAIN` for every other byte. Unpacked rows of
+            plain bases are then spelled with one table pass per base, the strand, the check that
+            the bases are plain and the codes at once (`batch.tokens`).
     """
 
     name: str
@@ -105,6 +123,7 @@ class Tokenizer:
     bases_per_token: float = 1.0
     edge_tokens: int = 0
     alphabet: bytes = b"ACGTN"
+    plain_codes: bytes | None = None
 
     def encode(self, bases: np.ndarray) -> np.ndarray:
         """The ids of one document's bases (uint8, any case), without specials."""
@@ -133,6 +152,20 @@ class Tokenizer:
     def spell(self, bases: np.ndarray, bounds: np.ndarray, plain: bool) -> Tokens:
         """`tokenize` of bases the alphabet holds (subclasses)."""
         raise NotImplementedError
+
+    def spell_codes(self, codes: np.ndarray) -> np.ndarray:
+        """Element j: the id of the token starting at element j of `codes` (`plain_codes` of plain
+        bases, uint8), for the first ``len(codes) - width + 1`` elements (width: the bases one token
+        spells); the ids of a document are those of its bases, as `spell` gives them."""
+        raise NotImplementedError
+
+    @cached_property
+    def plain_codes_rc(self) -> bytes:
+        """`plain_codes` of the complement of each byte: the reverse strand's codes, read backwards
+        (`NOT_PLAIN` for a byte that is not plain itself, such as U, whose complement is A)."""
+        assert self.plain_codes is not None
+        plain = self.plain_codes
+        return bytes(plain[COMPLEMENT_TABLE[b]] if plain[b] != NOT_PLAIN else NOT_PLAIN for b in range(256))
 
     def check_alphabet(self, bases: np.ndarray, bounds: np.ndarray, wheres: list[str]) -> None:
         """Refuse the first base outside `alphabet` (either case), naming it and where it is (one
