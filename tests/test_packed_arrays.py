@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
+from bionemo_wds.load.batch.hf import finish
+from bionemo_wds.load.batch.labels import LabelRules
+from bionemo_wds.load.batch.model_inputs import tensors
+from bionemo_wds.load.batch.packed import packed_inputs_gather, packed_model_inputs
 from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
 from bionemo_wds.load.plan.samples import PackedSamples, SequenceTable
 
@@ -72,13 +77,11 @@ def reference_row(docs: list[tuple[bytes, bytes, bool]], seq_length: int, contro
     return out + bytes([PAD_ID]) * (seq_length - len(out))
 
 
-@pytest.mark.parametrize("control_tags", [True, False])
-@pytest.mark.parametrize("seed", range(6))
-def test_lay_out_is_the_row_written_document_by_document(control_tags, seed):
-    """Documents of several pieces, tags of any length, flipped or not, rows without documents: the
-    token matrix and the document columns are those of the one-document-at-a-time layout."""
+def random_documents(seed: int, control_tags: bool, n: int = 6, seq_length: int = 400):
+    """Rows of random documents (bases of any case with degenerate ones, several pieces each, tags of
+    any length, flipped or not, rows without documents): (the rows as (bases, tag, flip), the
+    `DocumentArrays`, the flips, the keys)."""
     rng = np.random.default_rng(seed)
-    n, seq_length = 6, 400
     rows: list[list[tuple[bytes, bytes, bool]]] = []
     pieces, first, row_of, tags, flips, lengths = [], [0], [], [], [], []
     for i in range(n):
@@ -118,7 +121,20 @@ def test_lay_out_is_the_row_written_document_by_document(control_tags, seed):
         np.asarray(first, dtype=np.int64),
         keys,
     )
-    batch = lay_out(docs, np.asarray(flips, dtype=bool), tags, n, seq_length, control_tags)
+    return rows, docs, np.asarray(flips, dtype=bool), keys
+
+
+@pytest.mark.parametrize("control_tags", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_lay_out_is_the_row_written_document_by_document(control_tags, seed):
+    """Documents of several pieces, tags of any length, flipped or not, rows without documents: the
+    token matrix, the document columns and the row fields are those of the one-document-at-a-time
+    layout."""
+    n, seq_length = 6, 400
+    rows, docs, flips, keys = random_documents(seed, control_tags, n, seq_length)
+    k = len(docs)
+    row_of = docs.row.tolist()
+    batch = lay_out(docs, flips, docs.tag, n, seq_length, control_tags)
     for i, row in enumerate(rows):
         assert batch["tokens"][i].tobytes() == reference_row(row, seq_length, control_tags)
         head = [len(tag) + 2 if control_tags else 1 for _, tag, _ in row]
@@ -128,6 +144,28 @@ def test_lay_out_is_the_row_written_document_by_document(control_tags, seed):
         assert batch["doc_rc"][i, : len(row)].tolist() == [f for _, _, f in row]
         assert batch["lengths"][i] == sum(len(b) for b, _, _ in row)
     assert batch["keys"] == [";".join(keys[d] for d in range(k) if row_of[d] == i) for i in range(n)]
+    first = [row_of.index(i) if i in row_of else None for i in range(n)]
+    assert batch["rc"].tolist() == [d is not None and bool(flips[d]) for d in first]
+    assert batch["start"].tolist() == [int(docs.start[d]) if d is not None else 0 for d in first]
+    assert batch["seq_id"] == [docs.seq_id[d] if d is not None else "" for d in first]
+
+
+@pytest.mark.parametrize("control_tags", [True, False])
+@pytest.mark.parametrize("mask_degenerate", [True, False])
+@pytest.mark.parametrize(("fold_case", "weight"), [(True, None), (False, None), (False, 0.25), (True, 0.0)])
+def test_packed_inputs_on_a_cpu_are_the_rules_applied_after(control_tags, mask_degenerate, fold_case, weight):
+    """Random packed batches (tags, lower-case and degenerate bases, flipped documents): the CPU
+    layout (loss mask from one translate of the labels, tag columns cleared, soft-mask weights, position
+    ids joined from runs) equals the whole-batch tensor layout with `LabelRules.apply` after it."""
+    rules = LabelRules(mask_degenerate_bases=mask_degenerate)
+    for seed in range(4):
+        _, docs, flips, _ = random_documents(seed, control_tags)
+        compact = tensors(lay_out(docs, flips, docs.tag, 6, 400, control_tags))
+        laid = packed_model_inputs(compact, fold_case, weight, rules)
+        after = finish(packed_inputs_gather(compact, fold_case, weight), rules, False, packed=True)
+        for key, value in after.items():
+            assert torch.equal(laid[key], value), (key, seed)
+        assert laid["loss_mask"].any()
 
 
 def test_a_document_past_the_row_is_named():

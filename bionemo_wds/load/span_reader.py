@@ -113,19 +113,26 @@ class SpanBatches(PlannedBatches):
             record, row, begin, end = (c[piece_kept] for c in (record, row, begin, end))
             doc_row, length = doc_row[kept], length[kept]
             first_piece = np.concatenate([[0], np.cumsum(np.diff(first_piece)[kept])]).astype(np.int64)
-        numbers, rows = record.tolist(), row.tolist()
+        numbers, rows, offsets = record.tolist(), row.tolist(), begin.tolist()
         read = {number: block for number, block in blocks.items() if block is not None}
         views = []
-        for number, r, a, z in zip(numbers, rows, begin.tolist(), end.tolist()):
+        for number, r, a, z in zip(numbers, rows, offsets, end.tolist()):
             block = read[number]
             at = block.offsets[r]
             views.append(block.tokens[at + a : at + z])
-        heads = [(read[numbers[p]], rows[p]) for p in first_piece[:-1].tolist()]  # each document's first piece
-        seq_id = [block.seq_id[r] for block, r in heads]
-        start = np.fromiter((block.start[r] for block, r in heads), dtype=np.int64, count=len(heads))
-        start += begin[first_piece[:-1]]
-        keys = [document_key(s, a, n) for s, a, n in zip(seq_id, start.tolist(), length.tolist())]
-        tags = [block.tag[r] for block, r in heads]
+        # each document's fields from its first piece (plain lists: a batch holds a few dozen documents)
+        seq_id: list[str] = []
+        starts: list[int] = []
+        tags: list[bytes] = []
+        keys: list[str] = []
+        for p, n in zip(first_piece[:-1].tolist(), length.tolist()):
+            block, r = read[numbers[p]], rows[p]
+            name, at = block.seq_id[r], block.start[r] + offsets[p]
+            seq_id.append(name)
+            starts.append(at)
+            tags.append(block.tag[r])
+            keys.append(document_key(name, at, n))
+        start = np.array(starts, dtype=np.int64)
         docs = DocumentArrays(doc_row, seq_id, start, length, tags, views, first_piece, keys)
         return PlannedDocuments(docs, filler, source_list, list(draw_list))
 

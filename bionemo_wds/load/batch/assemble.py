@@ -72,6 +72,20 @@ class PlannedDocuments(NamedTuple):
     sources: list[int]
     draws: list[tuple[int, int] | None]
 
+    def window_documents(self) -> list[Document | None]:
+        """Each row's one document (samples of one window each; None: filler or no document), without
+        the per-row lists of `samples`."""
+        docs = self.docs
+        out: list[Document | None] = [None] * len(self.filler)
+        pieces, first, starts = docs.pieces, docs.first_piece.tolist(), docs.start.tolist()
+        for d, i in enumerate(docs.row.tolist()):
+            if self.filler[i]:
+                continue
+            part = pieces[first[d] : first[d + 1]]
+            bases = part[0] if len(part) == 1 else tuple(part)  # pieces are written where they go, never joined
+            out[i] = Document(bases, docs.tag[d], docs.seq_id[d], starts[d], docs.keys[d])
+        return out
+
     def samples(self) -> list[list[Document] | None]:
         """Each row's documents as `Document` (None: filler), for the layouts that take them one by one."""
         docs = self.docs
@@ -201,7 +215,7 @@ def documents_batch(
             ]
         batch = lay_out(docs, flip, tags, len(filler), schema.seq_length, control_tags)
     else:  # one window per row: its document's fields straight into the compact batch
-        one = [docs[0] if docs else None for docs in planned.samples()]
+        one = planned.window_documents()
         keys = [d.key if d is not None else "" for d in one]
         tags = [d.tag if d is not None else b"" for d in one]
         if tag_dropout > 0:

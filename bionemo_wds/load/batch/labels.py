@@ -62,6 +62,22 @@ def degenerate_bases(bases: np.ndarray) -> np.ndarray | None:
     return NOT_REAL[bases] & (bases != PAD_ID)
 
 
+#: `bytes.translate` tables of packed label ids, by whether degenerate bases are masked: 1 where the
+#: label is trained (a real base; any base when they are not masked), 0 elsewhere (specials, PAD).
+TRAINED_TABLES = {
+    True: bytes(int(not NOT_REAL[b]) for b in range(256)),
+    False: bytes(int(b > UNK_ID) for b in range(256)),
+}
+
+
+def trained_labels(labels: np.ndarray, mask_degenerate: bool) -> np.ndarray:
+    """Where uint8 labels (any shape) are trained, as uint8 0/1 of the same shape: one
+    `bytes.translate` pass (`TRAINED_TABLES`), which also decides the degenerate bases, at about the
+    cost of the check that a batch holds none. Tag bytes are letters too: the caller clears them."""
+    done = labels.tobytes().translate(TRAINED_TABLES[mask_degenerate])
+    return np.frombuffer(done, dtype=np.uint8).reshape(labels.shape)
+
+
 def may_hold_degenerate(tokens: np.ndarray) -> bool:
     """Whether a packed token matrix (uint8: specials, tags and bases) holds any byte but a real base
     and the specials: one `bytes.translate` pass; False says it holds no degenerate base."""

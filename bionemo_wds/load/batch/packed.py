@@ -45,6 +45,7 @@ from bionemo_wds.load.batch.labels import (
     LabelRules,
     degenerate_bases,
     may_hold_degenerate,
+    trained_labels,
 )
 from bionemo_wds.load.batch.model_inputs import CASE_OFFSET, LOWER_A, check_soft_mask_weight
 from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
@@ -209,10 +210,11 @@ def packed_inputs_cpu(
     """Whole-batch numpy, no loop over documents: every column's place (in a document's bases or not,
     its position) is expanded from a few numbers per document; labels are the tokens shifted by one
     with PAD written at each EOS and over the padding (``hf``: the tokens where they are bases, -100
-    elsewhere). The case and degenerate-base passes run only when one check over the uint8 tokens
-    finds something for them (the usual batch has neither), the shifts are made in uint8 and widened
-    once, so each int64 output costs one pass. Every label rule but a fraction of real bases per
-    document (`labels.LabelRules.apply`, after)."""
+    elsewhere). The case pass runs only when one max over the uint8 tokens finds a lower-case byte
+    (the usual batch has none); the shifts are made in uint8 and widened once, so each int64 output
+    costs one pass, and the loss mask is one `bytes.translate` of the uint8 labels (`trained_labels`:
+    specials, PAD and, by default, degenerate bases 0), its tag columns cleared by index. Every label
+    rule but a fraction of real bases per document (`labels.LabelRules.apply`, after)."""
     raw = np.asarray(batch["tokens"])
     sizes = np.asarray(batch["doc_tokens"]).astype(np.int64)
     prefix = np.asarray(batch["doc_prefix"]).astype(np.int64)
@@ -225,10 +227,6 @@ def packed_inputs_cpu(
         lower = is_base & (raw >= LOWER_A)
         if not lower.any():
             lower = None
-    dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0 (hf)
-    if rules.mask_degenerate_bases and may_hold_degenerate(raw):
-        is_base = is_base if is_base is not None else base_columns(sizes, prefix, seq_length)
-        dropped = degenerate_bases(np.where(is_base, raw, np.uint8(PAD_ID)))
     ids = raw if lower is None or not fold_case else np.where(lower, raw - np.uint8(CASE_OFFSET), raw)
     tokens = ids.astype(np.int64)
     # the labels' ids: upper case when asked (the model's keep their case)
@@ -238,6 +236,9 @@ def packed_inputs_cpu(
     positions = torch.from_numpy(document_positions(sizes, seq_length))
     if hf:
         assert is_base is not None
+        dropped = None  # bases out of the loss: degenerate, or soft-masked with weight 0
+        if rules.mask_degenerate_bases and may_hold_degenerate(raw):
+            dropped = degenerate_bases(np.where(is_base, raw, np.uint8(PAD_ID)))
         labels = np.where(is_base, tokens if label_ids is ids else label_ids.astype(np.int64), IGNORE_INDEX)
         for out in (dropped, lower if soft_mask_weight == 0 else None):
             if out is not None:
@@ -253,11 +254,11 @@ def packed_inputs_cpu(
     for i, used in enumerate(ends[:, -1].tolist()):  # per row: the padding (PAD already, unless a caller's differs)
         if used < seq_length:
             shifted[i, used:] = PAD_ID
-    loss_mask = base_columns(sizes, prefix, seq_length, np.float32, shift=1)  # where the label is a base
+    # where the label is a base (a real one when degenerate bases are masked); tag bytes are letters too
+    loss_mask = trained_labels(shifted, rules.mask_degenerate_bases).astype(np.float32)
+    clear_tag_labels(loss_mask, sizes, prefix)
     if lower is not None and soft_mask_weight is not None:
-        loss_mask[:, :-1][lower[:, 1:]] = soft_mask_weight
-    if dropped is not None:
-        loss_mask[:, :-1][dropped[:, 1:]] = 0.0
+        loss_mask[:, :-1][lower[:, 1:]] *= np.float32(soft_mask_weight)  # a degenerate base's 0 stays 0
     return {
         "tokens": torch.from_numpy(tokens),
         "labels": torch.from_numpy(shifted.astype(np.int64)),
@@ -267,16 +268,44 @@ def packed_inputs_cpu(
     }
 
 
+def clear_tag_labels(loss_mask: np.ndarray, sizes: np.ndarray, prefix: np.ndarray) -> None:
+    """Zero `loss_mask` (rows x columns, in place) where the label is a control tag's byte: the
+    columns from each tagged document's BOS to the one before its SEP (a tag is letters too)."""
+    count = np.maximum(prefix - 2, 0) * (sizes > 0)
+    if not count.any():
+        return
+    n, seq_length = loss_mask.shape
+    first = np.cumsum(sizes, axis=1) - sizes + np.arange(0, n * seq_length, seq_length, dtype=np.int64)[:, None]
+    first, count = first.ravel(), count.ravel()
+    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    loss_mask.reshape(-1)[np.repeat(first, count) + within] = 0
+
+
+#: Counting numbers 0, 1, 2, ... (read-only; grown when a longer run is asked for), cut by `counting`.
+_COUNTING: list[np.ndarray] = [np.arange(0, dtype=np.int64)]
+
+
+def counting(length: int) -> np.ndarray:
+    """A read-only int64 run 0, 1, ... of at least `length` numbers (made once, sliced for every run)."""
+    if len(_COUNTING[0]) < length:
+        run = np.arange(length, dtype=np.int64)
+        run.flags.writeable = False
+        _COUNTING[0] = run
+    return _COUNTING[0]
+
+
 def document_positions(sizes: np.ndarray, seq_length: int) -> np.ndarray:
     """Position ids (int64, rows x `seq_length`) of packed rows whose documents take `sizes` tokens:
-    the column minus where its document (or the padding after them) began in its row; numpy, no
-    loop: one `np.repeat` of each document's first column, then one subtraction in place."""
+    0, 1, ... in each document and in the padding after a row's last one, each run a slice of one
+    counting array, joined by one `np.concatenate` (a memory copy per run: a batch holds a few
+    dozen runs; cheaper than expanding each column's start with `np.repeat` and subtracting it)."""
     sizes = np.asarray(sizes).astype(np.int64)
-    ends = np.cumsum(sizes, axis=1)
-    starts = np.concatenate([ends - sizes, ends[:, -1:]], axis=1).ravel()
-    counts = np.concatenate([sizes, seq_length - ends[:, -1:]], axis=1).ravel()
-    began = np.repeat(starts, counts).reshape(len(sizes), seq_length)
-    return np.subtract(np.arange(seq_length, dtype=np.int64), began, out=began)
+    n = len(sizes)
+    if not n:
+        return np.empty((0, seq_length), dtype=np.int64)
+    runs = np.concatenate([sizes, seq_length - sizes.sum(axis=1, keepdims=True)], axis=1).ravel().tolist()
+    run = counting(seq_length)
+    return np.concatenate([run[:r] for r in runs if r]).reshape(n, seq_length)
 
 
 def base_columns(
