@@ -1,8 +1,8 @@
 """Unpacked rows of plain bases by characters and overlapping k-mers (`tokens.plain_batch`): the
 batch equals each document's ids by its family's rule (written again in `test_tokenizers`) and the
 general layout's batch (`tokens.laid_out_batch`) field for field; a base that is not plain (lower
-case, N, or a U, which complements to A), or a document whose tokens do not fit, leaves the batch to
-the general path, which flags, spells or counts it as before."""
+case, N, or a U, refused on either strand though it complements to A), or a document whose tokens
+do not fit, leaves the batch to the general path, which flags, spells, refuses or counts it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from test_tokenizers import SAMPLE, char_reference, dnabert_reference
 
+from bionemo_wds.errors import SourceError
 from bionemo_wds.load.batch.tokens import TokenDoc, laid_out_batch, plain_batch, tokenized_batch
 from bionemo_wds.load.tokenize import resolve_tokenizer
 
@@ -85,4 +86,8 @@ def test_a_row_that_is_not_plain_or_does_not_fit_takes_the_general_path(name, od
     seq = odds.get(odd, seq[:50] + "U" + seq[51:])
     rows[3] = [TokenDoc(as_bases(seq), True, "s:1200")]
     assert plain_batch(rows, tok, SEQ_LENGTH) is None
+    if odd == "U":  # on the reverse strand too (its complement, A, is spelled): refused, named
+        with pytest.raises(SourceError, match=r"no token for base 'U', first at base 50 of sample s:1200"):
+            tokenized_batch(rows, tok, SEQ_LENGTH, False)
+        return
     assert_same_batch(tokenized_batch(rows, tok, SEQ_LENGTH, False), laid_out_batch(rows, tok, SEQ_LENGTH, False))

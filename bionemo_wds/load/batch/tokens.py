@@ -39,18 +39,21 @@ class TokenDoc(NamedTuple):
 
 
 def joined_bases(docs: Sequence[TokenDoc]) -> tuple[np.ndarray, np.ndarray]:
-    """Every document's bases in one array, each on its strand, and the bounds of each
-    (``bounds[d] .. bounds[d + 1]``): one concatenation of all their pieces, then each reverse
-    strand flipped in place."""
+    """Every document's bases as stored in one array (one concatenation of all their pieces), and
+    the bounds of each (``bounds[d] .. bounds[d + 1]``); `flip_reverse_strands` turns them."""
     pieces = [piece for doc in docs for piece in (doc.bases if isinstance(doc.bases, tuple) else (doc.bases,))]
     sizes = [sum(len(p) for p in doc.bases) if isinstance(doc.bases, tuple) else len(doc.bases) for doc in docs]
     bounds = np.zeros(len(docs) + 1, dtype=np.int64)
     np.cumsum(sizes, out=bounds[1:])
     bases = np.concatenate([np.asarray(p, dtype=np.uint8) for p in pieces]) if pieces else np.empty(0, np.uint8)
+    return bases, bounds
+
+
+def flip_reverse_strands(bases: np.ndarray, bounds: np.ndarray, docs: Sequence[TokenDoc]) -> None:
+    """Reverse-complement, in place, the bases of each document on the reverse strand."""
     for doc, s, e in zip(docs, bounds[:-1].tolist(), bounds[1:].tolist()):
         if doc.rc:
             bases[s:e] = reverse_complement_bases(bases[s:e])
-    return bases, bounds
 
 
 def strand_bytes(doc: TokenDoc) -> bytes:
@@ -136,8 +139,12 @@ def laid_out_batch(
     n = len(rows)
     docs = [doc for row in rows for doc in row]
     bases, bounds = joined_bases(docs)
-    plain = only_plain(bases)  # the usual batch: no base to refuse, flag or spell as N
-    toks = tokenizer.tokenize(bases, bounds, [f"sample {doc.key}" for doc in docs], plain)
+    plain = only_plain(bases)  # the usual batch: no base to refuse, flag or spell as N (either strand)
+    wheres = [f"sample {doc.key}" for doc in docs]
+    if not plain and tokenizer.alphabet:  # as stored: a base outside a declared alphabet is refused
+        tokenizer.check_alphabet(bases, bounds, wheres)  # on either strand (U complements to A)
+    flip_reverse_strands(bases, bounds, docs)
+    toks = tokenizer.tokenize(bases, bounds, wheres, plain)
     marks = None if plain else token_flags(bases, toks)
     tokens = np.full((n, seq_length), tokenizer.pad_id, dtype=tokenizer.id_dtype)
     flags = None if marks is None else np.zeros((n, seq_length), dtype=np.uint8)
