@@ -172,9 +172,16 @@ class RemoteShards:
             with self.whole_cache().fetching(f"range probe {self.store.root}"):
                 if self.whole_shards():  # another process found out meanwhile
                     return self.from_whole(shard, offset, size)
+                held = self.whole_cache().read_whole(url, offset, size)
+                if held is not None:  # another process got this shard whole: the server ignores ranges,
+                    self._whole_shards = self._probed = True  # and asking again would fetch it twice
+                    self.store.count(cache_hits=1)
+                    return held
                 data = self.ranged(shard, offset, size)
                 self._probed = True
                 return data
+        if self.whole_shards():  # learned before `_probed` was set, while this read-ahead thread was on
+            return self.from_whole(shard, offset, size)  # its way here: a range request would fetch it whole again
         return self.ranged(shard, offset, size)
 
     def ranged(self, shard: int, offset: int, size: int) -> bytes:
