@@ -103,7 +103,7 @@ def key_crcs(keys: list[str]) -> np.ndarray:
 
 #: SplitMix64's constants as numpy scalars (its increment, the finaliser's shifts and multipliers).
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+MIX_M1, MIX_M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
 
 
@@ -111,8 +111,8 @@ def mix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser (`splitmix64` without its increment) of every element of a uint64
     array (numpy's uint64 arithmetic wraps modulo 2**64, as the scalar form's masks do): the round
     function of `permutation.SeededPermutation` and the hash of `splitmix64_array`."""
-    x = (x ^ (x >> _S30)) * _M1
-    x = (x ^ (x >> _S27)) * _M2
+    x = (x ^ (x >> _S30)) * MIX_M1
+    x = (x ^ (x >> _S27)) * MIX_M2
     return x ^ (x >> _S31)
 
 

@@ -250,7 +250,7 @@ def mask_tokens(
 
 #: The 32-bit golden-ratio increment (Weyl sequence of the 32-bit draws) and murmur3's finaliser constants.
 WEYL32 = np.uint32(0x9E3779B9)
-_F1, _F2 = np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
+FMIX_F1, FMIX_F2 = np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
 _S13, _S16 = np.uint32(13), np.uint32(16)
 
 
@@ -258,16 +258,17 @@ def fmix32(h: np.ndarray) -> np.ndarray:
     """murmur3's 32-bit finaliser of every element of a uint32 array (a well-mixing bijection; numpy's
     uint32 arithmetic wraps modulo 2**32). Changes `h` in place and returns it."""
     h ^= h >> _S16
-    h *= _F1
+    h *= FMIX_F1
     h ^= h >> _S13
-    h *= _F2
+    h *= FMIX_F2
     h ^= h >> _S16
     return h
 
 
-def spread(centres: np.ndarray, k: int) -> np.ndarray:
-    """DNABERT's span: each centre c also chooses ``c - (k - 1) // 2 .. c + k // 2`` of its row."""
-    out = centres.copy()
+def spread(centres: Any, k: int) -> Any:
+    """DNABERT's span: each centre c also chooses ``c - (k - 1) // 2 .. c + k // 2`` of its row (a
+    bool numpy array, or a bool tensor on any device: `mlm_device`)."""
+    out = centres.clone() if isinstance(centres, torch.Tensor) else centres.copy()
     width = centres.shape[1]
     for offset in range(-((k - 1) // 2), k // 2 + 1):
         if offset > 0:

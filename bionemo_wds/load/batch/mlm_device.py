@@ -20,16 +20,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.core.seeds import GOLDEN
+from bionemo_wds.core.seeds import GOLDEN, MIX_M1, MIX_M2
 from bionemo_wds.load.batch.mlm import (
     BERT_MASK_SHARE,
     BERT_RANDOM_SHARE,
+    FMIX_F1,
+    FMIX_F2,
     MLM_KEEP,
     MLM_NONE,
     REPLACE_MIX,
     WEYL32,
     MaskingRule,
     mask_tokens,
+    spread,
 )
 from bionemo_wds.load.batch.packed import base_columns
 
@@ -47,7 +50,7 @@ def _signed(value: int) -> int:
 
 
 _GOLDEN, _MIX = _signed(int(GOLDEN)), _signed(int(REPLACE_MIX))
-_M1, _M2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+_M1, _M2 = _signed(int(MIX_M1)), _signed(int(MIX_M2))
 
 
 def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -65,22 +68,10 @@ def mix64_t(x: torch.Tensor) -> torch.Tensor:
 def fmix32_t(h: torch.Tensor) -> torch.Tensor:
     """`mlm.fmix32` of int64 tensors holding values below 2**32."""
     h = h ^ (h >> 16)
-    h = (h * 0x85EBCA6B) & _M32
+    h = (h * int(FMIX_F1)) & _M32
     h = h ^ (h >> 13)
-    h = (h * 0xC2B2AE35) & _M32
+    h = (h * int(FMIX_F2)) & _M32
     return h ^ (h >> 16)
-
-
-def spread_t(centres: torch.Tensor, k: int) -> torch.Tensor:
-    """`mlm.spread` (DNABERT's span) of a bool tensor."""
-    out = centres.clone()
-    width = centres.shape[1]
-    for offset in range(-((k - 1) // 2), k // 2 + 1):
-        if offset > 0:
-            out[:, offset:] |= centres[:, : width - offset]
-        elif offset < 0:
-            out[:, :offset] |= centres[:, -offset:]
-    return out
 
 
 def device_mask_tokens(
@@ -103,7 +94,7 @@ def device_mask_tokens(
     special = special_table[ids.long()] if specials else torch.zeros_like(chosen)
     allowed = candidates.to(device=device, dtype=torch.bool) & ~special
     if rule.span > 1:
-        chosen = spread_t(chosen & allowed, rule.span) & allowed
+        chosen = spread(chosen & allowed, rule.span) & allowed
     else:
         chosen &= allowed
     if rule.replace == "mask":
