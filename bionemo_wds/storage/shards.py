@@ -169,10 +169,11 @@ class RemoteShards:
                 return data
             self.store.count(cache_misses=1)
         if not self._probed:  # one first range request at a time on the node, so only one finds out
-            with self.whole_cache().fetching(f"range probe {self.store.root}"):
+            whole = self.whole_cache()
+            with whole.fetching(f"range probe {self.store.root}"):
                 if self.whole_shards():  # another process found out meanwhile
                     return self.from_whole(shard, offset, size)
-                held = self.whole_cache().read_whole(url, offset, size)
+                held = whole.read_whole(url, offset, size)
                 if held is not None:  # another process got this shard whole: the server ignores ranges,
                     self._whole_shards = self._probed = True  # and asking again would fetch it twice
                     self.store.count(cache_hits=1)
