@@ -37,6 +37,21 @@ LIGHTNING_PEERS = frozenset(
     | {"ours_nt", "ours_dnabert6", "ours_caduceus", "ours_bpe", "ours_hf_device", "ours_mlm_device"}
 )
 
+#: What the server of the timing runs imports before it forks them (`forked.Children`): what
+#: `_import_everything` imports for any peer, but the optional libraries (litdata, streaming), which
+#: a run of their peer imports itself (before its timing). A memory run starts as a fresh interpreter
+#: and imports only what its peer uses.
+PRELOAD = (
+    "numpy.random",
+    "pyfaidx",
+    "webdataset",
+    "bionemo_wds.prepare",
+    "benchmarks.streaming_peers",
+    "bionemo_wds.compat.webdatamodule",
+    "bionemo_wds.lightning.datamodule",
+    "benchmarks.child",
+)
+
 
 def _import_everything(peer: str, action: str) -> None:
     """Import what the peer uses before any timing, and only that: an optional library, and

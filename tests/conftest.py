@@ -374,11 +374,11 @@ def zygote(tmp_path_factory):
     """The server that forks script runs after importing torch, Lightning and our data module once
     (`forked_runs`), one per test process: ``tests/`` and the repository on the runs' path, output
     unbuffered, one thread per run for torch's operators (the runs share the machine's cores)."""
-    from forked_runs import Zygote
+    from forked_runs import PRELOAD, Zygote
 
     tests = Path(__file__).parent
     path = os.pathsep.join(filter(None, [str(tests), str(tests.parent), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    server = Zygote(tmp_path_factory.mktemp("zygote") / "server.log", env)
+    server = Zygote(tmp_path_factory.mktemp("zygote") / "server.log", env, PRELOAD)
     yield server
     server.close()

@@ -188,6 +188,8 @@ def test_benchmark_runs_end_to_end_and_reports_targets(tmp_path, monkeypatch):
             "--json",
             str(out),
             "--quiet",
+            "--children",
+            "forked",  # the timing runs forked (the tables, not the figures, are what this checks)
         ]
     )
     assert code == 0
@@ -223,6 +225,7 @@ def test_remote_s3_adds_cold_and_warm_rows(tmp_path, capsys):
     out = tmp_path / "r.json"
     args = ["--size-mbp", "0.2", "--seq-length", str(SEQ), "--stride", str(STRIDE), "--workers", "2"]
     args += ["--only", "ours", "--repeat", "1", "--remote", "s3", "--workdir", str(tmp_path / "w")]
+    args += ["--children", "forked"]  # the rows and counters are what this checks, not the figures
     # no memory runs: the end-to-end test above measures memory; these rows are about the storage
     assert bench.main([*args, "--no-memory", "--json", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
@@ -706,7 +709,7 @@ def test_benchmark_on_a_tiny_metagenome_reports_the_padding_of_each_peer(tmp_pat
     # batch 2: the exact plan completes the last batch of packed samples with at most one all-PAD
     # filler, which stays under 1% of a few hundred samples (at batch 8, up to 7 fillers would not)
     args = ["--catalog", "metagenome", "--size-mbp", "4", "--batch-size", "2", "--workers", "0", "--repeat", "1"]
-    args += ["--only", only, "--no-memory"]  # padding only: no memory runs
+    args += ["--only", only, "--no-memory", "--children", "forked"]  # padding only: no memory runs
     assert bench.main([*args, "--workdir", str(tmp_path / "w"), "--json", str(out), "--quiet"]) == 0
     results = json.loads(out.read_text())
     assert results["catalog"] == "metagenome" and results["seq_length"] == 8192
