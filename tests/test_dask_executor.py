@@ -61,6 +61,26 @@ def test_a_local_cluster_writes_the_bytes_of_the_local_executor(tmp_path, cluste
     assert verify(out, progress=False).ok
 
 
+def test_our_local_clusters_run_without_the_dashboards_profiler_and_fast_ticks(cluster):
+    """`LOCAL_CLUSTER_CONFIG` reaches every worker process (through its nanny), and the settings in
+    force outside the cluster are left as they were (the scheduler, in this process, read them as
+    it started)."""
+    import dask
+    from distributed import Client
+
+    from bionemo_wds.prepare.executors.dask_client import LOCAL_CLUSTER_CONFIG
+
+    def settings() -> list:
+        import dask
+
+        return [dask.config.get(key) for key in sorted(LOCAL_CLUSTER_CONFIG)]
+
+    wanted = [LOCAL_CLUSTER_CONFIG[key] for key in sorted(LOCAL_CLUSTER_CONFIG)]
+    with Client(cluster.scheduler_address) as client:
+        assert list(client.run(settings).values()) == [wanted, wanted]
+    assert dask.config.get("distributed.worker.profile.enabled") is True  # Dask's default, here
+
+
 def test_the_cli_starts_a_local_cluster_when_no_scheduler_is_given(tmp_path, local_kleb):
     out = tmp_path / "cli"
     argv = ["prepare", str(KLEBSIELLA), "--out", str(out), "--quiet", "--executor", "dask", "--workers", "2"]
