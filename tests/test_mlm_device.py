@@ -24,7 +24,7 @@ from bionemo_wds.lightning.datamodule import GenomicWebDataModule
 from bionemo_wds.load.batch.mlm import MaskingRule, Vocabulary, mask_tokens, maskable
 from bionemo_wds.load.batch.mlm_device import device_mask_tokens, document_bases, draw_candidates
 from bionemo_wds.load.batch.options import SampleOptions
-from bionemo_wds.load.batch.packed import base_columns
+from bionemo_wds.load.batch.packed_columns import base_columns
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -62,7 +62,7 @@ def test_device_draws_equal_the_numpy_draws(name, vocab, options, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_packed_base_columns_by_tensor_ops_equal_numpy(device):
-    """A packed row's base columns (`document_bases`) equal `packed.base_columns` over random layouts:
+    """A packed row's base columns (`document_bases`) equal `packed_columns.base_columns` over random layouts:
     empty document slots, documents of one token, rows with padding after their last document."""
     rng = np.random.default_rng(7)
     for trial in range(30):

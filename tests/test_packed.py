@@ -19,7 +19,6 @@ from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.load.batch.compact import compact_batch
 from bionemo_wds.load.batch.model_inputs import tensors, to_model_inputs
 from bionemo_wds.load.batch.packed import (
-    CU_SEQLENS_PAD,
     PackedDocument,
     compact_packed,
     document_mask,
@@ -27,6 +26,7 @@ from bionemo_wds.load.batch.packed import (
     packed_model_inputs,
     unpack_lengths,
 )
+from bionemo_wds.load.batch.packed_columns import CU_SEQLENS_PAD
 from bionemo_wds.load.plan.samples import PackedSamples, SequenceTable
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

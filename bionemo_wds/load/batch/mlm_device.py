@@ -34,7 +34,7 @@ from bionemo_wds.load.batch.mlm import (
     mask_tokens,
     spread,
 )
-from bionemo_wds.load.batch.packed import base_columns
+from bionemo_wds.load.batch.packed_columns import base_columns
 
 #: Where masked-LM draws are made: the loader workers, the expansion on the batch's device, or
 #: the device when the data module's Trainer runs on an accelerator (the workers otherwise).
@@ -128,7 +128,7 @@ def device_tables(rule: MaskingRule, device: torch.device) -> tuple[torch.Tensor
 def draw_candidates(compact: dict[str, Any], vocab_rows: bool) -> tuple[Any, Any]:
     """The ids a compact batch's draws read and the cells that may be chosen (before specials are
     left out): a tokenizer's rows (`vocab_rows`) every cell of ``tokens``; a packed row the base
-    columns of ``tokens`` (`packed.base_columns`); a window row ``bases`` before its length. numpy
+    columns of ``tokens`` (`packed_columns.base_columns`); a window row ``bases`` before its length. numpy
     arrays in, numpy out (the workers); tensors in, tensors on their device out."""
     if vocab_rows or "doc_tokens" in compact:
         ids = compact["tokens"]
@@ -148,7 +148,7 @@ def draw_candidates(compact: dict[str, Any], vocab_rows: bool) -> tuple[Any, Any
 
 
 def document_bases(sizes: torch.Tensor, prefix: torch.Tensor, seq_length: int) -> torch.Tensor:
-    """`packed.base_columns` by tensor ops: where each packed row holds a base (not a document's
+    """`packed_columns.base_columns` by tensor ops: where each packed row holds a base (not a document's
     BOS, tag, SEP or EOS, not the padding after its last document)."""
     sizes, prefix = sizes.long(), prefix.long()
     ends = sizes.cumsum(1)

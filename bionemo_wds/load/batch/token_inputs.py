@@ -10,7 +10,7 @@ bases.
 
 - ``batch_format="megatron"``: ``tokens``, ``labels`` (the next token; PAD where the next token lies in
   another packed document), ``loss_mask`` (the label's weight), ``position_ids`` (restarting in every
-  packed document), and a packed batch's ``seq_lens`` / ``cu_seqlens`` (`packed.boundaries`).
+  packed document), and a packed batch's ``seq_lens`` / ``cu_seqlens`` (`packed_columns.boundaries`).
 - ``batch_format="hf"``: ``input_ids``, ``labels`` not shifted (-100 where not trained, and at the
   first token of every document), ``position_ids``, ``attention_mask`` (unpacked) or the flattened
   varlen keys (packed: `packed.varlen_keys`).
@@ -26,7 +26,8 @@ import torch
 from bionemo_wds.load.batch.hf import IGNORE_INDEX
 from bionemo_wds.load.batch.labels import LabelRules, too_few_real
 from bionemo_wds.load.batch.model_inputs import SampleNames, position_ids
-from bionemo_wds.load.batch.packed import boundaries, document_columns, document_positions, varlen_keys
+from bionemo_wds.load.batch.packed import document_columns, varlen_keys
+from bionemo_wds.load.batch.packed_columns import boundaries, document_positions
 from bionemo_wds.load.tokenize.base import FLAG_DEGENERATE, FLAG_SOFT_MASKED, Tokenizer
 
 #: What a model batch carries through from the compact batch, for tracing.
