@@ -528,3 +528,20 @@ def test_fetching_is_one_holder_at_a_time(tmp_path):
     for t in threads:
         t.join(10)
     assert overlaps == [1, 1, 1, 1]
+
+
+def test_a_local_listing_gives_each_files_size_and_leaves_out_folders(tmp_path, monkeypatch):
+    """Names in listing order with their sizes; a folder inside is not a file; a missing folder lists
+    nothing; the same answer where the platform has no ``dir_fd`` for `os.stat`."""
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    for name, size in (("a.tar", 3), ("b.tar", 0), ("c.npy", 70_000)):
+        (tmp_path / "d" / name).write_bytes(b"x" * size)
+    (tmp_path / "d" / "link.tar").symlink_to(tmp_path / "d" / "a.tar")  # followed, as a listing's stat does
+    store = Store(str(tmp_path))
+    names, sizes = store.listing("d")
+    expected = {"a.tar": 3, "b.tar": 0, "c.npy": 70_000, "link.tar": 3}
+    assert dict(zip(names, sizes)) == expected and len(names) == 4
+    assert names == [e.name for e in os.scandir(tmp_path / "d") if e.is_file()]
+    assert store.listing("missing") == ([], []) and store.sizes("d") == expected
+    monkeypatch.setattr(os, "supports_dir_fd", set())
+    assert store.listing("d") == (names, sizes)
