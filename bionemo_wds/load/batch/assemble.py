@@ -72,31 +72,33 @@ class PlannedDocuments(NamedTuple):
     sources: list[int]
     draws: list[tuple[int, int] | None]
 
+    def documents(self) -> list[Document]:
+        """Every document of the batch as a `Document`, in order (``docs.row`` says whose)."""
+        docs = self.docs
+        pieces, first, starts = docs.pieces, docs.first_piece.tolist(), docs.start.tolist()
+        out = []
+        for d in range(len(docs)):
+            part = pieces[first[d] : first[d + 1]]
+            bases = part[0] if len(part) == 1 else tuple(part)  # pieces are written where they go, never joined
+            out.append(Document(bases, docs.tag[d], docs.seq_id[d], starts[d], docs.keys[d]))
+        return out
+
     def window_documents(self) -> list[Document | None]:
         """Each row's one document (samples of one window each; None: filler or no document), without
         the per-row lists of `samples`."""
-        docs = self.docs
         out: list[Document | None] = [None] * len(self.filler)
-        pieces, first, starts = docs.pieces, docs.first_piece.tolist(), docs.start.tolist()
-        for d, i in enumerate(docs.row.tolist()):
-            if self.filler[i]:
-                continue
-            part = pieces[first[d] : first[d + 1]]
-            bases = part[0] if len(part) == 1 else tuple(part)  # pieces are written where they go, never joined
-            out[i] = Document(bases, docs.tag[d], docs.seq_id[d], starts[d], docs.keys[d])
+        for doc, i in zip(self.documents(), self.docs.row.tolist()):
+            if not self.filler[i]:
+                out[i] = doc
         return out
 
     def samples(self) -> list[list[Document] | None]:
         """Each row's documents as `Document` (None: filler), for the layouts that take them one by one."""
-        docs = self.docs
         out: list[list[Document] | None] = [None if f else [] for f in self.filler]
-        pieces, first = docs.pieces, docs.first_piece.tolist()
-        for d, i in enumerate(docs.row.tolist()):
-            part = pieces[first[d] : first[d + 1]]
-            bases = part[0] if len(part) == 1 else tuple(part)  # pieces are written where they go, never joined
+        for doc, i in zip(self.documents(), self.docs.row.tolist()):
             row = out[i]
             assert row is not None
-            row.append(Document(bases, docs.tag[d], docs.seq_id[d], int(docs.start[d]), docs.keys[d]))
+            row.append(doc)
         return out
 
 
