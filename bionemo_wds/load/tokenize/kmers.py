@@ -170,8 +170,7 @@ class DnabertTokenizer(Tokenizer):
         k = self.kmer or 1
         codes = codes_of(bases)
         count = max(0, len(bases) - k + 1)
-        value = kmer_grid(codes, k)[:count]
-        value += self.MASK + 1
+        value = self.spell_codes(codes)[:count]
         if not plain and not only_acgt(bases):  # a k-mer holding N is [UNK]
             cum = np.concatenate([[0], np.cumsum(codes > 3)])
             value[cum[k : k + count] > cum[:count]] = self.UNK
