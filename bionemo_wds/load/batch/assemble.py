@@ -54,6 +54,17 @@ class Document(NamedTuple):
     key: str
 
 
+class WindowRows(NamedTuple):
+    """The windows of a batch of one-window samples, by row (`PlannedDocuments.window_rows`): each
+    row's bases as stored, tag, first base, sequence name and key ("" for a row without one)."""
+
+    parts: list[Part]
+    tags: list[bytes]
+    starts: list[int]
+    seq_ids: list[str]
+    keys: list[str]
+
+
 class TokenLayout(NamedTuple):
     """A non-byte tokenizer's samples: ids of `tokenizer` in rows of `seq_length` tokens (`tokens`)."""
 
@@ -83,14 +94,21 @@ class PlannedDocuments(NamedTuple):
             out.append(Document(bases, docs.tag[d], docs.seq_id[d], starts[d], docs.keys[d]))
         return out
 
-    def window_documents(self) -> list[Document | None]:
-        """Each row's one document (samples of one window each; None: filler or no document), without
-        the per-row lists of `samples`."""
-        out: list[Document | None] = [None] * len(self.filler)
-        for doc, i in zip(self.documents(), self.docs.row.tolist()):
-            if not self.filler[i]:
-                out[i] = doc
-        return out
+    def window_rows(self) -> WindowRows:
+        """Each row's one document as columns (samples of one window each; filler and rows without a
+        document: no bases, key ""), taken from the document arrays without a Python object per
+        document (the cut-at-load counterpart of a stored window's row)."""
+        docs, n = self.docs, len(self.filler)
+        parts: list[Part] = [EMPTY] * n
+        tags, starts, seq_ids, keys = [b""] * n, [0] * n, [""] * n, [""] * n
+        pieces, first, start = docs.pieces, docs.first_piece.tolist(), docs.start.tolist()
+        for d, i in enumerate(docs.row.tolist()):
+            if self.filler[i]:
+                continue
+            a, z = first[d], first[d + 1]
+            parts[i] = pieces[a] if z == a + 1 else tuple(pieces[a:z])  # pieces are written where they go
+            tags[i], starts[i], seq_ids[i], keys[i] = docs.tag[d], start[d], docs.seq_id[d], docs.keys[d]
+        return WindowRows(parts, tags, starts, seq_ids, keys)
 
     def samples(self) -> list[list[Document] | None]:
         """Each row's documents as `Document` (None: filler), for the layouts that take them one by one."""
@@ -217,26 +235,20 @@ def documents_batch(
             ]
         batch = lay_out(docs, flip, tags, len(filler), schema.seq_length, control_tags)
     else:  # one window per row: its document's fields straight into the compact batch
-        one = planned.window_documents()
-        keys = [d.key if d is not None else "" for d in one]
-        tags = [d.tag if d is not None else b"" for d in one]
+        one = planned.window_rows()
+        keys, tags = one.keys, one.tags
         if tag_dropout > 0:
             tags = [
                 dropped_tag(tag, key, tag_dropout, drop_salts[draw]) if key else tag
                 for tag, key, draw in zip(tags, keys, draws)
             ]
             check_tag_room(tags, keys, schema.max_tag)
-        flips = [bool(key) and rc_prob > 0 and key_flip(key, rc_prob, rc_salts[draw]) for key, draw in zip(keys, draws)]
+        if rc_prob > 0:
+            flips = [bool(key) and key_flip(key, rc_prob, rc_salts[draw]) for key, draw in zip(keys, draws)]
+        else:
+            flips = [False] * len(keys)
         batch = compact_batch(
-            [d.bases if d is not None else EMPTY for d in one],
-            flips,
-            tags,
-            flips,
-            [d.start if d is not None else 0 for d in one],
-            [d.seq_id if d is not None else "" for d in one],
-            keys,
-            schema.window,
-            schema.max_tag,
+            one.parts, flips, tags, flips, one.starts, one.seq_ids, keys, schema.window, schema.max_tag
         )
     batch["filler"] = np.array(filler, dtype=bool)
     batch["dataset"] = np.array([-1 if f else s for f, s in zip(filler, planned.sources)], dtype=np.int16)
