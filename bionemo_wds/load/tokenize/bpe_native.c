@@ -1,0 +1,380 @@
+/* An exact BPE encoder for Hugging Face BPE files whose tokens spell exactly their own strings
+ * (no normalizer, no pre-tokenizer, no sub-word affixes: DNABERT-2's style), where each document is
+ * one word. Used by bionemo_wds.load.tokenize.exact_bpe; the ids equal the `tokenizers` library's.
+ *
+ * Why hand-written: the Rust library's BPE model runs at about 2-4 Mbp per core-second on such
+ * words (docs/benchmarks.md), some 20-30x slower than the rest of the load path per base.
+ *
+ * What it replicates (tokenizers 0.22, models/bpe/word.rs `Word::merge_all`, dropout off): every
+ * character is a symbol (its one-character token); a queue holds each adjacent pair found in the
+ * merges as (rank, pos, new_id), popped smallest (rank, pos) first; an entry is skipped when the
+ * symbol at pos was removed, has no next, or the pair now at pos maps to another new_id than the
+ * entry's; else the pair merges, the right symbol is removed, and the new pairs (prev, cur) at prev's
+ * pos and (cur, next) at pos are queued. (rank, pos) orders the entries totally, so any queue that
+ * pops that order merges the same pairs. Ours is a bucket queue: one list of entries per rank, kept
+ * in pos order while entries arrive in pos order (the usual case) and sorted when one arrives out
+ * of order; a bitmap finds the smallest non-empty rank. The merge table is an open-addressing hash
+ * from (left id, right id) to (rank, new id); a pair listed twice keeps its last rank, as the
+ * library's map does.
+ *
+ * build(char_ids, lefts, rights, new_ids) -> table (a capsule)
+ * encode(table, text, bounds, ids, starts, widths, counts) -> tokens, or -1 when a byte of text has
+ *     no one-character token (the caller then runs the library, which handles unknown bytes).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NIL UINT32_MAX
+#define REMOVED UINT32_MAX
+#define EMPTY_KEY UINT64_MAX
+#define CAPSULE_NAME "bionemo_wds.bpe_native.table"
+
+typedef struct {
+    uint64_t key; /* left id << 32 | right id; EMPTY_KEY: a free slot */
+    uint32_t rank;
+    uint32_t new_id;
+} Slot;
+
+typedef struct {
+    int64_t char_ids[256]; /* the one-character token of each byte; -1: none */
+    uint32_t n_ranks;      /* ranks are 0 .. n_ranks - 1 */
+    uint32_t mask;         /* slots - 1 (a power of two less one) */
+    Slot *slots;
+} Table;
+
+typedef struct {
+    uint32_t c; /* token id; REMOVED: merged into the symbol on its left */
+    int32_t prev, next;
+} Symbol;
+
+typedef struct {
+    uint32_t pos, new_id, link; /* link: the next entry of the same rank's list */
+} Entry;
+
+/* One encode call's work space: sized once for its longest document. */
+typedef struct {
+    Symbol *sym;
+    Entry *entries;
+    uint32_t *head, *tail;
+    uint64_t *gather;
+    uint8_t *unsorted;
+    uint64_t *nonempty;
+    uint32_t used, lowest;
+} Work;
+
+static inline uint32_t slot_of(const Table *t, uint64_t key) {
+    return (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & t->mask;
+}
+
+/* The (rank, new id) of the pair (a, b), or NULL when it is not a merge. */
+static inline const Slot *find(const Table *t, uint32_t a, uint32_t b) {
+    uint64_t key = ((uint64_t)a << 32) | b;
+    uint32_t i = slot_of(t, key);
+    for (;;) {
+        const Slot *s = &t->slots[i];
+        if (s->key == key) return s;
+        if (s->key == EMPTY_KEY) return NULL;
+        i = (i + 1) & t->mask;
+    }
+}
+
+static void push(Work *w, uint32_t rank, uint32_t pos, uint32_t new_id) {
+    uint32_t k = w->used++;
+    Entry *e = &w->entries[k];
+    e->pos = pos;
+    e->new_id = new_id;
+    e->link = NIL;
+    uint64_t bit = 1ULL << (rank & 63);
+    if (!(w->nonempty[rank >> 6] & bit)) {
+        w->nonempty[rank >> 6] |= bit;
+        w->head[rank] = w->tail[rank] = k;
+        w->unsorted[rank] = 0;
+    } else if (!w->unsorted[rank] && pos > w->entries[w->tail[rank]].pos) {
+        w->entries[w->tail[rank]].link = k;
+        w->tail[rank] = k;
+    } else {
+        e->link = w->head[rank];
+        w->head[rank] = k;
+        w->unsorted[rank] = 1;
+    }
+    if (rank < w->lowest) w->lowest = rank;
+}
+
+static int ascending(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Put rank's list in pos order (entries arrived out of order). */
+static void sort_rank(Work *w, uint32_t rank) {
+    uint32_t n = 0;
+    uint64_t *g = w->gather;
+    for (uint32_t k = w->head[rank]; k != NIL; k = w->entries[k].link) g[n++] = ((uint64_t)w->entries[k].pos << 32) | k;
+    if (n <= 32) { /* insertion sort: most lists are a few entries */
+        for (uint32_t i = 1; i < n; i++) {
+            uint64_t v = g[i];
+            uint32_t j = i;
+            for (; j > 0 && g[j - 1] > v; j--) g[j] = g[j - 1];
+            g[j] = v;
+        }
+    } else {
+        qsort(g, n, sizeof *g, ascending);
+    }
+    for (uint32_t i = 0; i + 1 < n; i++) w->entries[(uint32_t)g[i]].link = (uint32_t)g[i + 1];
+    w->entries[(uint32_t)g[n - 1]].link = NIL;
+    w->head[rank] = (uint32_t)g[0];
+    w->tail[rank] = (uint32_t)g[n - 1];
+    w->unsorted[rank] = 0;
+}
+
+/* The smallest non-empty rank at or above w->lowest, or NIL when the queue is empty. */
+static inline uint32_t lowest_rank(const Work *w, uint32_t words) {
+    if (w->lowest == NIL) return NIL;
+    uint32_t word = w->lowest >> 6;
+    uint64_t bits = w->nonempty[word] & (~0ULL << (w->lowest & 63));
+    while (!bits) {
+        if (++word >= words) return NIL;
+        bits = w->nonempty[word];
+    }
+    return (word << 6) | (uint32_t)__builtin_ctzll(bits);
+}
+
+/* Encodes one document of n bytes (n >= 1); its tokens go to ids, starts (from `at`) and widths.
+ * Returns how many, or -1 when a byte has no one-character token. */
+static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n, int64_t at, int64_t *ids,
+                           int64_t *starts, int64_t *widths) {
+    Symbol *sym = w->sym;
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t c = t->char_ids[s[i]];
+        if (c < 0) return -1;
+        sym[i].c = (uint32_t)c;
+        sym[i].prev = (int32_t)i - 1;
+        sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    w->used = 0;
+    w->lowest = NIL;
+    for (uint32_t i = 0; i + 1 < n; i++) {
+        const Slot *m = find(t, sym[i].c, sym[i + 1].c);
+        if (m) push(w, m->rank, i, m->new_id);
+    }
+    uint32_t words = (t->n_ranks + 63) >> 6;
+    for (;;) {
+        uint32_t r = lowest_rank(w, words);
+        if (r == NIL) break;
+        w->lowest = r;
+        if (w->unsorted[r]) sort_rank(w, r);
+        Entry e = w->entries[w->head[r]];
+        w->head[r] = e.link;
+        if (e.link == NIL) w->nonempty[r >> 6] &= ~(1ULL << (r & 63));
+
+        Symbol *cur = &sym[e.pos];
+        if (cur->c == REMOVED || cur->next < 0) continue;
+        Symbol *right = &sym[cur->next];
+        const Slot *m = find(t, cur->c, right->c);
+        if (!m || m->new_id != e.new_id) continue; /* an expired entry */
+        cur->c = e.new_id;
+        cur->next = right->next;
+        right->c = REMOVED;
+        if (cur->next >= 0) sym[cur->next].prev = (int32_t)e.pos;
+        if (cur->prev >= 0) {
+            m = find(t, sym[cur->prev].c, cur->c);
+            if (m) push(w, m->rank, (uint32_t)cur->prev, m->new_id);
+        }
+        if (cur->next >= 0) {
+            m = find(t, cur->c, sym[cur->next].c);
+            if (m) push(w, m->rank, e.pos, m->new_id);
+        }
+    }
+    int64_t k = 0;
+    for (int32_t i = 0; i >= 0; i = sym[i].next) {
+        int32_t end = sym[i].next >= 0 ? sym[i].next : (int32_t)n;
+        ids[k] = sym[i].c;
+        starts[k] = at + i;
+        widths[k] = end - i;
+        k++;
+    }
+    return k;
+}
+
+static void free_table(PyObject *capsule) {
+    Table *t = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (t) {
+        free(t->slots);
+        free(t);
+    }
+}
+
+/* A C-contiguous buffer of `itemsize`-byte items (writable if asked); -1 with an exception if not. */
+static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int writable, const char *name) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    int integer = itemsize == 1 ? (strcmp(f, "B") == 0 || strcmp(f, "b") == 0 || strcmp(f, "c") == 0)
+                                : (strcmp(f, "q") == 0 || (strcmp(f, "l") == 0 && sizeof(long) == 8));
+    if (view->itemsize != itemsize || !integer) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous buffer of %s", name,
+                     itemsize == 1 ? "bytes (uint8)" : "int64");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *build(PyObject *self, PyObject *args) {
+    PyObject *objs[4];
+    Py_buffer v[4];
+    const char *names[4] = {"char_ids", "lefts", "rights", "new_ids"};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOO:build", &objs[0], &objs[1], &objs[2], &objs[3])) return NULL;
+    int got = 0;
+    for (; got < 4; got++)
+        if (get_buffer(objs[got], &v[got], 8, 0, names[got]) < 0) goto fail;
+    Py_ssize_t n = v[1].len / 8;
+    if (v[0].len != 256 * 8 || v[2].len / 8 != n || v[3].len / 8 != n || n >= (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "build: 256 char_ids and as many lefts, rights and new_ids");
+        goto fail;
+    }
+    const int64_t *chars = v[0].buf, *lefts = v[1].buf, *rights = v[2].buf, *news = v[3].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (lefts[i] < 0 || rights[i] < 0 || news[i] < 0 || lefts[i] >= INT32_MAX || rights[i] >= INT32_MAX ||
+            news[i] >= INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "build: token ids must lie in [0, 2**31 - 1)");
+            goto fail;
+        }
+    }
+    uint64_t slots = 16;
+    while (slots < 2 * (uint64_t)n) slots <<= 1;
+    Table *t = calloc(1, sizeof *t);
+    Slot *s = t ? malloc(slots * sizeof *s) : NULL;
+    if (!s) {
+        free(t);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int i = 0; i < 256; i++) t->char_ids[i] = chars[i] < INT32_MAX ? chars[i] : -1;
+    t->n_ranks = (uint32_t)n;
+    t->mask = (uint32_t)(slots - 1);
+    t->slots = s;
+    for (uint64_t i = 0; i < slots; i++) s[i].key = EMPTY_KEY;
+    for (Py_ssize_t i = 0; i < n; i++) { /* a pair listed twice: the later rank, as the library's map */
+        uint64_t key = ((uint64_t)lefts[i] << 32) | (uint64_t)rights[i];
+        uint32_t j = slot_of(t, key);
+        while (s[j].key != EMPTY_KEY && s[j].key != key) j = (j + 1) & t->mask;
+        s[j].key = key;
+        s[j].rank = (uint32_t)i;
+        s[j].new_id = (uint32_t)news[i];
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    PyObject *capsule = PyCapsule_New(t, CAPSULE_NAME, free_table);
+    if (!capsule) {
+        free(s);
+        free(t);
+    }
+    return capsule;
+fail:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return NULL;
+}
+
+static void free_work(Work *w) {
+    free(w->sym);
+    free(w->entries);
+    free(w->head);
+    free(w->tail);
+    free(w->gather);
+    free(w->unsorted);
+    free(w->nonempty);
+}
+
+static PyObject *encode(PyObject *self, PyObject *args) {
+    PyObject *capsule, *objs[6];
+    Py_buffer v[6];
+    const char *names[6] = {"text", "bounds", "ids", "starts", "widths", "counts"};
+    const Py_ssize_t sizes[6] = {1, 8, 8, 8, 8, 8};
+    const int writable[6] = {0, 0, 1, 1, 1, 1};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOO:encode", &capsule, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5]))
+        return NULL;
+    const Table *t = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (!t) return NULL;
+    int got = 0;
+    for (; got < 6; got++)
+        if (get_buffer(objs[got], &v[got], sizes[got], writable[got], names[got]) < 0) goto fail;
+    Py_ssize_t n = v[0].len, docs = v[1].len / 8 - 1;
+    const int64_t *bounds = v[1].buf;
+    if (docs < 0 || v[5].len / 8 != docs || v[2].len / 8 < n || v[3].len / 8 < n || v[4].len / 8 < n) {
+        PyErr_SetString(PyExc_ValueError, "encode: counts one shorter than bounds; ids, starts, widths as long as text");
+        goto fail;
+    }
+    int64_t longest = 0;
+    for (Py_ssize_t d = 0; d < docs; d++) {
+        if (bounds[d] < 0 || bounds[d + 1] < bounds[d] || bounds[d + 1] > n) {
+            PyErr_SetString(PyExc_ValueError, "encode: bounds must rise within the text");
+            goto fail;
+        }
+        if (bounds[d + 1] - bounds[d] > longest) longest = bounds[d + 1] - bounds[d];
+    }
+    if (longest >= INT32_MAX / 3) {
+        PyErr_SetString(PyExc_ValueError, "encode: a document of 700 million bases or more");
+        goto fail;
+    }
+    size_t len = (size_t)longest + 1, words = (t->n_ranks + 63) / 64 + 1, ranks = (size_t)t->n_ranks + 1;
+    Work w = {0};
+    w.sym = malloc(len * sizeof *w.sym);
+    w.entries = malloc(3 * len * sizeof *w.entries);
+    w.gather = malloc(3 * len * sizeof *w.gather);
+    w.head = malloc(ranks * sizeof *w.head);
+    w.tail = malloc(ranks * sizeof *w.tail);
+    w.unsorted = calloc(ranks, 1);
+    w.nonempty = calloc(words, sizeof *w.nonempty);
+    if (!w.sym || !w.entries || !w.gather || !w.head || !w.tail || !w.unsorted || !w.nonempty) {
+        free_work(&w);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    const uint8_t *text = v[0].buf;
+    int64_t *ids = v[2].buf, *starts = v[3].buf, *widths = v[4].buf, *counts = v[5].buf, total = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t d = 0; d < docs; d++) {
+        int64_t size = bounds[d + 1] - bounds[d], k = 0;
+        if (size > 0) {
+            k = encode_word(t, &w, text + bounds[d], (uint32_t)size, bounds[d], ids + total, starts + total,
+                            widths + total);
+            if (k < 0) {
+                total = -1;
+                break;
+            }
+        }
+        counts[d] = k;
+        total += k;
+    }
+    Py_END_ALLOW_THREADS;
+    free_work(&w);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return PyLong_FromLongLong(total);
+fail:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"build", build, METH_VARARGS,
+     "build(char_ids, lefts, rights, new_ids) -> table: the merge table of a BPE (int64 buffers: the "
+     "one-character token of each byte or -1, and each merge's left, right and new id in rank order)."},
+    {"encode", encode, METH_VARARGS,
+     "encode(table, text, bounds, ids, starts, widths, counts) -> tokens: every document text[bounds[d]:"
+     "bounds[d + 1]] as one word; its ids, first bases and widths written one document after another, "
+     "counts[d] its tokens. -1 when a byte has no one-character token (nothing is then complete)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "bpe_native", "The exact BPE encoder of bionemo_wds.load.tokenize.exact_bpe.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit_bpe_native(void) { return PyModule_Create(&module); }
