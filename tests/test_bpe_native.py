@@ -5,10 +5,15 @@ the library runs; `HfTokenizer.tokenize` gives the same Tokens either way."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import pickle
 import random
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,3 +220,33 @@ def test_the_encoder_travels_to_spawned_workers_and_warns_when_missing(bpe, monk
     with pytest.warns(RuntimeWarning, match="not built"):
         assert exact_bpe.exact_bpe(bpe) is None
     exact_bpe.warn_missing.cache_clear()
+
+
+def test_lists_sorted_when_entries_arrive_out_of_order(bpe, genome, tmp_path):
+    """A copy of the extension that sorts every rank's list (entries have so far always arrived in
+    position order, so the sorting path would otherwise go untested) gives the same ids."""
+    compiler = shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    source = Path(exact_bpe.__file__).with_name("bpe_native.c")
+    target = tmp_path / "bpe_native_sorting.so"
+    flags = ["-O1", "-shared", "-fPIC", "-DBPE_NATIVE_SORT_ALWAYS", f"-I{sysconfig.get_paths()['include']}"]
+    subprocess.run([compiler, *flags, str(source), "-o", str(target)], check=True)
+    spec = importlib.util.spec_from_file_location("bpe_native", target)
+    assert spec is not None and spec.loader is not None
+    sorting = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sorting)
+    rng = random.Random(2)
+    docs = [
+        genome[s : s + n] for s, n in ((rng.randrange(300_000, 900_000), rng.randrange(0, 9000)) for _ in range(16))
+    ]
+    cases = [(bpe, docs)] + [(random_bpe(seed, "ACG", 40), ["ACGGACAGCA" * 30, "AAAAAAAAAAAGGG"]) for seed in range(20)]
+    for tok, texts in cases:
+        encoder, _ = ExactBpe.of(tok)
+        assert encoder is not None
+        encoder.table = sorting.build(encoder.char_ids, encoder.lefts, encoder.rights, encoder.new_ids)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(exact_bpe, "bpe_native", sorting)
+            got = encode(encoder, texts)
+        assert got is not None
+        assert got[0] == [enc.ids for enc in tok.encode_batch_fast(texts, add_special_tokens=False)]

@@ -31,6 +31,13 @@
 #define REMOVED UINT32_MAX
 #define EMPTY_KEY UINT64_MAX
 #define CAPSULE_NAME "bionemo_wds.bpe_native.table"
+/* Entries have arrived in pos order in every input tried; tests/test_bpe_native.py compiles a copy
+ * with -DBPE_NATIVE_SORT_ALWAYS=1, where every list is sorted, so that sort_rank is checked too. */
+#ifdef BPE_NATIVE_SORT_ALWAYS
+#define SORT_ALWAYS 1
+#else
+#define SORT_ALWAYS 0
+#endif
 
 typedef struct {
     uint64_t key; /* left id << 32 | right id; EMPTY_KEY: a free slot */
@@ -42,7 +49,9 @@ typedef struct {
     int64_t char_ids[256]; /* the one-character token of each byte; -1: none */
     uint32_t n_ranks;      /* ranks are 0 .. n_ranks - 1 */
     uint32_t mask;         /* slots - 1 (a power of two less one) */
+    uint32_t n_ids;        /* 1 + the largest id of a merge's left or right token */
     Slot *slots;
+    uint8_t *sides; /* sides[id]: bit 1 if a merge's left token is id, bit 2 if a merge's right token is */
 } Table;
 
 typedef struct {
@@ -51,7 +60,8 @@ typedef struct {
 } Symbol;
 
 typedef struct {
-    uint32_t pos, new_id, link; /* link: the next entry of the same rank's list */
+    uint32_t pos, link; /* link: the next entry of the same rank's list */
+    uint32_t left, right, new_id; /* the pair when queued, and the token it makes */
 } Entry;
 
 /* One encode call's work space: sized once for its longest document. */
@@ -71,6 +81,8 @@ static inline uint32_t slot_of(const Table *t, uint64_t key) {
 
 /* The (rank, new id) of the pair (a, b), or NULL when it is not a merge. */
 static inline const Slot *find(const Table *t, uint32_t a, uint32_t b) {
+    /* most pairs of long tokens are in no merge: two bytes read in L1 say so without the hash */
+    if (a >= t->n_ids || b >= t->n_ids || !(t->sides[a] & 1) || !(t->sides[b] & 2)) return NULL;
     uint64_t key = ((uint64_t)a << 32) | b;
     uint32_t i = slot_of(t, key);
     for (;;) {
@@ -81,10 +93,12 @@ static inline const Slot *find(const Table *t, uint32_t a, uint32_t b) {
     }
 }
 
-static void push(Work *w, uint32_t rank, uint32_t pos, uint32_t new_id) {
+static inline __attribute__((always_inline)) void push(Work *w, uint32_t rank, uint32_t pos, uint32_t left, uint32_t right, uint32_t new_id) {
     uint32_t k = w->used++;
     Entry *e = &w->entries[k];
     e->pos = pos;
+    e->left = left;
+    e->right = right;
     e->new_id = new_id;
     e->link = NIL;
     uint64_t bit = 1ULL << (rank & 63);
@@ -92,7 +106,7 @@ static void push(Work *w, uint32_t rank, uint32_t pos, uint32_t new_id) {
         w->nonempty[rank >> 6] |= bit;
         w->head[rank] = w->tail[rank] = k;
         w->unsorted[rank] = 0;
-    } else if (!w->unsorted[rank] && pos > w->entries[w->tail[rank]].pos) {
+    } else if (!SORT_ALWAYS && !w->unsorted[rank] && pos > w->entries[w->tail[rank]].pos) {
         w->entries[w->tail[rank]].link = k;
         w->tail[rank] = k;
     } else {
@@ -158,7 +172,7 @@ static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n
     w->lowest = NIL;
     for (uint32_t i = 0; i + 1 < n; i++) {
         const Slot *m = find(t, sym[i].c, sym[i + 1].c);
-        if (m) push(w, m->rank, i, m->new_id);
+        if (m) push(w, m->rank, i, sym[i].c, sym[i + 1].c, m->new_id);
     }
     uint32_t words = (t->n_ranks + 63) >> 6;
     for (;;) {
@@ -173,19 +187,22 @@ static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n
         Symbol *cur = &sym[e.pos];
         if (cur->c == REMOVED || cur->next < 0) continue;
         Symbol *right = &sym[cur->next];
-        const Slot *m = find(t, cur->c, right->c);
-        if (!m || m->new_id != e.new_id) continue; /* an expired entry */
+        const Slot *m;
+        if (cur->c != e.left || right->c != e.right) { /* the pair changed: the library's test of it */
+            m = find(t, cur->c, right->c);
+            if (!m || m->new_id != e.new_id) continue; /* an expired entry */
+        }
         cur->c = e.new_id;
         cur->next = right->next;
         right->c = REMOVED;
         if (cur->next >= 0) sym[cur->next].prev = (int32_t)e.pos;
         if (cur->prev >= 0) {
             m = find(t, sym[cur->prev].c, cur->c);
-            if (m) push(w, m->rank, (uint32_t)cur->prev, m->new_id);
+            if (m) push(w, m->rank, (uint32_t)cur->prev, sym[cur->prev].c, cur->c, m->new_id);
         }
         if (cur->next >= 0) {
             m = find(t, cur->c, sym[cur->next].c);
-            if (m) push(w, m->rank, e.pos, m->new_id);
+            if (m) push(w, m->rank, e.pos, cur->c, sym[cur->next].c, m->new_id);
         }
     }
     int64_t k = 0;
@@ -202,6 +219,7 @@ static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n
 static void free_table(PyObject *capsule) {
     Table *t = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     if (t) {
+        free(t->sides);
         free(t->slots);
         free(t);
     }
@@ -246,11 +264,18 @@ static PyObject *build(PyObject *self, PyObject *args) {
             goto fail;
         }
     }
-    uint64_t slots = 16;
-    while (slots < 2 * (uint64_t)n) slots <<= 1;
+    uint64_t slots = 16; /* a quarter full at most: short probes */
+    while (slots < 4 * (uint64_t)n) slots <<= 1;
+    uint32_t n_ids = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (lefts[i] >= n_ids) n_ids = (uint32_t)lefts[i] + 1;
+        if (rights[i] >= n_ids) n_ids = (uint32_t)rights[i] + 1;
+    }
     Table *t = calloc(1, sizeof *t);
     Slot *s = t ? malloc(slots * sizeof *s) : NULL;
-    if (!s) {
+    uint8_t *sides = s ? calloc(n_ids, 1) : NULL;
+    if (!sides) {
+        free(s);
         free(t);
         PyErr_NoMemory();
         goto fail;
@@ -259,6 +284,12 @@ static PyObject *build(PyObject *self, PyObject *args) {
     t->n_ranks = (uint32_t)n;
     t->mask = (uint32_t)(slots - 1);
     t->slots = s;
+    t->n_ids = n_ids;
+    t->sides = sides;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        sides[lefts[i]] |= 1;
+        sides[rights[i]] |= 2;
+    }
     for (uint64_t i = 0; i < slots; i++) s[i].key = EMPTY_KEY;
     for (Py_ssize_t i = 0; i < n; i++) { /* a pair listed twice: the later rank, as the library's map */
         uint64_t key = ((uint64_t)lefts[i] << 32) | (uint64_t)rights[i];
@@ -271,6 +302,7 @@ static PyObject *build(PyObject *self, PyObject *args) {
     for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
     PyObject *capsule = PyCapsule_New(t, CAPSULE_NAME, free_table);
     if (!capsule) {
+        free(sides);
         free(s);
         free(t);
     }
