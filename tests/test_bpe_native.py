@@ -155,6 +155,9 @@ def declining(bpe: Tokenizer) -> dict[str, Tokenizer]:
         state = json.loads(bpe.to_str())
         state["model"].update(change)
         out[name] = Tokenizer.from_str(json.dumps(state))
+    state = json.loads(bpe.to_str())
+    state["model"]["vocab"]["QQ"] = state["model"]["vocab"]["AC"]  # two strings, one id
+    out["one_id_two_strings"] = Tokenizer.from_str(json.dumps(state))
     letters = Tokenizer.from_str(bpe.to_str())
     letters.add_tokens(["GATTACA"])
     out["added"] = letters

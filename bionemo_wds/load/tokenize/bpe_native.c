@@ -6,16 +6,24 @@
  * words (docs/benchmarks.md), some 20-30x slower than the rest of the load path per base.
  *
  * What it replicates (tokenizers 0.22, models/bpe/word.rs `Word::merge_all`, dropout off): every
- * character is a symbol (its one-character token); a queue holds each adjacent pair found in the
+ * character is a symbol (its one-character token); a heap holds each adjacent pair found in the
  * merges as (rank, pos, new_id), popped smallest (rank, pos) first; an entry is skipped when the
  * symbol at pos was removed, has no next, or the pair now at pos maps to another new_id than the
  * entry's; else the pair merges, the right symbol is removed, and the new pairs (prev, cur) at prev's
- * pos and (cur, next) at pos are queued. (rank, pos) orders the entries totally, so any queue that
- * pops that order merges the same pairs. Ours is a bucket queue: one list of entries per rank, kept
- * in pos order while entries arrive in pos order (the usual case) and sorted when one arrives out
- * of order; a bitmap finds the smallest non-empty rank. The merge table is an open-addressing hash
- * from (left id, right id) to (rank, new id); a pair listed twice keeps its last rank, as the
- * library's map does.
+ * pos and (cur, next) at pos are queued.
+ *
+ * How: (rank, pos) orders the entries totally, and a skipped entry changes nothing, so any queue
+ * that pops the entries the library would merge, in that order, merges the same pairs. Those are
+ * exactly the pairs now adjacent: the pair at pos spells the bases from pos to the end of its right
+ * symbol, a span that only grows (pos's symbol and its next only ever absorb their right
+ * neighbours), so once the pair at pos changes, the string its entry would make is longer than
+ * before, which in a vocabulary of one id per string (exact_bpe checks) is another id: the
+ * library's new_id test fails for every entry of a changed pair, and ours takes such entries out
+ * when the pair changes. The queue is one doubly linked list of positions per rank, in pos order
+ * (a position queued out of order makes its list sorted before the next pop), and a bitmap finds
+ * the smallest rank with a non-empty list. The merge table is an open-addressing hash from
+ * (left id, right id) to (rank, new id); a pair listed twice keeps its last rank, as the library's
+ * map does.
  *
  * build(char_ids, lefts, rights, new_ids) -> table (a capsule)
  * encode(table, text, bounds, ids, starts, widths, counts) -> tokens, or -1 when a byte of text has
@@ -54,25 +62,23 @@ typedef struct {
     uint8_t *sides; /* sides[id]: bit 1 if a merge's left token is id, bit 2 if a merge's right token is */
 } Table;
 
+/* One position of a document: its symbol, and the queue entry of the pair it starts (if any). */
 typedef struct {
-    uint32_t c; /* token id; REMOVED: merged into the symbol on its left */
-    int32_t prev, next;
-} Symbol;
-
-typedef struct {
-    uint32_t pos, link; /* link: the next entry of the same rank's list */
-    uint32_t left, right, new_id; /* the pair when queued, and the token it makes */
-} Entry;
+    uint32_t c;           /* token id; REMOVED: merged into the symbol on its left */
+    int32_t prev, next;   /* the neighbouring symbols' positions, -1 at the ends */
+    uint32_t rank;        /* the rank of the pair (c, next's c); NIL: not a merge, so not queued */
+    uint32_t new_id;      /* the token that pair makes */
+    uint32_t lprev, lnext; /* the neighbouring entries (positions) in the rank's list */
+} Position;
 
 /* One encode call's work space: sized once for its longest document. */
 typedef struct {
-    Symbol *sym;
-    Entry *entries;
-    uint32_t *head, *tail;
-    uint64_t *gather;
+    Position *at;
+    uint32_t *head, *tail; /* each rank's list of positions, in pos order unless unsorted */
+    uint32_t *gather;
     uint8_t *unsorted;
-    uint64_t *nonempty;
-    uint32_t used, lowest;
+    uint64_t *nonempty; /* a bit per rank whose list is not empty */
+    uint32_t lowest;    /* no rank below it has a non-empty list */
 } Work;
 
 static inline uint32_t slot_of(const Table *t, uint64_t key) {
@@ -93,58 +99,83 @@ static inline const Slot *find(const Table *t, uint32_t a, uint32_t b) {
     }
 }
 
-static inline __attribute__((always_inline)) void push(Work *w, uint32_t rank, uint32_t pos, uint32_t left, uint32_t right, uint32_t new_id) {
-    uint32_t k = w->used++;
-    Entry *e = &w->entries[k];
-    e->pos = pos;
-    e->left = left;
-    e->right = right;
-    e->new_id = new_id;
-    e->link = NIL;
+/* Queues the pair that starts at p (its symbol and the next), if it is a merge. */
+static inline void enqueue(const Table *t, Work *w, uint32_t p) {
+    Position *a = &w->at[p];
+    const Slot *m = a->next >= 0 ? find(t, a->c, w->at[a->next].c) : NULL;
+    if (!m) {
+        a->rank = NIL;
+        return;
+    }
+    uint32_t rank = m->rank;
+    a->rank = rank;
+    a->new_id = m->new_id;
+    a->lnext = NIL;
     uint64_t bit = 1ULL << (rank & 63);
     if (!(w->nonempty[rank >> 6] & bit)) {
         w->nonempty[rank >> 6] |= bit;
-        w->head[rank] = w->tail[rank] = k;
+        w->head[rank] = w->tail[rank] = p;
+        a->lprev = NIL;
         w->unsorted[rank] = 0;
-    } else if (!SORT_ALWAYS && !w->unsorted[rank] && pos > w->entries[w->tail[rank]].pos) {
-        w->entries[w->tail[rank]].link = k;
-        w->tail[rank] = k;
-    } else {
-        e->link = w->head[rank];
-        w->head[rank] = k;
+    } else if (!SORT_ALWAYS && !w->unsorted[rank] && p > w->tail[rank]) {
+        a->lprev = w->tail[rank];
+        w->at[w->tail[rank]].lnext = p;
+        w->tail[rank] = p;
+    } else { /* out of pos order: first, and the list is sorted before its next pop */
+        a->lprev = NIL;
+        a->lnext = w->head[rank];
+        w->at[w->head[rank]].lprev = p;
+        w->head[rank] = p;
         w->unsorted[rank] = 1;
     }
     if (rank < w->lowest) w->lowest = rank;
 }
 
+/* Takes the pair that starts at p out of the queue (its pair changed, or its symbol was merged away). */
+static inline void dequeue(Work *w, uint32_t p) {
+    Position *a = &w->at[p];
+    uint32_t rank = a->rank;
+    if (rank == NIL) return;
+    a->rank = NIL;
+    if (a->lprev != NIL)
+        w->at[a->lprev].lnext = a->lnext;
+    else
+        w->head[rank] = a->lnext;
+    if (a->lnext != NIL)
+        w->at[a->lnext].lprev = a->lprev;
+    else
+        w->tail[rank] = a->lprev;
+    if (w->head[rank] == NIL) w->nonempty[rank >> 6] &= ~(1ULL << (rank & 63));
+}
+
 static int ascending(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
 }
 
-/* Put rank's list in pos order (entries arrived out of order). */
+/* Puts rank's list in pos order (a pair was queued before one at a larger pos). */
 static void sort_rank(Work *w, uint32_t rank) {
-    uint32_t n = 0;
-    uint64_t *g = w->gather;
-    for (uint32_t k = w->head[rank]; k != NIL; k = w->entries[k].link) g[n++] = ((uint64_t)w->entries[k].pos << 32) | k;
+    uint32_t n = 0, *g = w->gather;
+    for (uint32_t p = w->head[rank]; p != NIL; p = w->at[p].lnext) g[n++] = p;
     if (n <= 32) { /* insertion sort: most lists are a few entries */
         for (uint32_t i = 1; i < n; i++) {
-            uint64_t v = g[i];
-            uint32_t j = i;
+            uint32_t v = g[i], j = i;
             for (; j > 0 && g[j - 1] > v; j--) g[j] = g[j - 1];
             g[j] = v;
         }
     } else {
         qsort(g, n, sizeof *g, ascending);
     }
-    for (uint32_t i = 0; i + 1 < n; i++) w->entries[(uint32_t)g[i]].link = (uint32_t)g[i + 1];
-    w->entries[(uint32_t)g[n - 1]].link = NIL;
-    w->head[rank] = (uint32_t)g[0];
-    w->tail[rank] = (uint32_t)g[n - 1];
+    for (uint32_t i = 0; i < n; i++) {
+        w->at[g[i]].lprev = i ? g[i - 1] : NIL;
+        w->at[g[i]].lnext = i + 1 < n ? g[i + 1] : NIL;
+    }
+    w->head[rank] = g[0];
+    w->tail[rank] = g[n - 1];
     w->unsorted[rank] = 0;
 }
 
-/* The smallest non-empty rank at or above w->lowest, or NIL when the queue is empty. */
+/* The smallest rank at or above w->lowest with a non-empty list, or NIL when the queue is empty. */
 static inline uint32_t lowest_rank(const Work *w, uint32_t words) {
     if (w->lowest == NIL) return NIL;
     uint32_t word = w->lowest >> 6;
@@ -156,60 +187,45 @@ static inline uint32_t lowest_rank(const Work *w, uint32_t words) {
     return (word << 6) | (uint32_t)__builtin_ctzll(bits);
 }
 
-/* Encodes one document of n bytes (n >= 1); its tokens go to ids, starts (from `at`) and widths.
+/* Encodes one document of n bytes (n >= 1); its tokens go to ids, starts (from `offset`) and widths.
  * Returns how many, or -1 when a byte has no one-character token. */
-static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n, int64_t at, int64_t *ids,
+static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n, int64_t offset, int64_t *ids,
                            int64_t *starts, int64_t *widths) {
-    Symbol *sym = w->sym;
+    Position *at = w->at;
     for (uint32_t i = 0; i < n; i++) {
         int64_t c = t->char_ids[s[i]];
         if (c < 0) return -1;
-        sym[i].c = (uint32_t)c;
-        sym[i].prev = (int32_t)i - 1;
-        sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+        at[i].c = (uint32_t)c;
+        at[i].prev = (int32_t)i - 1;
+        at[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    w->used = 0;
     w->lowest = NIL;
-    for (uint32_t i = 0; i + 1 < n; i++) {
-        const Slot *m = find(t, sym[i].c, sym[i + 1].c);
-        if (m) push(w, m->rank, i, sym[i].c, sym[i + 1].c, m->new_id);
-    }
+    for (uint32_t i = 0; i < n; i++) enqueue(t, w, i);
     uint32_t words = (t->n_ranks + 63) >> 6;
     for (;;) {
         uint32_t r = lowest_rank(w, words);
         if (r == NIL) break;
         w->lowest = r;
         if (w->unsorted[r]) sort_rank(w, r);
-        Entry e = w->entries[w->head[r]];
-        w->head[r] = e.link;
-        if (e.link == NIL) w->nonempty[r >> 6] &= ~(1ULL << (r & 63));
-
-        Symbol *cur = &sym[e.pos];
-        if (cur->c == REMOVED || cur->next < 0) continue;
-        Symbol *right = &sym[cur->next];
-        const Slot *m;
-        if (cur->c != e.left || right->c != e.right) { /* the pair changed: the library's test of it */
-            m = find(t, cur->c, right->c);
-            if (!m || m->new_id != e.new_id) continue; /* an expired entry */
-        }
-        cur->c = e.new_id;
+        uint32_t p = w->head[r];
+        Position *cur = &at[p];
+        uint32_t q = (uint32_t)cur->next;
+        Position *right = &at[q];
+        dequeue(w, p);
+        dequeue(w, q);
+        if (cur->prev >= 0) dequeue(w, (uint32_t)cur->prev);
+        cur->c = cur->new_id;
         cur->next = right->next;
         right->c = REMOVED;
-        if (cur->next >= 0) sym[cur->next].prev = (int32_t)e.pos;
-        if (cur->prev >= 0) {
-            m = find(t, sym[cur->prev].c, cur->c);
-            if (m) push(w, m->rank, (uint32_t)cur->prev, sym[cur->prev].c, cur->c, m->new_id);
-        }
-        if (cur->next >= 0) {
-            m = find(t, cur->c, sym[cur->next].c);
-            if (m) push(w, m->rank, e.pos, cur->c, sym[cur->next].c, m->new_id);
-        }
+        if (cur->next >= 0) at[cur->next].prev = (int32_t)p;
+        if (cur->prev >= 0) enqueue(t, w, (uint32_t)cur->prev);
+        enqueue(t, w, p);
     }
     int64_t k = 0;
-    for (int32_t i = 0; i >= 0; i = sym[i].next) {
-        int32_t end = sym[i].next >= 0 ? sym[i].next : (int32_t)n;
-        ids[k] = sym[i].c;
-        starts[k] = at + i;
+    for (int32_t i = 0; i >= 0; i = at[i].next) {
+        int32_t end = at[i].next >= 0 ? at[i].next : (int32_t)n;
+        ids[k] = at[i].c;
+        starts[k] = offset + i;
         widths[k] = end - i;
         k++;
     }
@@ -313,8 +329,7 @@ fail:
 }
 
 static void free_work(Work *w) {
-    free(w->sym);
-    free(w->entries);
+    free(w->at);
     free(w->head);
     free(w->tail);
     free(w->gather);
@@ -357,14 +372,13 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     }
     size_t len = (size_t)longest + 1, words = (t->n_ranks + 63) / 64 + 1, ranks = (size_t)t->n_ranks + 1;
     Work w = {0};
-    w.sym = malloc(len * sizeof *w.sym);
-    w.entries = malloc(3 * len * sizeof *w.entries);
-    w.gather = malloc(3 * len * sizeof *w.gather);
+    w.at = malloc(len * sizeof *w.at);
+    w.gather = malloc(len * sizeof *w.gather);
     w.head = malloc(ranks * sizeof *w.head);
     w.tail = malloc(ranks * sizeof *w.tail);
     w.unsorted = calloc(ranks, 1);
     w.nonempty = calloc(words, sizeof *w.nonempty);
-    if (!w.sym || !w.entries || !w.gather || !w.head || !w.tail || !w.unsorted || !w.nonempty) {
+    if (!w.at || !w.gather || !w.head || !w.tail || !w.unsorted || !w.nonempty) {
         free_work(&w);
         PyErr_NoMemory();
         goto fail;

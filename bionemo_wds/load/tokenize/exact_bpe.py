@@ -75,6 +75,8 @@ class ExactBpe:
         if model.get("ignore_merges"):
             return None, "its BPE has ignore_merges"
         vocab: dict[str, int] = model["vocab"]
+        if len(set(vocab.values())) != len(vocab):  # the C encoder's expired entries rest on one string an id
+            return None, "its vocabulary gives two strings one id"
         char_ids = np.full(256, -1, dtype=np.int64)
         for byte in range(128):
             char_ids[byte] = vocab.get(chr(byte), -1)
