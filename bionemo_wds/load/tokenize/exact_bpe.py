@@ -74,7 +74,7 @@ class ExactBpe:
             return None, "its BPE has dropout"
         if model.get("ignore_merges"):
             return None, "its BPE has ignore_merges"
-        vocab: dict[str, int] = model["vocab"]
+        vocab: dict[str, int] = tok.get_vocab(with_added_tokens=False)  # the model's, as merges see it
         if len(set(vocab.values())) != len(vocab):  # the C encoder's expired entries rest on one string an id
             return None, "its vocabulary gives two strings one id"
         char_ids = np.full(256, -1, dtype=np.int64)
