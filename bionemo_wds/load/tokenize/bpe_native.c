@@ -71,12 +71,16 @@ typedef struct {
     uint32_t lprev, lnext; /* the neighbouring entries (positions) in the rank's list */
 } Position;
 
+/* A rank's list of positions: in pos order unless `unsorted` (one cache line holds all three). */
+typedef struct {
+    uint32_t head, tail, unsorted;
+} List;
+
 /* One encode call's work space: sized once for its longest document. */
 typedef struct {
     Position *at;
-    uint32_t *head, *tail; /* each rank's list of positions, in pos order unless unsorted */
+    List *lists; /* each rank's list of positions */
     uint32_t *gather;
-    uint8_t *unsorted;
     uint64_t *nonempty; /* a bit per rank whose list is not empty */
     uint32_t lowest;    /* no rank below it has a non-empty list */
 } Work;
@@ -114,19 +118,19 @@ static inline void enqueue(const Table *t, Work *w, uint32_t p) {
     uint64_t bit = 1ULL << (rank & 63);
     if (!(w->nonempty[rank >> 6] & bit)) {
         w->nonempty[rank >> 6] |= bit;
-        w->head[rank] = w->tail[rank] = p;
+        w->lists[rank].head = w->lists[rank].tail = p;
         a->lprev = NIL;
-        w->unsorted[rank] = 0;
-    } else if (!SORT_ALWAYS && !w->unsorted[rank] && p > w->tail[rank]) {
-        a->lprev = w->tail[rank];
-        w->at[w->tail[rank]].lnext = p;
-        w->tail[rank] = p;
+        w->lists[rank].unsorted = 0;
+    } else if (!SORT_ALWAYS && !w->lists[rank].unsorted && p > w->lists[rank].tail) {
+        a->lprev = w->lists[rank].tail;
+        w->at[w->lists[rank].tail].lnext = p;
+        w->lists[rank].tail = p;
     } else { /* out of pos order: first, and the list is sorted before its next pop */
         a->lprev = NIL;
-        a->lnext = w->head[rank];
-        w->at[w->head[rank]].lprev = p;
-        w->head[rank] = p;
-        w->unsorted[rank] = 1;
+        a->lnext = w->lists[rank].head;
+        w->at[w->lists[rank].head].lprev = p;
+        w->lists[rank].head = p;
+        w->lists[rank].unsorted = 1;
     }
     if (rank < w->lowest) w->lowest = rank;
 }
@@ -140,12 +144,12 @@ static inline void dequeue(Work *w, uint32_t p) {
     if (a->lprev != NIL)
         w->at[a->lprev].lnext = a->lnext;
     else
-        w->head[rank] = a->lnext;
+        w->lists[rank].head = a->lnext;
     if (a->lnext != NIL)
         w->at[a->lnext].lprev = a->lprev;
     else
-        w->tail[rank] = a->lprev;
-    if (w->head[rank] == NIL) w->nonempty[rank >> 6] &= ~(1ULL << (rank & 63));
+        w->lists[rank].tail = a->lprev;
+    if (w->lists[rank].head == NIL) w->nonempty[rank >> 6] &= ~(1ULL << (rank & 63));
 }
 
 static int ascending(const void *a, const void *b) {
@@ -156,7 +160,7 @@ static int ascending(const void *a, const void *b) {
 /* Puts rank's list in pos order (a pair was queued before one at a larger pos). */
 static void sort_rank(Work *w, uint32_t rank) {
     uint32_t n = 0, *g = w->gather;
-    for (uint32_t p = w->head[rank]; p != NIL; p = w->at[p].lnext) g[n++] = p;
+    for (uint32_t p = w->lists[rank].head; p != NIL; p = w->at[p].lnext) g[n++] = p;
     if (n <= 32) { /* insertion sort: most lists are a few entries */
         for (uint32_t i = 1; i < n; i++) {
             uint32_t v = g[i], j = i;
@@ -170,9 +174,9 @@ static void sort_rank(Work *w, uint32_t rank) {
         w->at[g[i]].lprev = i ? g[i - 1] : NIL;
         w->at[g[i]].lnext = i + 1 < n ? g[i + 1] : NIL;
     }
-    w->head[rank] = g[0];
-    w->tail[rank] = g[n - 1];
-    w->unsorted[rank] = 0;
+    w->lists[rank].head = g[0];
+    w->lists[rank].tail = g[n - 1];
+    w->lists[rank].unsorted = 0;
 }
 
 /* The smallest rank at or above w->lowest with a non-empty list, or NIL when the queue is empty. */
@@ -206,8 +210,8 @@ static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n
         uint32_t r = lowest_rank(w, words);
         if (r == NIL) break;
         w->lowest = r;
-        if (w->unsorted[r]) sort_rank(w, r);
-        uint32_t p = w->head[r];
+        if (w->lists[r].unsorted) sort_rank(w, r);
+        uint32_t p = w->lists[r].head;
         Position *cur = &at[p];
         uint32_t q = (uint32_t)cur->next;
         Position *right = &at[q];
@@ -330,10 +334,8 @@ fail:
 
 static void free_work(Work *w) {
     free(w->at);
-    free(w->head);
-    free(w->tail);
+    free(w->lists);
     free(w->gather);
-    free(w->unsorted);
     free(w->nonempty);
 }
 
@@ -374,11 +376,9 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     Work w = {0};
     w.at = malloc(len * sizeof *w.at);
     w.gather = malloc(len * sizeof *w.gather);
-    w.head = malloc(ranks * sizeof *w.head);
-    w.tail = malloc(ranks * sizeof *w.tail);
-    w.unsorted = calloc(ranks, 1);
+    w.lists = malloc(ranks * sizeof *w.lists);
     w.nonempty = calloc(words, sizeof *w.nonempty);
-    if (!w.at || !w.gather || !w.head || !w.tail || !w.unsorted || !w.nonempty) {
+    if (!w.at || !w.gather || !w.lists || !w.nonempty) {
         free_work(&w);
         PyErr_NoMemory();
         goto fail;
