@@ -57,7 +57,7 @@ typedef struct {
     int64_t char_ids[256]; /* the one-character token of each byte; -1: none */
     uint32_t n_ranks;      /* ranks are 0 .. n_ranks - 1 */
     uint32_t mask;         /* slots - 1 (a power of two less one) */
-    uint32_t n_ids;        /* 1 + the largest id of a merge's left or right token */
+    uint32_t n_ids;        /* 1 + the largest id a symbol can have */
     Slot *slots;
     uint8_t *sides; /* sides[id]: bit 1 if a merge's left token is id, bit 2 if a merge's right token is */
 } Table;
@@ -92,7 +92,7 @@ static inline uint32_t slot_of(const Table *t, uint64_t key) {
 /* The (rank, new id) of the pair (a, b), or NULL when it is not a merge. */
 static inline const Slot *find(const Table *t, uint32_t a, uint32_t b) {
     /* most pairs of long tokens are in no merge: two bytes read in L1 say so without the hash */
-    if (a >= t->n_ids || b >= t->n_ids || !(t->sides[a] & 1) || !(t->sides[b] & 2)) return NULL;
+    if (!(t->sides[a] & 1) || !(t->sides[b] & 2)) return NULL; /* every symbol's id is below n_ids */
     uint64_t key = ((uint64_t)a << 32) | b;
     uint32_t i = slot_of(t, key);
     for (;;) {
@@ -277,20 +277,24 @@ static PyObject *build(PyObject *self, PyObject *args) {
         goto fail;
     }
     const int64_t *chars = v[0].buf, *lefts = v[1].buf, *rights = v[2].buf, *news = v[3].buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (lefts[i] < 0 || rights[i] < 0 || news[i] < 0 || lefts[i] >= INT32_MAX || rights[i] >= INT32_MAX ||
-            news[i] >= INT32_MAX) {
+    for (Py_ssize_t i = 0; i < (n > 256 ? n : 256); i++) {
+        if ((i < n && (lefts[i] < 0 || rights[i] < 0 || news[i] < 0 || lefts[i] >= INT32_MAX ||
+                       rights[i] >= INT32_MAX || news[i] >= INT32_MAX)) ||
+            (i < 256 && chars[i] >= INT32_MAX)) {
             PyErr_SetString(PyExc_ValueError, "build: token ids must lie in [0, 2**31 - 1)");
             goto fail;
         }
     }
     uint64_t slots = 16; /* a quarter full at most: short probes */
     while (slots < 4 * (uint64_t)n) slots <<= 1;
-    uint32_t n_ids = 1;
+    uint32_t n_ids = 1; /* above every id a symbol can have: a one-character token's or a merge's */
     for (Py_ssize_t i = 0; i < n; i++) {
         if (lefts[i] >= n_ids) n_ids = (uint32_t)lefts[i] + 1;
         if (rights[i] >= n_ids) n_ids = (uint32_t)rights[i] + 1;
+        if (news[i] >= n_ids) n_ids = (uint32_t)news[i] + 1;
     }
+    for (int i = 0; i < 256; i++)
+        if (chars[i] >= n_ids) n_ids = (uint32_t)chars[i] + 1;
     Table *t = calloc(1, sizeof *t);
     Slot *s = t ? malloc(slots * sizeof *s) : NULL;
     uint8_t *sides = s ? calloc(n_ids, 1) : NULL;
@@ -300,7 +304,7 @@ static PyObject *build(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto fail;
     }
-    for (int i = 0; i < 256; i++) t->char_ids[i] = chars[i] < INT32_MAX ? chars[i] : -1;
+    for (int i = 0; i < 256; i++) t->char_ids[i] = chars[i] < 0 ? -1 : chars[i];
     t->n_ranks = (uint32_t)n;
     t->mask = (uint32_t)(slots - 1);
     t->slots = s;
