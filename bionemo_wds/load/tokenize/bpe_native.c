@@ -59,6 +59,7 @@ typedef struct {
     uint32_t mask;         /* slots - 1 (a power of two less one) */
     uint32_t n_ids;        /* 1 + the largest id a symbol can have */
     Slot *slots;
+    int32_t *byte_pairs; /* byte_pairs[b1 << 8 | b2]: the slot of the pair of their one-character tokens; -1: none */
     uint8_t *sides; /* sides[id]: bit 1 if a merge's left token is id, bit 2 if a merge's right token is */
 } Table;
 
@@ -103,10 +104,9 @@ static inline const Slot *find(const Table *t, uint32_t a, uint32_t b) {
     }
 }
 
-/* Queues the pair that starts at p (its symbol and the next), if it is a merge. */
-static inline void enqueue(const Table *t, Work *w, uint32_t p) {
+/* Queues the pair that starts at p (its symbol and the next), if it is a merge (m: its slot). */
+static inline void enqueue_slot(Work *w, uint32_t p, const Slot *m) {
     Position *a = &w->at[p];
-    const Slot *m = a->next >= 0 ? find(t, a->c, w->at[a->next].c) : NULL;
     if (!m) {
         a->rank = NIL;
         return;
@@ -133,6 +133,11 @@ static inline void enqueue(const Table *t, Work *w, uint32_t p) {
         w->lists[rank].unsorted = 1;
     }
     if (rank < w->lowest) w->lowest = rank;
+}
+
+static inline void enqueue(const Table *t, Work *w, uint32_t p) {
+    const Position *a = &w->at[p];
+    enqueue_slot(w, p, a->next >= 0 ? find(t, a->c, w->at[a->next].c) : NULL);
 }
 
 /* Takes the pair that starts at p out of the queue (its pair changed, or its symbol was merged away). */
@@ -204,7 +209,11 @@ static int64_t encode_word(const Table *t, Work *w, const uint8_t *s, uint32_t n
         at[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
     }
     w->lowest = NIL;
-    for (uint32_t i = 0; i < n; i++) enqueue(t, w, i);
+    for (uint32_t i = 0; i + 1 < n; i++) { /* a pair of bytes: its slot from the table of byte pairs */
+        int32_t slot = t->byte_pairs[(uint32_t)s[i] << 8 | s[i + 1]];
+        enqueue_slot(w, i, slot >= 0 ? &t->slots[slot] : NULL);
+    }
+    at[n - 1].rank = NIL;
     uint32_t words = (t->n_ranks + 63) >> 6;
     for (;;) {
         uint32_t r = lowest_rank(w, words);
@@ -240,6 +249,7 @@ static void free_table(PyObject *capsule) {
     Table *t = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     if (t) {
         free(t->sides);
+        free(t->byte_pairs);
         free(t->slots);
         free(t);
     }
@@ -298,7 +308,9 @@ static PyObject *build(PyObject *self, PyObject *args) {
     Table *t = calloc(1, sizeof *t);
     Slot *s = t ? malloc(slots * sizeof *s) : NULL;
     uint8_t *sides = s ? calloc(n_ids, 1) : NULL;
-    if (!sides) {
+    int32_t *byte_pairs = sides ? malloc(65536 * sizeof *byte_pairs) : NULL;
+    if (!byte_pairs) {
+        free(sides);
         free(s);
         free(t);
         PyErr_NoMemory();
@@ -323,9 +335,16 @@ static PyObject *build(PyObject *self, PyObject *args) {
         s[j].rank = (uint32_t)i;
         s[j].new_id = (uint32_t)news[i];
     }
+    t->byte_pairs = byte_pairs;
+    for (uint32_t pair = 0; pair < 65536; pair++) {
+        int64_t a = t->char_ids[pair >> 8], b = t->char_ids[pair & 255];
+        const Slot *m = a >= 0 && b >= 0 ? find(t, (uint32_t)a, (uint32_t)b) : NULL;
+        byte_pairs[pair] = m ? (int32_t)(m - s) : -1;
+    }
     for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
     PyObject *capsule = PyCapsule_New(t, CAPSULE_NAME, free_table);
     if (!capsule) {
+        free(byte_pairs);
         free(sides);
         free(s);
         free(t);
