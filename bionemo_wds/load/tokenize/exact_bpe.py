@@ -36,9 +36,9 @@ except ImportError:  # built by `pip install -e .` where a C compiler is found (
 def warn_missing() -> None:
     """Say once per process that BPE files run on the slow library path, and how to get the fast one."""
     warnings.warn(
-        "bionemo_wds.load.tokenize.bpe_native (the C extension that encodes BPE tokenizer files about "
-        "10x faster than the tokenizers library, with the same ids) is not built: BPE files are encoded "
-        "by the library. Install a C compiler and reinstall (pip install -e .), or run `python setup.py "
+        "bionemo_wds.load.tokenize.bpe_native (the C extension that encodes DNABERT-2-style BPE tokenizer "
+        "files several times faster than the tokenizers library, with the same ids) is not built: BPE files "
+        "are encoded by the library. Install a C compiler and reinstall (pip install -e .), or run `python setup.py "
         "build_ext --inplace` in the checkout.",
         RuntimeWarning,
         stacklevel=3,
