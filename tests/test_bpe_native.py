@@ -27,7 +27,8 @@ from bionemo_wds.load.tokenize import exact_bpe
 from bionemo_wds.load.tokenize.exact_bpe import ExactBpe
 from bionemo_wds.load.tokenize.hf_file import HfTokenizer
 
-pytestmark = pytest.mark.skipif(exact_bpe.bpe_native is None, reason="the C extension is not built")
+#: The tests of the encoder itself; the warning where it is missing is tested either way.
+needs_native = pytest.mark.skipif(exact_bpe.bpe_native is None, reason="the C extension is not built")
 
 KLEB = read_fasta(KLEBSIELLA)
 COMPLEMENT = str.maketrans("ACGTN", "TGCAN")
@@ -61,6 +62,7 @@ def encode(encoder: ExactBpe, docs: list[str]) -> tuple[list[list[int]], list[li
     return [ids[a:b] for a, b in itertools.pairwise(edges)], [spans[a:b] for a, b in itertools.pairwise(edges)]
 
 
+@needs_native
 def test_ids_equal_the_library_on_genome_windows(bpe, genome):
     """Windows of a real genome past the training bases, both strands, 0 to 12 kb, and a second
     genome the BPE never saw: the ids equal ``encode_batch_fast``'s, the spans ``encode_batch``'s offsets."""
@@ -104,6 +106,7 @@ def random_bpe(seed: int, alphabet: str, merges: int) -> Tokenizer:
     return Tokenizer(models.BPE(vocab=vocab, merges=pairs[:cut] + tail))
 
 
+@needs_native
 @settings(max_examples=150, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
@@ -124,6 +127,7 @@ def test_ids_equal_the_library_on_random_bpes(seed, alphabet, merges, texts, run
     assert got[0] == [enc.ids for enc in tok.encode_batch_fast(docs, add_special_tokens=False)]
 
 
+@needs_native
 def test_one_token_from_two_pairs_and_an_expired_entry():
     """``ACA`` from (AC, A) at rank 2 and (A, CA) at rank 3; ``CA`` (rank 1) loses to ``AC`` (rank 0)
     on ACA and then its queued entry has expired; a run of A merges from the left."""
@@ -138,6 +142,7 @@ def test_one_token_from_two_pairs_and_an_expired_entry():
     assert got[0][0] == [4]
 
 
+@needs_native
 def test_the_older_merges_format_gives_the_same_table(bpe):
     """Merges as ``"left right"`` lines (tokenizers before 0.20 wrote them so) read as the pairs do."""
     state = json.loads(bpe.to_str())
@@ -168,6 +173,7 @@ def declining(bpe: Tokenizer) -> dict[str, Tokenizer]:
     return out
 
 
+@needs_native
 def test_what_cannot_be_exact_is_left_to_the_library(bpe):
     for name, tok in declining(bpe).items():
         encoder, why = ExactBpe.of(tok)
@@ -177,6 +183,7 @@ def test_what_cannot_be_exact_is_left_to_the_library(bpe):
     assert encode(encoder, ["ACGT", "ACXGT"]) is None  # X has no token: the library's unknown token
 
 
+@needs_native
 @pytest.mark.parametrize("change", ["none", "pre_tokenizer", "added", "unknown"])
 def test_hf_tokenizer_tokens_equal_the_library_path(bpe, genome, change):
     """`HfTokenizer.tokenize`: the same Tokens (ids, first, counts, starts, width) as the library path."""
@@ -211,20 +218,31 @@ def test_hf_tokenizer_tokens_equal_the_library_path(bpe, genome, change):
     assert got.token_ends(at).tolist() == want.token_ends(at).tolist()
 
 
-def test_the_encoder_travels_to_spawned_workers_and_warns_when_missing(bpe, monkeypatch):
+@needs_native
+def test_the_encoder_travels_to_spawned_workers(bpe):
     hf = HfTokenizer(bpe)
     assert hf.exact is not None
     hf.exact.encode(np.frombuffer(b"ACGT", np.uint8), np.array([0, 4]))
     copy = pickle.loads(pickle.dumps(hf))  # the table is rebuilt where it is used
     assert copy.exact is not None and copy.exact.table is None
     assert encode(copy.exact, ["ACGTACGT"]) == encode(hf.exact, ["ACGTACGT"])
+
+
+def test_without_the_extension_the_library_encodes_and_a_warning_says_so(bpe, monkeypatch):
     monkeypatch.setattr(exact_bpe, "bpe_native", None)
     exact_bpe.warn_missing.cache_clear()
     with pytest.warns(RuntimeWarning, match="not built"):
-        assert exact_bpe.exact_bpe(bpe) is None
+        hf = HfTokenizer(bpe)
+    assert hf.exact is None
+    bases = np.frombuffer(b"ACGTTGCAGATTACA", np.uint8)
+    assert (
+        hf.tokenize(bases, np.array([0, len(bases)]), ["x"]).ids.tolist()
+        == bpe.encode("ACGTTGCAGATTACA", add_special_tokens=False).ids
+    )
     exact_bpe.warn_missing.cache_clear()
 
 
+@needs_native
 def test_lists_sorted_when_entries_arrive_out_of_order(bpe, genome, tmp_path):
     """A copy of the extension that sorts every rank's list (entries have so far always arrived in
     position order, so the sorting path would otherwise go untested) gives the same ids."""
