@@ -104,8 +104,10 @@ class HfTokenizer(Tokenizer):
         self.__dict__.update(state)
 
     def tokenize(self, bases: np.ndarray, bounds: np.ndarray, wheres: list[str], plain: bool | None = None) -> Tokens:
-        """Every document's tokens in one call into the library (``encode_batch`` of the upper-case
-        documents); then a base no token spells, or spelled by the unknown token, is refused."""
+        """Every document's tokens in one call: into the exact C encoder where it takes this file and
+        batch (`exact_bpe`: the library's ids, and each token's bases from its merges), else into the
+        library (``encode_batch`` of the upper-case documents); then a base no token spells, or
+        spelled by the unknown token, is refused."""
         upper_bases = UPPER[bases]
         if self.exact is not None:
             found = self.exact.encode(upper_bases, bounds)
