@@ -18,9 +18,15 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     "$PY" -m pip install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 fi
 STAMP="$("$PY" -c 'import sys; print(sys.prefix)')/.bionemo-wds-installed"
-if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
+# reinstalled when the package's build inputs change: pyproject.toml, and setup.py with the C
+# extension it compiles (bionemo_wds/load/tokenize/bpe_native.c, the exact BPE encoder)
+NATIVE="$ROOT/bionemo_wds/load/tokenize/bpe_native.c"
+if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/setup.py" -nt "$STAMP" ] \
+    || [ "$NATIVE" -nt "$STAMP" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
     "$PY" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v "is ignored: it is neither" >&2 || true
     "$PY" -c "import bionemo_wds, torch, lightning, webdataset"  # fail here, loudly, if the install did not work
+    "$PY" -c "import bionemo_wds.load.tokenize.bpe_native" 2>/dev/null \
+        || echo "note: the C extension bpe_native was not built (no C compiler?): BPE tokenizer files load through the slower tokenizers library" >&2
     touch "$STAMP"
 fi
 # megatron-core for export-megatron's tests, without its dependencies (beside torch, numpy and

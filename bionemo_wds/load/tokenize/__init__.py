@@ -5,6 +5,7 @@
 - `characters`: HyenaDNA's and Caduceus's character vocabularies;
 - `kmers`: Nucleotide Transformer's 6-mers and DNABERT's overlapping k-mers;
 - `hf_file`: any Hugging Face tokenizer (BPE: DNABERT-2, GENA-LM, GROVER), run by the Rust library;
+- `exact_bpe`: the library's BPE merges replayed exactly in C (`bpe_native.c`) for DNABERT-2-style files;
 - `registry`: names -> tokenizers (``tokenizer=``).
 """
 

@@ -6,7 +6,8 @@ Ids come from the Rust `tokenizers` library in the loader workers, one call for 
 without special tokens; the offsets it returns are the bases each token spells. A BPE whose tokens
 spell exactly their own strings (no normalizer, pre-tokenizer or sub-word affixes, as DNABERT-2's)
 is encoded without offsets (``encode_batch_fast``) and the bases summed from its tokens' lengths,
-checked against each document's length. How the family frames a sample is read from the tokenizer's own
+checked against each document's length; where that BPE's merges can be replayed exactly in C
+(`exact_bpe`), the library is not called at all. How the family frames a sample is read from the tokenizer's own
 post-processor: the specials ``encode("A", add_special_tokens=True)`` puts before and after the base
 (DNABERT-2: ``[CLS]`` .. ``[SEP]``). A base the vocabulary cannot spell (it becomes the unknown token,
 or, without one, the library drops it) is refused, naming it.
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.tokenize.base import UPPER, Tokenizer, Tokens, refuse_base
+from bionemo_wds.load.tokenize.exact_bpe import ExactBpe, exact_bpe
 
 #: Bases the planning ratio is measured on, and the seed they are drawn with.
 PROBE_BASES = 1 << 16
@@ -83,9 +86,10 @@ class HfTokenizer(Tokenizer):
         probe = np.random.default_rng(PROBE_SEED).choice(np.frombuffer(b"ACGT", np.uint8), PROBE_BASES)
         # `encode`, not `encode_batch`: a batch call here would start the library's thread pool, which
         # it then turns off (with a warning) in every loader worker forked after it
-        tokens = len(tok.encode(probe.tobytes().decode("ascii"), add_special_tokens=False).ids)
-        self.bases_per_token = PROBE_BASES / max(1, tokens)
+        probe_ids = tok.encode(probe.tobytes().decode("ascii"), add_special_tokens=False).ids
+        self.bases_per_token = PROBE_BASES / max(1, len(probe_ids))
         self.spelled = spelled_lengths(tok, self.vocab_size)
+        self.exact = checked_exact(tok, self.name, probe, probe_ids) if self.spelled is not None else None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -100,9 +104,19 @@ class HfTokenizer(Tokenizer):
         self.__dict__.update(state)
 
     def tokenize(self, bases: np.ndarray, bounds: np.ndarray, wheres: list[str], plain: bool | None = None) -> Tokens:
-        """Every document's tokens in one call into the library (``encode_batch`` of the upper-case
-        documents); then a base no token spells, or spelled by the unknown token, is refused."""
-        upper = UPPER[bases].tobytes().decode("ascii")
+        """Every document's tokens in one call: into the exact C encoder where it takes this file and
+        batch (`exact_bpe`: the library's ids, and each token's bases from its merges), else into the
+        library (``encode_batch`` of the upper-case documents); then a base no token spells, or
+        spelled by the unknown token, is refused."""
+        upper_bases = UPPER[bases]
+        if self.exact is not None:
+            found = self.exact.encode(upper_bases, bounds)
+            if found is not None and not (self.unk_id is not None and (found[0] == self.unk_id).any()):
+                ids, starts, widths, counts = found
+                return Tokens(
+                    ids, np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64), counts, starts, widths
+                )
+        upper = upper_bases.tobytes().decode("ascii")
         edges = bounds.tolist()
         texts = [upper[s:e] for s, e in itertools.pairwise(edges)]
         if self.spelled is not None and hasattr(self.tok, "encode_batch_fast"):
@@ -165,6 +179,23 @@ class HfTokenizer(Tokenizer):
         first = int(np.argmax(missing))
         doc = int(np.searchsorted(bounds, first, side="right")) - 1
         refuse_base(self.name, int(UPPER[bases[first]]), first - int(bounds[doc]), wheres[doc])
+
+
+def checked_exact(tok: Any, name: str, probe: np.ndarray, probe_ids: list[int]) -> ExactBpe | None:
+    """`exact_bpe` of `tok`, if its ids on the planning probe equal the library's `probe_ids` (a
+    guard: they always have; a difference is warned about and leaves the library in charge)."""
+    exact = exact_bpe(tok)
+    if exact is None:
+        return None
+    found = exact.encode(probe, np.array([0, len(probe)], dtype=np.int64))
+    if found is None or found[0].tolist() != probe_ids:
+        warnings.warn(
+            f"tokenizer {name}: the built-in BPE encoder disagrees with the library on a probe; the library encodes",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return exact
 
 
 def spelled_lengths(tok: Any, vocab_size: int) -> np.ndarray | None:
