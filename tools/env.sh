@@ -19,14 +19,14 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
 fi
 STAMP="$("$PY" -c 'import sys; print(sys.prefix)')/.bionemo-wds-installed"
 # reinstalled when the package's build inputs change: pyproject.toml, and setup.py with the C
-# extension it compiles (bionemo_wds/load/tokenize/bpe_native.c, the exact BPE encoder)
-NATIVE="$ROOT/bionemo_wds/load/tokenize/bpe_native.c"
+# extensions it compiles (bionemo_wds/**/*.c: the exact BPE encoder, the masked-LM kernel)
+NEWER_C="$(find "$ROOT/bionemo_wds" -name '*.c' -newer "$STAMP" 2>/dev/null | head -1)"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/setup.py" -nt "$STAMP" ] \
-    || [ "$NATIVE" -nt "$STAMP" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
+    || [ -n "$NEWER_C" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
     "$PY" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v "is ignored: it is neither" >&2 || true
     "$PY" -c "import bionemo_wds, torch, lightning, webdataset"  # fail here, loudly, if the install did not work
-    "$PY" -c "import bionemo_wds.load.tokenize.bpe_native" 2>/dev/null \
-        || echo "note: the C extension bpe_native was not built (no C compiler?): BPE tokenizer files load through the slower tokenizers library" >&2
+    "$PY" -c "import bionemo_wds.load.tokenize.bpe_native, bionemo_wds.load.batch.mlm_kernel" 2>/dev/null \
+        || echo "note: the C extensions were not built (no C compiler?): BPE tokenizer files load through the slower tokenizers library, masked-LM masks are drawn by numpy" >&2
     touch "$STAMP"
 fi
 # megatron-core for export-megatron's tests, without its dependencies (beside torch, numpy and

@@ -1,0 +1,91 @@
+"""The masked-LM kernel in C (``mlm_kernel.c``) behind `mlm.mask_tokens` and `mlm.lay_on_cpu`: the same
+draws and cells as their numpy code, in one pass over a batch instead of a dozen whole-batch numpy
+passes (docs/benchmarks.md has the figures). Where the extension is not built (no C compiler at
+install), numpy runs and a warning says so once per process."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from functools import cache
+
+import numpy as np
+
+from bionemo_wds.load.batch.mlm_rule import BERT_MASK_SHARE, BERT_RANDOM_SHARE, MaskingRule
+
+try:
+    import bionemo_wds.load.batch.mlm_kernel as mlm_kernel
+except ImportError:  # built by `pip install -e .` where a C compiler is found (setup.py: optional)
+    mlm_kernel = None  # type: ignore[assignment]
+
+
+def native_ready(ids: np.ndarray, candidates: np.ndarray) -> bool:
+    """Whether `mlm_kernel` draws these masks (built, and ids of a type it reads); warns once per
+    process where the kernel is not built."""
+    if mlm_kernel is None:
+        warn_missing_kernel()
+        return False
+    return ids.dtype in KERNEL_ID_TYPES and ids.shape == candidates.shape and candidates.dtype == np.bool_
+
+
+def native_lays(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray) -> bool:
+    """Whether `mlm_kernel.lay` lays these masks (built; int64 rows of ids and labels, in place)."""
+    if mlm_kernel is None:
+        warn_missing_kernel()
+        return False
+    rows = ids.dtype == np.int64 and labels.dtype == np.int64 and ids.shape == labels.shape and ids.ndim == 2
+    return rows and ids.flags.c_contiguous and labels.flags.c_contiguous and codes.dtype in KERNEL_ID_TYPES[1:]
+
+
+def native_mask_tokens(
+    ids: np.ndarray, candidates: np.ndarray, salts: np.ndarray, rule: MaskingRule, specials: bool
+) -> np.ndarray:
+    """`mask_tokens` by the C kernel (`mlm_kernel.draw`: one pass over the batch, the same cells)."""
+    n, width = candidates.shape
+    out = np.empty((n, width), dtype=rule.dtype)
+    bound = min(math.ceil(rule.probability * 2.0**32), (1 << 32) - 1)
+    mlm_kernel.draw(
+        out,
+        out.itemsize,
+        np.ascontiguousarray(ids),
+        ids.dtype.itemsize,
+        np.ascontiguousarray(candidates).view(np.uint8),
+        np.ascontiguousarray(salts, dtype=np.uint64),
+        n,
+        width,
+        bound,
+        rule.span,
+        rule.special_table.view(np.uint8),
+        np.ascontiguousarray(rule.random_ids, dtype=np.int64),
+        rule.mask_id,
+        rule.replace == "bert",
+        BERT_MASK_SHARE,
+        BERT_MASK_SHARE + BERT_RANDOM_SHARE,
+        specials,
+    )
+    return out
+
+
+def native_lay(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: np.ndarray, weights: np.ndarray) -> None:
+    """`mlm.lay_on_cpu` by the C kernel (`mlm_kernel.lay`), in place: `weights` the loss mask to fill
+    (float32 zeros, rows x seq_length), or empty (then labels become -100 where not predicted)."""
+    n, seq_length = ids.shape
+    codes = np.ascontiguousarray(codes)
+    first = np.ascontiguousarray(starts, dtype=np.int64)
+    mlm_kernel.lay(ids, labels, codes, codes.itemsize, first, n, seq_length, codes.shape[1], weights)
+
+
+#: The id types the kernel reads: uint8 bases, a vocabulary's signed ids.
+KERNEL_ID_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int16, np.int32, np.int64))
+
+
+@cache
+def warn_missing_kernel() -> None:
+    """Say once per process that masked-LM draws run on the slower numpy path, and how to get the kernel."""
+    warnings.warn(
+        "bionemo_wds.load.batch.mlm_kernel (the C extension that draws and lays masked-LM masks in one pass, "
+        "with the same masks) is not built: the masks are drawn by numpy, several times slower on a CPU. Install "
+        "a C compiler and reinstall (pip install -e .), or run `python setup.py build_ext --inplace` in the checkout.",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -1,0 +1,148 @@
+"""The masked-LM kernel in C (`batch.mlm_kernel`): every draw and every laid cell equal to the numpy
+code it replaces (`mlm.numpy_mask_tokens`, `mlm.lay_masks`), for every rule, id type and vocabulary;
+and without the kernel, the numpy path with a warning that says so."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bionemo_wds.load.batch import mlm, mlm_native
+from bionemo_wds.load.batch.mlm import (
+    IGNORE_INDEX,
+    MaskingRule,
+    Vocabulary,
+    apply_masks,
+    id_dtype,
+    lay_on_cpu,
+    mask_tokens,
+    numpy_mask_tokens,
+)
+from bionemo_wds.load.tokenize.registry import resolve_tokenizer
+
+needs_kernel = pytest.mark.skipif(mlm_native.mlm_kernel is None, reason="the C extension is not built (no C compiler)")
+
+#: The vocabularies the rules are drawn over: bytes with a mask token (the benchmark's), and families.
+VOCABS = {
+    "bytes": Vocabulary("bytes-with-mask", 256, 1, 5, frozenset(range(256)) - frozenset(b"ACGTNacgtn")),
+    "caduceus": resolve_tokenizer("caduceus"),
+    "nt": resolve_tokenizer("nt"),
+    "dnabert6": resolve_tokenizer("dnabert6"),
+    "dnabert3": resolve_tokenizer("dnabert3"),
+}
+
+
+def rules() -> st.SearchStrategy[tuple[str, MaskingRule]]:
+    """A vocabulary's name and a masking rule over it (any probability, both replacements, the span
+    where the vocabulary takes it)."""
+
+    def rule(name: str, p: float, replace: str, span: bool | None) -> tuple[str, MaskingRule]:
+        vocab = VOCABS[name]
+        return name, MaskingRule.of(vocab, p, replace, span if vocab.overlapping else None)
+
+    return st.builds(
+        rule,
+        st.sampled_from(sorted(VOCABS)),
+        st.floats(0.001, 0.999),
+        st.sampled_from(["bert", "mask"]),
+        st.sampled_from([None, True, False]),
+    )
+
+
+@needs_kernel
+@settings(max_examples=150, deadline=None)
+@given(
+    named=rules(),
+    rows=st.integers(0, 6),
+    width=st.integers(0, 300),
+    id_type=st.sampled_from(["native", "uint8", "int16", "int32", "int64"]),
+    specials=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_kernels_draws_equal_numpys(named, rows, width, id_type, specials, seed):
+    name, rule = named
+    rng = np.random.default_rng(seed)
+    vocab = VOCABS[name]
+    dtype = id_dtype(vocab.vocab_size) if id_type == "native" else np.dtype(id_type)
+    top = min(vocab.vocab_size, np.iinfo(dtype).max + 1)
+    ids = rng.integers(0, top, (rows, width)).astype(dtype)
+    candidates = rng.random((rows, width)) < rng.random()
+    salts = rng.integers(0, 2**63, rows, dtype=np.uint64) * np.uint64(2) + np.uint64(seed & 1)
+    expected = numpy_mask_tokens(ids, candidates, salts, rule, specials)
+    got = mask_tokens(ids, candidates, salts, rule, specials)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+@needs_kernel
+def test_a_full_batch_of_bases_draws_what_numpy_draws(lambda_seq):
+    """The benchmark's batch: 8 rows of 8,192 bases of lambda phage, BERT's rule, specials left out."""
+    bases = np.frombuffer(lambda_seq.encode("ascii"), dtype=np.uint8)
+    ids = np.stack([bases[i * 4000 : i * 4000 + 8192] for i in range(8)])
+    rule = MaskingRule.of(VOCABS["bytes"])
+    candidates = np.ones(ids.shape, dtype=bool)
+    salts = np.arange(8, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    expected = numpy_mask_tokens(ids, candidates, salts, rule, True)
+    np.testing.assert_array_equal(mask_tokens(ids, candidates, salts, rule, True), expected)
+    assert 0.13 < (expected != mlm.MLM_NONE).mean() < 0.17
+
+
+def numpy_lay(ids, labels, codes, starts, megatron):
+    """`lay_on_cpu` with the kernel turned off: numpy's `lay_masks` (its warning silenced)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(mlm_native, "mlm_kernel", None)
+        m.setattr(mlm_native, "warn_missing_kernel", lambda: None)
+        return lay_on_cpu(ids, labels, codes, starts, megatron)
+
+
+@needs_kernel
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.integers(0, 5),
+    seq_length=st.integers(0, 64),
+    width=st.integers(0, 70),
+    code_type=st.sampled_from(["int8", "int16", "int32"]),
+    megatron=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_kernel_lays_masks_as_numpy_does(rows, seq_length, width, code_type, megatron, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 100, (rows, seq_length)).astype(np.int64)
+    labels = np.where(rng.random((rows, seq_length)) < 0.2, IGNORE_INDEX, ids)
+    codes = rng.integers(-2, 100, (rows, width)).astype(code_type)
+    codes[rng.random((rows, width)) < 0.6] = mlm.MLM_NONE
+    starts = rng.integers(0, seq_length + 2, rows).astype(np.int64)
+    ids_np, labels_np = ids.copy(), labels.copy()
+    weights_np = numpy_lay(ids_np, labels_np, codes, starts, megatron)
+    weights = lay_on_cpu(ids, labels, codes, starts, megatron)
+    np.testing.assert_array_equal(ids, ids_np)
+    np.testing.assert_array_equal(labels, labels_np)
+    np.testing.assert_array_equal(weights, weights_np)
+
+
+def test_without_the_kernel_numpy_draws_and_lays_the_same_masks_and_says_so(monkeypatch):
+    """Where the extension is not built: the same masks by numpy, and one warning naming the kernel."""
+    rng = np.random.default_rng(7)
+    rule = MaskingRule.of(VOCABS["caduceus"])
+    ids = rng.integers(7, 12, (4, 500)).astype(np.int8)
+    candidates = np.ones(ids.shape, dtype=bool)
+    salts = rng.integers(0, 2**63, 4, dtype=np.uint64)
+    inputs = {
+        "input_ids": torch.from_numpy(ids.astype(np.int64)),
+        "labels": torch.from_numpy(ids.astype(np.int64)),
+        "position_ids": torch.arange(500).expand(4, 500),
+    }
+    with_kernel = mask_tokens(ids, candidates, salts, rule, True)
+    laid = apply_masks({k: v.clone() for k, v in inputs.items()}, torch.from_numpy(with_kernel), torch.zeros(4), False)
+    monkeypatch.setattr(mlm_native, "mlm_kernel", None)
+    mlm_native.warn_missing_kernel.cache_clear()
+    with pytest.warns(RuntimeWarning, match="mlm_kernel .* is not built"):
+        without = mask_tokens(ids, candidates, salts, rule, True)
+    np.testing.assert_array_equal(without, with_kernel)
+    again = apply_masks({k: v.clone() for k, v in inputs.items()}, torch.from_numpy(without), torch.zeros(4), False)
+    for key in laid:
+        assert torch.equal(laid[key], again[key]), key
+    mlm_native.warn_missing_kernel.cache_clear()
