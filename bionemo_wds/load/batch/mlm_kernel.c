@@ -82,23 +82,41 @@ VECTOR_CLONES static void hash_row(unsigned char *hit, uint32_t folded, uint32_t
         hit[c] = fmix32(folded + (c + 1u) * 0x9E3779B9u) < bound;
 }
 
+/* OFFSETS[m][0 .. COUNTS[m]): the set bits of the byte m, in order (`set_positions`; module init). */
+static uint8_t OFFSETS[256][8], COUNTS[256];
+
+static void build_offsets(void) {
+    for (int m = 0; m < 256; m++) {
+        int n = 0;
+        for (int bit = 0; bit < 8; bit++)
+            if (m >> bit & 1)
+                OFFSETS[m][n++] = (uint8_t)bit;
+        COUNTS[m] = (uint8_t)n;
+    }
+}
+
 /* The positions of the nonzero bytes of flags[0 .. n) (each 0 or 1) into pos, in order; their count.
- * Eight flags are read as one word and its set bits visited: a cell costs a fraction of a branch. */
+ * pos has room for n + 8. Eight flags at a time, without a branch that depends on them (which flags
+ * are set is random: a branch per flag or per set bit costs a misprediction each few cells): the
+ * eight are gathered into one byte (one multiply: each byte's low bit lands in its own bit of the top
+ * byte, with no carries), whose positions are copied from a table and counted. */
 static Py_ssize_t set_positions(const unsigned char *flags, Py_ssize_t n, Py_ssize_t *pos) {
     Py_ssize_t count = 0, j = 0;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && (defined(__GNUC__) || defined(__clang__))
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     for (; j + 8 <= n; j += 8) {
         uint64_t word;
         memcpy(&word, flags + j, 8);
-        while (word) {
-            pos[count++] = j + (__builtin_ctzll(word) >> 3);
-            word &= word - 1;
-        }
+        unsigned m = (unsigned)((word * 0x0102040810204080ull) >> 56);
+        const uint8_t *off = OFFSETS[m];
+        for (int t = 0; t < 8; t++)
+            pos[count + t] = j + off[t];
+        count += COUNTS[m];
     }
 #endif
-    for (; j < n; j++)
-        if (flags[j])
-            pos[count++] = j;
+    for (; j < n; j++) {
+        pos[count] = j;
+        count += flags[j] != 0;
+    }
     return count;
 }
 
@@ -144,7 +162,7 @@ static PyObject *draw(PyObject *self, PyObject *args) {
         !sized(&cand, cells, "candidates") || !sized(&salts, rows * 8, "salts") || n_random < 1)
         goto done;
     hit = malloc((size_t)width * 2 + 1);
-    chosen = malloc(((size_t)width + 1) * sizeof(Py_ssize_t));
+    chosen = malloc(((size_t)width + 8) * sizeof(Py_ssize_t));
     if (!hit || !chosen) {
         PyErr_NoMemory();
         goto done;
@@ -167,7 +185,7 @@ static PyObject *draw(PyObject *self, PyObject *args) {
         Py_ssize_t n_chosen = 0;
         if (span > 1) { /* DNABERT's span: centres that may be chosen, then the cells near one that may be */
             for (Py_ssize_t c = 0; c < width; c++)
-                centre[c] = hit[c] && allowed_at(may, id, id_size, at + c, specials, table, n_special);
+                centre[c] = hit[c] & allowed_at(may, id, id_size, at + c, specials, table, n_special);
             for (Py_ssize_t c = 0; c < width; c++) {
                 int near = 0;
                 for (Py_ssize_t from = c - hi; from <= c - lo && !near; from++)
@@ -189,7 +207,8 @@ static PyObject *draw(PyObject *self, PyObject *args) {
                 double share = (double)(second >> 11) * 0x1p-53;
                 uint64_t third = mix64(second ^ 0xD1B54A32D192ED03ull) >> 32;
                 uint64_t pick = (third * (uint64_t)n_random) >> 32;
-                value = share < mask_share ? mask_id : (share < random_share ? pool[pick] : MLM_KEEP);
+                int64_t other = share < random_share ? pool[pick] : MLM_KEEP; /* selects, not branches */
+                value = share < mask_share ? mask_id : other;
             }
             write_int(o, at + c, out_size, value);
         }
@@ -255,7 +274,7 @@ static PyObject *lay(PyObject *self, PyObject *args) {
         !sized(&codes, rows * width * code_size, "codes") || !sized(&starts, rows * 8, "starts") ||
         (megatron && !sized(&loss, rows * seq_length * 4, "loss_mask")))
         goto done;
-    pos = malloc(((size_t)width + 1) * sizeof(Py_ssize_t));
+    pos = malloc(((size_t)width + 8) * sizeof(Py_ssize_t));
     cols = malloc(((size_t)width + 1) * sizeof(Py_ssize_t));
     kept = malloc(((size_t)width + 1) * sizeof(int64_t));
     flags = malloc((size_t)width + 1);
@@ -276,8 +295,7 @@ static PyObject *lay(PyObject *self, PyObject *args) {
             if (col < 0 || col >= seq_length || row_labels[col] == IGNORE_INDEX)
                 continue;
             int64_t drawn = read_int(code, r * width + pos[i], code_size);
-            if (drawn >= 0)
-                row_ids[col] = drawn;
+            row_ids[col] = drawn >= 0 ? drawn : row_ids[col]; /* a select: MLM_KEEP leaves the id */
             cols[m] = col;
             kept[m++] = row_labels[col];
         }
@@ -316,4 +334,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "mlm_kernel", "Masked-LM draws in one pass (C).", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit_mlm_kernel(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_mlm_kernel(void) {
+    build_offsets();
+    return PyModule_Create(&module);
+}
