@@ -48,8 +48,9 @@ def plan_phases(fasta: str, seq_length: int, stride: int) -> dict[str, float]:
     """Index, scan, group and plan `fasta` in this process; seconds per phase."""
     from bionemo_wds.prepare.groups import apply_groups
     from bionemo_wds.prepare.options import PrepareOptions
+    from bionemo_wds.prepare.request import request_of
     from bionemo_wds.prepare.scan import scan
-    from bionemo_wds.prepare.shard_plan import plan, request_of
+    from bionemo_wds.prepare.shard_plan import plan
     from bionemo_wds.prepare.sources.fasta import index_fasta
 
     opts = PrepareOptions(seq_length=seq_length, stride=stride, progress=False)

@@ -38,7 +38,7 @@ from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
 from bionemo_wds.prepare.evo2_config import read_evo2_config
 from bionemo_wds.prepare.option_fields import CliOption, cli_of, flags_of
 from bionemo_wds.prepare.report import inspect_text
-from bionemo_wds.prepare.shard_plan import request_of
+from bionemo_wds.prepare.request import request_of
 from bionemo_wds.storage.location import is_url
 
 #: The genome shipped as package data, for a first try (`configs/prepare_demo.yaml` names it); never a default.

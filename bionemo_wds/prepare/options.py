@@ -329,7 +329,7 @@ class PrepareOptions:
 
     def check_executor(self) -> None:
         """Refuse a Dask-only option with the local executor, which would silently ignore it (whether
-        Dask is installed is `shard_plan.request_of`'s check: it needs the executor's module)."""
+        Dask is installed is `request.request_of`'s check: it needs the executor's module)."""
         if self.executor != "dask" and self.scheduler is not None:
             raise BadInputError(f"--scheduler {self.scheduler} needs --executor dask (the executor is {self.executor})")
 

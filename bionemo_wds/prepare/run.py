@@ -60,10 +60,11 @@ from bionemo_wds.prepare.outdir import (
     recorded_split_rule,
 )
 from bionemo_wds.prepare.precheck import check_before_scan
+from bionemo_wds.prepare.request import request_of
 from bionemo_wds.prepare.scan import scan
 from bionemo_wds.prepare.sequence_layout import sequence_index_rows
 from bionemo_wds.prepare.sequence_table import add_missing_table, write_table
-from bionemo_wds.prepare.shard_plan import ShardPlan, plan, request_of
+from bionemo_wds.prepare.shard_plan import ShardPlan, plan
 from bionemo_wds.prepare.similarity_groups import apply_similarity
 from bionemo_wds.prepare.sources import source_catalog
 from bionemo_wds.prepare.writers import ShardResult, WriterSetup, base_table

@@ -10,10 +10,8 @@ when they have written the shard, `prepare` its size and sha256.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,28 +27,25 @@ from bionemo_wds.format import (
     shard_name,
 )
 from bionemo_wds.prepare.catalog import Catalog
-from bionemo_wds.prepare.executors.dask_client import distributed_module
 from bionemo_wds.prepare.options import (
     MIN_SHARDS_PER_SPLIT,
     RECORD_TARGET_BYTES,
     SHARD_TARGET_BYTES,
     PrepareOptions,
 )
+from bionemo_wds.prepare.request import read_list
 from bionemo_wds.prepare.sequence_layout import MAX_INDEXED_TAG_BYTES, check_layout, sequence_order
-from bionemo_wds.prepare.sources import file_fingerprint, input_files
 from bionemo_wds.prepare.splits import (
     DEFAULT_BUCKET_EDGES,
     SEEDED,
     SPLIT_NAMES,
     bucket_labels,
-    check_split_from_names,
     grouped_split,
     length_buckets,
     split_from_lists,
     split_from_names,
     stratified_split,
 )
-from bionemo_wds.prepare.tags import tag_file, tag_map_conflict
 from bionemo_wds.prepare.windows import (
     PIECE,
     IdentityOrder,
@@ -60,10 +55,6 @@ from bionemo_wds.prepare.windows import (
     window_counts,
     window_length,
 )
-
-#: How prepare orders a split's windows across its shards (in the request: a different order is
-#: different bytes). "feistel": `permutation.SeededPermutation` of the window ids, computed per shard.
-WINDOW_ORDER = "feistel"
 
 
 @dataclass(frozen=True)
@@ -116,121 +107,6 @@ def record_starts(lengths: np.ndarray, per_record: int, window: int, by_bases: b
     return np.flatnonzero(np.r_[True, record[1:] != record[:-1]]).astype(np.int64)
 
 
-def _read_list(path: str) -> list[str]:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise BadInputError(f"split list {path} cannot be read: {exc}") from exc
-    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-
-
-def request_of(inputs: Sequence[str], opts: PrepareOptions) -> dict[str, Any]:
-    """The parts of a run that determine its output, as stored in the plan and the manifest.
-
-    Every option is checked first (`PrepareOptions.check`): `prepare` calls this before it writes anything.
-    """
-    opts.check()
-    opts.check_source()
-    if problem := tag_map_conflict(opts.tags, opts.tag_map):  # --tags substring needs --tag-map, and only it
-        raise BadInputError(problem)
-    opts.check_layout()
-    opts.check_executor()
-    if opts.executor == "dask":
-        distributed_module()  # installed? (before anything is written)
-    if opts.compress == "zstd":
-        try:
-            import zstandard  # noqa: F401
-        except ImportError as exc:
-            raise BadInputError("--compress zstd needs the zstandard package: pip install 'bionemo-wds[zstd]'") from exc
-    lists = None
-    if opts.split_lists:
-        lists = {
-            split: {
-                "path": str(Path(p).resolve()),
-                "sha256": hashlib.sha256("\n".join(_read_list(p)).encode()).hexdigest(),
-            }
-            for split, p in sorted(opts.split_lists.items())
-        }
-    parquet = _named_files(opts.split_parquet)
-    window_dbs = _named_files(opts.window_db)
-    sequences = opts.layout == "sequences"
-    files = input_files(inputs, opts)
-    if opts.split_from_names:
-        given = (("--split-list", lists), ("--split-parquet", parquet), ("--window-db", window_dbs))
-        others = [flag for flag, value in (*given, ("--group-by", opts.group_by)) if value]
-        check_split_from_names([str(f) for f in files], opts.split, others)
-    request = {
-        "source": opts.source,
-        "inputs": file_fingerprint(files),
-        "seq_length": opts.seq_length,
-        "stride": None if sequences else opts.requested_stride,  # cut at load
-        "tail": opts.tail,
-        "split": [float(r) for r in opts.split] if not (lists or parquet or opts.split_from_names) else None,
-        "split_rule": None if lists or parquet or opts.split_from_names else opts.split_rule or SEEDED,  # `splits`
-        "split_lists": lists,
-        "split_parquet": parquet,
-        "window_db": window_dbs,
-        "x_key": opts.x_key,
-        "y_key": opts.y_key,
-        "group_by": opts.group_by,
-        "group_file": _group_file(opts.group_by),
-        "split_at_n": opts.split_at_n,
-        "seed": opts.seed,
-        "tags": opts.tags,
-        "tag_file": _tag_file(opts.tags),
-        "case": opts.case,
-        "on_invalid": opts.on_invalid,
-        "samples_per_shard": opts.samples_per_shard,
-        # the default shard size's floor on shards per split (`split_shard_size`); None: --samples-per-shard
-        "min_shards_per_split": MIN_SHARDS_PER_SPLIT if opts.samples_per_shard is None else None,
-        "windows_per_record": opts.windows_per_record,
-        "records_by": "bases" if opts.windows_per_record is None else "windows",
-        "prefix": opts.prefix,
-        "compress": opts.compress,
-        "compress_level": opts.compress_level if opts.compress != "none" else None,
-        "window_order": WINDOW_ORDER,
-    }
-    if sequences:  # only then: a windows request (and so its manifest) is what it was before layouts
-        request["layout"] = opts.layout
-    if opts.tag_map:  # only then, likewise: the --tags substring table, in its order (the first match wins)
-        request["tag_map"] = dict(opts.tag_map)
-    if opts.split_from_names:  # only then, likewise
-        request["split_from_names"] = True
-    if opts.source in ("jsonl", "parquet"):  # the record sources' fields (`sources.text_source`)
-        request.update(text_column=opts.text_column, id_column=opts.id_column)
-    return request
-
-
-def _named_files(named: dict[str, str] | None) -> dict[str, dict[str, Any]] | None:
-    """{split: FILE} -> {split: fingerprint of FILE}, for the request (a changed file is a new request)."""
-    if not named:
-        return None
-    for split, path in named.items():
-        if not Path(path).is_file():
-            raise BadInputError(f"{split} file {path} does not exist")
-    return {split: file_fingerprint([path])[0] for split, path in sorted(named.items())}
-
-
-def _group_file(rule: str | None) -> dict[str, Any] | None:
-    """The fingerprint of a `--group-by tsv:FILE` / `mmseqs:FILE` table."""
-    if rule is None or not rule.startswith(("tsv:", "mmseqs:")):
-        return None
-    return _rule_file("--group-by", rule, rule.split(":", 1)[1])
-
-
-def _tag_file(rule: str) -> dict[str, Any] | None:
-    """The fingerprint of a `--tags tsv:FILE` table."""
-    path = tag_file(rule)
-    return _rule_file("--tags", rule, path) if path is not None else None
-
-
-def _rule_file(option: str, rule: str, path: str) -> dict[str, Any]:
-    """The fingerprint of the table a rule reads (a changed table is a new request); a missing one is refused."""
-    if not Path(path).is_file():
-        raise BadInputError(f"{option} {rule}: {path} does not exist")
-    return file_fingerprint([path])[0]
-
-
 def check_split_rules(catalog: Catalog, opts: PrepareOptions) -> None:
     """Refuse two rules that both decide the split (--group-by with split lists). With
     --split-from-names (`request_of` refused its conflicts), fix every row's split from its input file's
@@ -248,7 +124,7 @@ def check_split_rules(catalog: Catalog, opts: PrepareOptions) -> None:
 
 def read_split_lists(opts: PrepareOptions) -> dict[str, list[str]]:
     """The --split-list files' sequence names, per split."""
-    return {split: _read_list(path) for split, path in (opts.split_lists or {}).items()}
+    return {split: read_list(path) for split, path in (opts.split_lists or {}).items()}
 
 
 def _assign_splits(catalog: Catalog, opts: PrepareOptions) -> np.ndarray:
