@@ -33,11 +33,11 @@ from typing import Any
 import yaml
 
 from bionemo_wds.cli.parsing import SUBCOMMAND_OPTIONS, OneLineParser, parse_command
+from bionemo_wds.cli.prepare_summary import print_summary
 from bionemo_wds.errors import BadInputError
-from bionemo_wds.prepare import PrepareOptions, PrepareResult, prepare
+from bionemo_wds.prepare import PrepareOptions, prepare
 from bionemo_wds.prepare.evo2_config import read_evo2_config
 from bionemo_wds.prepare.option_fields import CliOption, cli_of, flags_of
-from bionemo_wds.prepare.report import inspect_text
 from bionemo_wds.prepare.request import request_of
 from bionemo_wds.storage.location import is_url
 
@@ -378,35 +378,6 @@ def check_out_path(out: str) -> None:
 def parse_request(argv: Sequence[str]) -> PrepareRequest:
     """`bionemo-wds prepare ARGV` -> the run it asks for, without running it."""
     return request_from(parse_command(prepare_parser(), {}, argv))
-
-
-def print_summary(result: PrepareResult) -> None:
-    """What a run did (or that it had nothing to do), then the `inspect` table of the output."""
-    m = result.manifest
-    n_bases = sum(s.n_bases or 0 for s in m.splits.values())
-    size = sum(sh.bytes for s in m.splits.values() for sh in s.shards)
-    if result.status == "unchanged":
-        print(f"{result.out}: already prepared with these options; nothing to do")
-    elif result.status == "table-added":
-        print(f"{result.out}: already prepared with these options; added its sequence table (shards unchanged)")
-    else:
-        rate = n_bases / 1e6 / max(result.seconds, 1e-9)
-        shown_rate = f"{rate:.1f}" if rate >= 1 else f"{rate:.2g}"  # a small genome's rate is no "0.0"
-        load = result.startup_seconds
-        startup = f", plus {load:.1f} s to load webdataset and torch" if load >= 0.05 else ""
-        print(
-            f"{result.status} {result.shards_written} shard(s)"
-            f"{f', reused {result.shards_reused}' if result.shards_reused else ''} in {result.seconds:.2f} s "
-            f"({shown_rate} Mbp/s{startup}); {size / max(n_bases, 1):.3f} bytes on disk per input base"
-        )
-    replaced = (m.params.source or {}).get("replaced")
-    if replaced is not None:
-        files = "; ".join(f"{n} in {file}" for file, n in replaced["by_file"].items())
-        print(
-            f"--on-invalid replace-N replaced {replaced['bases']} base(s) that are no IUPAC code with N, "
-            f"in {replaced['sequences']} sequence(s){f' ({files})' if files else ''}"
-        )
-    print(inspect_text(result.out))
 
 
 def run_prepare(args: argparse.Namespace) -> int:
