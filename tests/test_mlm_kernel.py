@@ -146,3 +146,29 @@ def test_without_the_kernel_numpy_draws_and_lays_the_same_masks_and_says_so(monk
     for key in laid:
         assert torch.equal(laid[key], again[key]), key
     mlm_native.warn_missing_kernel.cache_clear()
+
+
+@needs_kernel
+def test_the_kernel_refuses_buffers_that_disagree_with_the_shape_it_is_told():
+    """A buffer smaller than rows x width (or no random id to draw) is a ValueError, never a read past it."""
+    kernel = mlm_native.mlm_kernel
+    out = np.empty((1, 4), dtype=np.int16)
+    table, salts = np.zeros(256, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
+    args = [out, 2, np.zeros((1, 4), np.uint8), 1, np.ones((1, 4), np.uint8), salts, 1, 4, 100, 1, table]
+    with pytest.raises(ValueError, match="ids holds 2 bytes, 4 needed"):
+        kernel.draw(out, 2, np.zeros((1, 2), np.uint8), 1, *args[4:], np.arange(3), 5, True, 0.8, 0.9, True)
+    with pytest.raises(ValueError, match="random_ids is empty"):
+        kernel.draw(*args, np.zeros(0, np.int64), 5, True, 0.8, 0.9, True)
+    ids = np.zeros((2, 8), dtype=np.int64)
+    with pytest.raises(ValueError, match="labels holds"):
+        kernel.lay(
+            ids,
+            np.zeros((1, 8), np.int64),
+            np.zeros((2, 3), np.int16),
+            2,
+            np.zeros(2, np.int64),
+            2,
+            8,
+            3,
+            np.zeros(0, np.float32),
+        )

@@ -159,8 +159,12 @@ static PyObject *draw(PyObject *self, PyObject *args) {
     unsigned char *hit = NULL;
     Py_ssize_t *chosen = NULL;
     if (!sized(&out, cells * out_size, "out") || !sized(&ids, cells * id_size, "ids") ||
-        !sized(&cand, cells, "candidates") || !sized(&salts, rows * 8, "salts") || n_random < 1)
+        !sized(&cand, cells, "candidates") || !sized(&salts, rows * 8, "salts"))
         goto done;
+    if (n_random < 1) {
+        PyErr_SetString(PyExc_ValueError, "random_ids is empty: a rule needs an id that is not special");
+        goto done;
+    }
     hit = malloc((size_t)width * 2 + 1);
     chosen = malloc(((size_t)width + 8) * sizeof(Py_ssize_t));
     if (!hit || !chosen) {
