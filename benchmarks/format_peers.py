@@ -70,7 +70,7 @@ class OursPackedHF(OursPacked):
 def masked_bytes() -> Any:
     """Our byte ids with a mask token (id 5, unused by bases); every id but a base's special, so a
     random replacement is a base: the vocabulary of the masked-LM rows."""
-    from bionemo_wds.load.batch.mlm import Vocabulary
+    from bionemo_wds.load.batch.mlm_rule import Vocabulary
 
     return Vocabulary("bytes-with-mask", 256, PAD_ID, 5, frozenset(range(256)) - frozenset(b"ACGTNacgtn"))
 
@@ -93,7 +93,8 @@ class OursMLMMain(Ours):
         import torch
 
         from bionemo_wds.core.seeds import mlm_salt
-        from bionemo_wds.load.batch.mlm import MaskingRule, apply_masks, batch_masks
+        from bionemo_wds.load.batch.mlm import apply_masks, batch_masks
+        from bionemo_wds.load.batch.mlm_rule import MaskingRule
 
         ids, lengths = np.asarray(compact["bases"]), np.asarray(compact["lengths"])
         rule = MaskingRule.of(masked_bytes())

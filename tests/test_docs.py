@@ -600,7 +600,7 @@ def real_batches(lambda_datasets: dict[str, Path]) -> dict[str, set[str]]:
     """The keys of a real batch of each kind: a data module's loader's (compact) and its model inputs,
     windows and packed; and what `GenomicDataset(model_inputs=False)` yields."""
     from bionemo_wds import GenomicDataset, GenomicWebDataModule
-    from bionemo_wds.load.batch.mlm import Vocabulary
+    from bionemo_wds.load.batch.mlm_rule import Vocabulary
 
     out = {}
     for kind, root, options in [

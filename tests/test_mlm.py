@@ -10,18 +10,8 @@ import pytest
 import torch
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.batch.mlm import (
-    IGNORE_INDEX,
-    MLM_KEEP,
-    MLM_NONE,
-    MaskingRule,
-    apply_masks,
-    id_dtype,
-    mask_tokens,
-    maskable,
-    masks_on_device,
-    row_salts,
-)
+from bionemo_wds.load.batch.mlm import apply_masks, mask_tokens, maskable, masks_on_device, row_salts
+from bionemo_wds.load.batch.mlm_rule import IGNORE_INDEX, MLM_KEEP, MLM_NONE, MaskingRule, id_dtype
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``objective="mlm"``: masked-LM batches from our loaders, the same masks wherever they are read.
 
-The vocabulary is defined here (the tokenizers' attributes, `batch.mlm.MaskVocabulary`): our byte
+The vocabulary is defined here (the tokenizers' attributes, `batch.mlm_rule.MaskVocabulary`): our byte
 ids (a base is its ASCII code; EOS, PAD, BOS, SEP, UNK are 0..4) with a mask token at id 5, every
 id but the bases' special, so a random replacement is a base. A `transformers` ``BertForMaskedLM``
 built from a tiny config (no download) trains on these batches with a falling loss.
@@ -22,7 +22,7 @@ from transformers import BertConfig, BertForMaskedLM
 from bionemo_wds import GenomicDataset, GenomicMapDataset
 from bionemo_wds.core.tokenizer import PAD_ID
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.batch.mlm import IGNORE_INDEX, Vocabulary
+from bionemo_wds.load.batch.mlm_rule import IGNORE_INDEX, Vocabulary
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 SEQ_LENGTH = 512

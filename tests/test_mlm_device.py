@@ -21,8 +21,9 @@ from bionemo_wds import GenomicDataset
 from bionemo_wds.core.tokenizer import PAD_ID
 from bionemo_wds.errors import OptionError
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
-from bionemo_wds.load.batch.mlm import MaskingRule, Vocabulary, mask_tokens, maskable
+from bionemo_wds.load.batch.mlm import mask_tokens, maskable
 from bionemo_wds.load.batch.mlm_device import device_mask_tokens, document_bases, draw_candidates
+from bionemo_wds.load.batch.mlm_rule import MaskingRule, Vocabulary
 from bionemo_wds.load.batch.options import SampleOptions
 from bionemo_wds.load.batch.packed_columns import base_columns
 from bionemo_wds.prepare import PrepareOptions, prepare

@@ -10,17 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bionemo_wds.load.batch import mlm, mlm_native
-from bionemo_wds.load.batch.mlm import (
-    IGNORE_INDEX,
-    MaskingRule,
-    Vocabulary,
-    apply_masks,
-    id_dtype,
-    lay_on_cpu,
-    mask_tokens,
-    numpy_mask_tokens,
-)
+from bionemo_wds.load.batch import mlm_native
+from bionemo_wds.load.batch.mlm import apply_masks, lay_on_cpu, mask_tokens, numpy_mask_tokens
+from bionemo_wds.load.batch.mlm_rule import IGNORE_INDEX, MLM_NONE, MaskingRule, Vocabulary, id_dtype
 from bionemo_wds.load.tokenize.registry import resolve_tokenizer
 
 needs_kernel = pytest.mark.skipif(mlm_native.mlm_kernel is None, reason="the C extension is not built (no C compiler)")
@@ -87,7 +79,7 @@ def test_a_full_batch_of_bases_draws_what_numpy_draws(lambda_seq):
     salts = np.arange(8, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     expected = numpy_mask_tokens(ids, candidates, salts, rule, True)
     np.testing.assert_array_equal(mask_tokens(ids, candidates, salts, rule, True), expected)
-    assert 0.13 < (expected != mlm.MLM_NONE).mean() < 0.17
+    assert 0.13 < (expected != MLM_NONE).mean() < 0.17
 
 
 def numpy_lay(ids, labels, codes, starts, megatron):
@@ -113,7 +105,7 @@ def test_the_kernel_lays_masks_as_numpy_does(rows, seq_length, width, code_type,
     ids = rng.integers(0, 100, (rows, seq_length)).astype(np.int64)
     labels = np.where(rng.random((rows, seq_length)) < 0.2, IGNORE_INDEX, ids)
     codes = rng.integers(-2, 100, (rows, width)).astype(code_type)
-    codes[rng.random((rows, width)) < 0.6] = mlm.MLM_NONE
+    codes[rng.random((rows, width)) < 0.6] = MLM_NONE
     starts = rng.integers(0, seq_length + 2, rows).astype(np.int64)
     ids_np, labels_np = ids.copy(), labels.copy()
     weights_np = numpy_lay(ids_np, labels_np, codes, starts, megatron)

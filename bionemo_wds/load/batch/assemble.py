@@ -19,8 +19,9 @@ from webdataset.filters import pipelinefilter
 from bionemo_wds.core.seeds import flip_salt, key_crcs, mlm_salt, salted_flips, tag_salt
 from bionemo_wds.load.batch.compact import Part, compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
-from bionemo_wds.load.batch.mlm import MaskingRule, batch_masks, row_salts
+from bionemo_wds.load.batch.mlm import batch_masks, row_salts
 from bionemo_wds.load.batch.mlm_device import draw_candidates
+from bionemo_wds.load.batch.mlm_rule import MaskingRule
 from bionemo_wds.load.batch.packed import PackedSchema
 from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
 from bionemo_wds.load.batch.schema import BatchSchema

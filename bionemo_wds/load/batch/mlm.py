@@ -46,48 +46,12 @@ from bionemo_wds.load.batch.mlm_native import native_lay, native_lays, native_ma
 from bionemo_wds.load.batch.mlm_rule import (
     BERT_MASK_SHARE,
     BERT_RANDOM_SHARE,
-    BYTES,
     IGNORE_INDEX,
     MLM_KEEP,
     MLM_NONE,
-    OBJECTIVES,
     REPLACE_MIX,
-    REPLACE_RULES,
     MaskingRule,
-    MaskVocabulary,
-    Vocabulary,
-    check_objective,
-    check_vocabulary,
-    id_dtype,
 )
-
-__all__ = [  # the rule's names, defined in mlm_rule, are part of this module's interface too
-    "BERT_MASK_SHARE",
-    "BERT_RANDOM_SHARE",
-    "BYTES",
-    "IGNORE_INDEX",
-    "MLM_KEEP",
-    "MLM_NONE",
-    "OBJECTIVES",
-    "REPLACE_MIX",
-    "REPLACE_RULES",
-    "MaskVocabulary",
-    "MaskingRule",
-    "Vocabulary",
-    "apply_masks",
-    "batch_masks",
-    "check_objective",
-    "check_vocabulary",
-    "id_dtype",
-    "lay_masks",
-    "lay_on_cpu",
-    "mask_tokens",
-    "maskable",
-    "masks_on_device",
-    "numpy_mask_tokens",
-    "row_salts",
-    "spread",
-]
 
 
 def row_salts(keys: list[str], salts: int | np.ndarray) -> np.ndarray:

@@ -21,18 +21,14 @@ import numpy as np
 import torch
 
 from bionemo_wds.core.seeds import GOLDEN, MIX_M1, MIX_M2
-from bionemo_wds.load.batch.mlm import (
+from bionemo_wds.load.batch.mlm import FMIX_F1, FMIX_F2, WEYL32, mask_tokens, spread
+from bionemo_wds.load.batch.mlm_rule import (
     BERT_MASK_SHARE,
     BERT_RANDOM_SHARE,
-    FMIX_F1,
-    FMIX_F2,
     MLM_KEEP,
     MLM_NONE,
     REPLACE_MIX,
-    WEYL32,
     MaskingRule,
-    mask_tokens,
-    spread,
 )
 from bionemo_wds.load.batch.packed_columns import base_columns
 

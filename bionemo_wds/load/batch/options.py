@@ -25,8 +25,9 @@ from bionemo_wds.format.manifest import Manifest, stored_case
 from bionemo_wds.load.batch.assemble import TokenLayout, assemble
 from bionemo_wds.load.batch.hf import check_batch_format
 from bionemo_wds.load.batch.labels import LabelRules
-from bionemo_wds.load.batch.mlm import BYTES, MaskingRule, apply_masks, check_objective
+from bionemo_wds.load.batch.mlm import apply_masks
 from bionemo_wds.load.batch.mlm_device import DRAW_PLACES, draw_masks
+from bionemo_wds.load.batch.mlm_rule import BYTES, MaskingRule, check_objective
 from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
 from bionemo_wds.load.batch.packed_columns import boundaries
@@ -113,7 +114,7 @@ class SampleOptions:
 
     @cached_property
     def masking_rule(self) -> MaskingRule | None:
-        """The masked-LM rule (`mlm.MaskingRule`) with ``objective="mlm"``, else None."""
+        """The masked-LM rule (`mlm_rule.MaskingRule`) with ``objective="mlm"``, else None."""
         if self.objective != "mlm":
             return None
         vocab: Any = self.vocab if self.vocab is not None else BYTES

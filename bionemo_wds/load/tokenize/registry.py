@@ -55,12 +55,12 @@ def resolve_tokenizer(spec: Any) -> Tokenizer | None:
     return HfTokenizer(spec)
 
 
-#: What masked-LM reads of a vocabulary (`batch.mlm.MaskVocabulary`).
+#: What masked-LM reads of a vocabulary (`batch.mlm_rule.MaskVocabulary`).
 VOCABULARY_ATTRIBUTES = ("name", "vocab_size", "pad_id", "mask_id", "special_ids", "kmer", "overlapping")
 
 
 def vocabulary_only(spec: Any) -> bool:
-    """Whether `spec` is a vocabulary described by its attributes alone (`batch.mlm.Vocabulary`: the
+    """Whether `spec` is a vocabulary described by its attributes alone (`batch.mlm_rule.Vocabulary`: the
     byte ids with a mask token of their own), not a tokenizer with rules: the byte layout serves it."""
     if spec is None or isinstance(spec, (str, os.PathLike, Tokenizer)):
         return False
