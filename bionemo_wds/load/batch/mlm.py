@@ -35,7 +35,6 @@ model inputs on whatever device they are on.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -110,8 +109,7 @@ def numpy_mask_tokens(
     salts = np.asarray(salts, dtype=np.uint64)
     folded = ((salts ^ (salts >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     steps = np.arange(1, width + 1, dtype=np.uint32) * WEYL32
-    bound = min(math.ceil(rule.probability * 2.0**32), (1 << 32) - 1)
-    chosen = fmix32(folded[:, None] + steps[None, :]) < np.uint32(bound)
+    chosen = fmix32(folded[:, None] + steps[None, :]) < np.uint32(rule.bound32)
     if rule.span > 1:
         allowed = candidates & ~rule.special_table[ids] if specials else candidates
         where = np.flatnonzero(spread(chosen & allowed, rule.span) & allowed)

@@ -84,8 +84,7 @@ def device_mask_tokens(
     salts = salts.to(device=device, dtype=torch.int64)
     folded = (salts & _M32) ^ _shr(salts, 32)
     steps = (torch.arange(1, width + 1, device=device, dtype=torch.int64) * int(WEYL32)) & _M32
-    bound = min(int(np.ceil(rule.probability * 2.0**32)), _M32)
-    chosen = fmix32_t((folded[:, None] + steps[None, :]) & _M32) < bound
+    chosen = fmix32_t((folded[:, None] + steps[None, :]) & _M32) < rule.bound32
     special_table, random_ids = device_tables(rule, device)
     special = special_table[ids.long()] if specials else torch.zeros_like(chosen)
     allowed = candidates.to(device=device, dtype=torch.bool) & ~special

@@ -5,7 +5,6 @@ install), numpy runs and a warning says so once per process."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from functools import cache
 
@@ -19,19 +18,27 @@ except ImportError:  # built by `pip install -e .` where a C compiler is found (
     mlm_kernel = None  # type: ignore[assignment]
 
 
-def native_ready(ids: np.ndarray, candidates: np.ndarray) -> bool:
-    """Whether `mlm_kernel` draws these masks (built, and ids of a type it reads); warns once per
-    process where the kernel is not built."""
+def kernel_built() -> bool:
+    """Whether the extension is built; where not, a warning says so once per process."""
     if mlm_kernel is None:
         warn_missing_kernel()
         return False
-    return ids.dtype in KERNEL_ID_TYPES and ids.shape == candidates.shape and candidates.dtype == np.bool_
+    return True
+
+
+def native_ready(ids: np.ndarray, candidates: np.ndarray) -> bool:
+    """Whether `mlm_kernel` draws these masks (built, and ids of a type it reads)."""
+    return (
+        kernel_built()
+        and ids.dtype in KERNEL_ID_TYPES
+        and ids.shape == candidates.shape
+        and candidates.dtype == np.bool_
+    )
 
 
 def native_lays(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray) -> bool:
     """Whether `mlm_kernel.lay` lays these masks (built; int64 rows of ids and labels, in place)."""
-    if mlm_kernel is None:
-        warn_missing_kernel()
+    if not kernel_built():
         return False
     rows = ids.dtype == np.int64 and labels.dtype == np.int64 and ids.shape == labels.shape and ids.ndim == 2
     return rows and ids.flags.c_contiguous and labels.flags.c_contiguous and codes.dtype in KERNEL_ID_TYPES[1:]
@@ -43,7 +50,6 @@ def native_mask_tokens(
     """`mask_tokens` by the C kernel (`mlm_kernel.draw`: one pass over the batch, the same cells)."""
     n, width = candidates.shape
     out = np.empty((n, width), dtype=rule.dtype)
-    bound = min(math.ceil(rule.probability * 2.0**32), (1 << 32) - 1)
     mlm_kernel.draw(
         out,
         out.itemsize,
@@ -53,7 +59,7 @@ def native_mask_tokens(
         np.ascontiguousarray(salts, dtype=np.uint64),
         n,
         width,
-        bound,
+        rule.bound32,
         rule.span,
         rule.special_table.view(np.uint8),
         np.ascontiguousarray(rule.random_ids, dtype=np.int64),

@@ -3,6 +3,7 @@ checks them (`batch.mlm` draws by a rule; `mlm_native` and numpy both read it)."
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -105,6 +106,12 @@ class MaskingRule:
     special_ids: np.ndarray = field(repr=False)
     random_ids: np.ndarray = field(repr=False)
     dtype: np.dtype
+
+    @property
+    def bound32(self) -> int:
+        """A token is chosen when its 32-bit draw is below this (``probability * 2**32``, rounded up,
+        at most 2**32 - 1): the same bound wherever the draws are made (numpy, the C kernel, a GPU)."""
+        return min(math.ceil(self.probability * 2.0**32), (1 << 32) - 1)
 
     @cached_property
     def special_table(self) -> np.ndarray:
