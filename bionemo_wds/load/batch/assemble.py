@@ -90,8 +90,7 @@ class PlannedDocuments(NamedTuple):
         pieces, first, starts = docs.pieces, docs.first_piece.tolist(), docs.start.tolist()
         out = []
         for d in range(len(docs)):
-            part = pieces[first[d] : first[d + 1]]
-            bases = part[0] if len(part) == 1 else tuple(part)  # pieces are written where they go, never joined
+            bases = document_part(pieces, first[d], first[d + 1])
             out.append(Document(bases, docs.tag[d], docs.seq_id[d], starts[d], docs.keys[d]))
         return out
 
@@ -106,8 +105,7 @@ class PlannedDocuments(NamedTuple):
         for d, i in enumerate(docs.row.tolist()):
             if self.filler[i]:
                 continue
-            a, z = first[d], first[d + 1]
-            parts[i] = pieces[a] if z == a + 1 else tuple(pieces[a:z])  # pieces are written where they go
+            parts[i] = document_part(pieces, first[d], first[d + 1])
             tags[i], starts[i], seq_ids[i], keys[i] = docs.tag[d], start[d], docs.seq_id[d], docs.keys[d]
         return WindowRows(parts, tags, starts, seq_ids, keys)
 
@@ -119,6 +117,12 @@ class PlannedDocuments(NamedTuple):
             assert row is not None
             row.append(doc)
         return out
+
+
+def document_part(pieces: list[np.ndarray], a: int, z: int) -> Part:
+    """A document's bases from its pieces ``pieces[a:z]``: the one view, or the views in order (pieces
+    are written where they go, never joined)."""
+    return pieces[a] if z == a + 1 else tuple(pieces[a:z])
 
 
 def document_key(seq_id: str, start: int, length: int) -> str:

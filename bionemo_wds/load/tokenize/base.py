@@ -86,6 +86,11 @@ class Tokens(NamedTuple):
         return self.token_starts(at) + width
 
 
+def first_tokens(counts: np.ndarray) -> np.ndarray:
+    """Each document's first element of the joined ids (`Tokens.first`), from its token count."""
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
 class Tokenizer:
     """A model family's tokenizer, run in the loader workers (subclasses set the attributes).
 

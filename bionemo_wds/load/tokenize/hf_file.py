@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.tokenize.base import UPPER, Tokenizer, Tokens, refuse_base
+from bionemo_wds.load.tokenize.base import UPPER, Tokenizer, Tokens, first_tokens, refuse_base
 from bionemo_wds.load.tokenize.exact_bpe import ExactBpe, exact_bpe
 
 #: Bases the planning ratio is measured on, and the seed they are drawn with.
@@ -113,9 +113,7 @@ class HfTokenizer(Tokenizer):
             found = self.exact.encode(upper_bases, bounds)
             if found is not None and not (self.unk_id is not None and (found[0] == self.unk_id).any()):
                 ids, starts, widths, counts = found
-                return Tokens(
-                    ids, np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64), counts, starts, widths
-                )
+                return Tokens(ids, first_tokens(counts), counts, starts, widths)
         upper = upper_bases.tobytes().decode("ascii")
         edges = bounds.tolist()
         texts = [upper[s:e] for s, e in itertools.pairwise(edges)]
@@ -129,7 +127,7 @@ class HfTokenizer(Tokenizer):
         ids = np.concatenate([np.asarray(enc.ids, dtype=np.int64) for enc in encodings] or empty)
         pairs = [np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2) for enc in encodings]
         offsets = np.concatenate(pairs or [empty[0].reshape(0, 2)])
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        first = first_tokens(counts)
         shift = np.repeat(bounds[:-1], counts)  # offsets are within each document
         toks = Tokens(ids, first, counts, offsets[:, 0] + shift, offsets[:, 1] - offsets[:, 0])
         self.check_spelled(bases, bounds, toks, wheres)
@@ -146,7 +144,7 @@ class HfTokenizer(Tokenizer):
         ids = np.concatenate([np.asarray(enc.ids, dtype=np.int64) for enc in encodings] or [np.empty(0, np.int64)])
         width = self.spelled[ids]
         ends = np.cumsum(width)
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        first = first_tokens(counts)
         last = first + counts - 1
         spelled = np.where(counts > 0, ends[np.maximum(last, 0)] if len(ids) else 0, 0)
         spelled = np.maximum.accumulate(spelled) if len(spelled) else spelled

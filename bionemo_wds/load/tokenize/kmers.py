@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bionemo_wds.load.tokenize.base import Spans, Tokenizer, Tokens, plain_table
+from bionemo_wds.load.tokenize.base import Spans, Tokenizer, Tokens, first_tokens, plain_table
 
 #: The order both families enumerate k-mers in: ``product("ATCG", repeat=k)``.
 KMER_ORDER = b"ATCG"
@@ -125,7 +125,7 @@ class NucleotideTransformerTokenizer(Tokenizer):
             widths += [np.full(len(value), k, dtype=np.int64), np.ones(e - whole, dtype=np.int64)]
             counts.append(len(value) + e - whole)
         sizes = np.array(counts, dtype=np.int64)
-        first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        first = first_tokens(sizes)
         if not ids:
             empty = np.empty(0, dtype=np.int64)
             return Tokens(empty.astype(np.int16), first, sizes, empty, empty)
