@@ -248,10 +248,7 @@ def documents_batch(
                 for tag, key, draw in zip(tags, keys, draws)
             ]
             check_tag_room(tags, keys, schema.max_tag)
-        if rc_prob > 0:
-            flips = [bool(key) and key_flip(key, rc_prob, rc_salts[draw]) for key, draw in zip(keys, draws)]
-        else:
-            flips = [False] * len(keys)
+        flips = [bool(key) and rc_prob > 0 and key_flip(key, rc_prob, rc_salts[draw]) for key, draw in zip(keys, draws)]
         batch = compact_batch(
             one.parts, flips, tags, flips, one.starts, one.seq_ids, keys, schema.window, schema.max_tag
         )
