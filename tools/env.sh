@@ -20,7 +20,8 @@ fi
 STAMP="$("$PY" -c 'import sys; print(sys.prefix)')/.bionemo-wds-installed"
 # reinstalled when the package's build inputs change: pyproject.toml, and setup.py with the C
 # extensions it compiles (bionemo_wds/**/*.c: the exact BPE encoder, the masked-LM kernel)
-NEWER_C="$(find "$ROOT/bionemo_wds" -name '*.c' -newer "$STAMP" 2>/dev/null | head -1)"
+# (find fails while there is no stamp yet, in a fresh venv: `|| true` keeps set -e from ending here)
+NEWER_C="$(find "$ROOT/bionemo_wds" -name '*.c' -newer "$STAMP" 2>/dev/null | head -1 || true)"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/setup.py" -nt "$STAMP" ] \
     || [ -n "$NEWER_C" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
     "$PY" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v "is ignored: it is neither" >&2 || true
