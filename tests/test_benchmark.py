@@ -619,14 +619,26 @@ def test_memory_baseline_of_a_run_of_both_catalogs_is_each_catalogs_own(tmp_path
         bench.memory_baseline(path, "x.fa")
 
 
-@pytest.mark.parametrize(("windows", "met"), [(900.0, True), (899.0, False)])
-def test_target_windows_cut_at_load_within_10_percent_of_format_4(windows, met):
+@pytest.mark.parametrize(("windows", "met"), [(1000.0, True), (999.0, False)])
+def test_target_windows_cut_at_load_as_fast_as_format_4(windows, met):
     results = results_of(
         {"ours": peer_row({"0": load_row(1000.0)}), "ours_windows": peer_row({"0": load_row(windows)})}
     )
-    name = "load: ours_windows (cut at load) >= 0.9x ours (format 4) with 0 workers"
+    name = "load: ours_windows (cut at load) >= 1.0x ours (format 4) with 0 workers"
     assert found(results)[name][0] is met
     assert f"({windows:,.0f} vs 1,000 samples/s)" in found(results)[name][1]
+
+
+@pytest.mark.parametrize(("ours", "met"), [(2e8, True), (1.99e8, False)])
+def test_target_packed_as_fast_as_litdatas_token_stream_at_each_worker_count(ours, met):
+    def packed(rate: float) -> dict:
+        return peer_row({w: load_row(10.0) | {"real_tokens_per_s": rate} for w in ("0", "2")})
+
+    got = found(results_of({"ours_packed": packed(ours), "litdata_packed": packed(2e8)}))
+    for w in ("0", "2"):
+        name = f"load: ours_packed >= 1.0x litdata_packed in real tokens/s with {w} workers"
+        assert got[name][0] is met and "vs 200.0M" in got[name][1]
+    assert not any("litdata_packed" in n for n in found(results_of({"ours_packed": packed(ours)})))
 
 
 @pytest.mark.parametrize(("padding", "met"), [(0.0099, True), (0.01, False)])
