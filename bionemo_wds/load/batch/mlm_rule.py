@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -75,14 +75,6 @@ def check_objective(objective: str, probability: float, replace: str, span: bool
         raise OptionError(f"mlm_replace must be one of {', '.join(REPLACE_RULES)}, got {replace!r}")
     if span not in (None, True, False):
         raise OptionError(f"mlm_span must be None (automatic), True or False, got {span!r}")
-
-
-def check_vocabulary(vocab: Any) -> None:
-    """None (bytes) or an object with the attributes masking reads (`MaskVocabulary`)."""
-    needed = ("name", "vocab_size", "pad_id", "mask_id", "special_ids", "kmer", "overlapping")
-    missing = [name for name in needed if not hasattr(vocab, name)]
-    if vocab is not None and missing:
-        raise OptionError(f"tokenizer must be a tokenizer object (it has no {', '.join(missing)}), got {vocab!r}")
 
 
 @dataclass(frozen=True)
