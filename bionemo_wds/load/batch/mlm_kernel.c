@@ -82,15 +82,17 @@ VECTOR_CLONES static void hash_row(unsigned char *hit, uint32_t folded, uint32_t
         hit[c] = fmix32(folded + (c + 1u) * 0x9E3779B9u) < bound;
 }
 
-/* OFFSETS[m][0 .. COUNTS[m]): the set bits of the byte m, in order (`set_positions`; module init). */
-static uint8_t OFFSETS[256][8], COUNTS[256];
+/* OFFSETS[m][0 .. COUNTS[m]): the set bits of the byte m, in order (`set_positions`; module init);
+ * Py_ssize_t like the positions, so a group of eight is copied with vector adds, not one by one. */
+static Py_ssize_t OFFSETS[256][8];
+static uint8_t COUNTS[256];
 
 static void build_offsets(void) {
     for (int m = 0; m < 256; m++) {
         int n = 0;
         for (int bit = 0; bit < 8; bit++)
             if (m >> bit & 1)
-                OFFSETS[m][n++] = (uint8_t)bit;
+                OFFSETS[m][n++] = bit;
         COUNTS[m] = (uint8_t)n;
     }
 }
@@ -107,9 +109,10 @@ static Py_ssize_t set_positions(const unsigned char *flags, Py_ssize_t n, Py_ssi
         uint64_t word;
         memcpy(&word, flags + j, 8);
         unsigned m = (unsigned)((word * 0x0102040810204080ull) >> 56);
-        const uint8_t *off = OFFSETS[m];
+        const Py_ssize_t *off = OFFSETS[m];
+        Py_ssize_t *restrict at = pos + count; /* restrict: the compiler adds and stores two at a time */
         for (int t = 0; t < 8; t++)
-            pos[count + t] = j + off[t];
+            at[t] = j + off[t];
         count += COUNTS[m];
     }
 #endif
@@ -172,33 +175,34 @@ static PyObject *draw(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
+    const Py_ssize_t n_rows = rows, w = width; /* copies stores cannot alias (see `lay`) */
     const uint64_t *salt = salts.buf;
     const unsigned char *may = cand.buf, *table = special.buf;
     const int64_t *pool = random_ids.buf;
     char *o = out.buf;
     const char *id = ids.buf;
-    unsigned char *centre = hit + width;
-    uint32_t bound32 = (uint32_t)bound, n_width = (uint32_t)width;
+    unsigned char *centre = hit + w;
+    uint32_t bound32 = (uint32_t)bound, n_width = (uint32_t)w;
     Py_ssize_t lo = -((span - 1) / 2), hi = span / 2;
-    for (Py_ssize_t r = 0; r < rows; r++) {
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
         uint64_t s = salt[r];
         uint32_t folded = (uint32_t)((s ^ (s >> 32)) & 0xFFFFFFFFu);
-        Py_ssize_t at = r * width;
+        Py_ssize_t at = r * w;
         hash_row(hit, folded, n_width, bound32);
-        fill_none(o, at, width, out_size);
+        fill_none(o, at, w, out_size);
         Py_ssize_t n_chosen = 0;
         if (span > 1) { /* DNABERT's span: centres that may be chosen, then the cells near one that may be */
-            for (Py_ssize_t c = 0; c < width; c++)
+            for (Py_ssize_t c = 0; c < w; c++)
                 centre[c] = hit[c] & allowed_at(may, id, id_size, at + c, specials, table, n_special);
-            for (Py_ssize_t c = 0; c < width; c++) {
+            for (Py_ssize_t c = 0; c < w; c++) {
                 int near = 0;
                 for (Py_ssize_t from = c - hi; from <= c - lo && !near; from++)
-                    near = from >= 0 && from < width && centre[from];
+                    near = from >= 0 && from < w && centre[from];
                 if (near && allowed_at(may, id, id_size, at + c, specials, table, n_special))
                     chosen[n_chosen++] = c;
             }
         } else { /* the drawn cells' positions without a branch per cell, then those that may be chosen */
-            Py_ssize_t n_hit = set_positions(hit, width, chosen);
+            Py_ssize_t n_hit = set_positions(hit, w, chosen);
             for (Py_ssize_t i = 0; i < n_hit; i++)
                 if (allowed_at(may, id, id_size, at + chosen[i], specials, table, n_special))
                     chosen[n_chosen++] = chosen[i];
@@ -287,18 +291,21 @@ static PyObject *lay(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
+    /* copies the stores below cannot alias (the arguments' addresses went to PyArg_ParseTuple, so the
+     * compiler would reload them after every store, and the label loop would not be vectorised) */
+    const Py_ssize_t n_rows = rows, length = seq_length, n_codes = width;
     int64_t *id = ids.buf, *label = labels.buf;
     const int64_t *first = starts.buf;
     const char *code = codes.buf;
     float *weight = loss.buf;
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        int64_t *row_ids = id + r * seq_length, *row_labels = label + r * seq_length;
-        Py_ssize_t n = drawn_positions(code, r * width, width, code_size, flags, pos), m = 0;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        int64_t *row_ids = id + r * length, *row_labels = label + r * length;
+        Py_ssize_t n = drawn_positions(code, r * n_codes, n_codes, code_size, flags, pos), m = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             int64_t col = first[r] + pos[i];
-            if (col < 0 || col >= seq_length || row_labels[col] == IGNORE_INDEX)
+            if (col < 0 || col >= length || row_labels[col] == IGNORE_INDEX)
                 continue;
-            int64_t drawn = read_int(code, r * width + pos[i], code_size);
+            int64_t drawn = read_int(code, r * n_codes + pos[i], code_size);
             row_ids[col] = drawn >= 0 ? drawn : row_ids[col]; /* a select: MLM_KEEP leaves the id */
             cols[m] = col;
             kept[m++] = row_labels[col];
@@ -306,9 +313,9 @@ static PyObject *lay(PyObject *self, PyObject *args) {
         predicted += m;
         if (megatron) {
             for (Py_ssize_t i = 0; i < m; i++)
-                weight[r * seq_length + cols[i]] = 1.0f;
+                weight[r * length + cols[i]] = 1.0f;
         } else { /* every label -100, then the predicted ones back */
-            for (Py_ssize_t col = 0; col < seq_length; col++)
+            for (Py_ssize_t col = 0; col < length; col++)
                 row_labels[col] = IGNORE_INDEX;
             for (Py_ssize_t i = 0; i < m; i++)
                 row_labels[cols[i]] = kept[i];
