@@ -1,7 +1,9 @@
 """Builds the optional C extensions (pyproject.toml holds the rest of the configuration): the exact BPE
-encoder of bionemo_wds.load.tokenize.exact_bpe, and the masked-LM kernel of bionemo_wds.load.batch.mlm.
+encoder of bionemo_wds.load.tokenize.exact_bpe, the byte-table passes of bionemo_wds.load.batch.byte_lookup
+(reverse complement, the A/C/G/T check) and the masked-LM kernel of bionemo_wds.load.batch.mlm.
 Without a C compiler the package installs without them: BPE files are then encoded by the `tokenizers`
-library and masked-LM masks drawn by numpy (the same ids and masks, slower; each says so in a warning)."""
+library, byte tables applied by `bytes.translate` and masked-LM masks drawn by numpy (the same ids,
+bases and masks, slower; the BPE and masked-LM paths say so in a warning)."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +12,12 @@ setup(
         Extension(
             "bionemo_wds.load.tokenize.bpe_native",
             sources=["bionemo_wds/load/tokenize/bpe_native.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
+        Extension(
+            "bionemo_wds.load.batch.byte_tables",
+            sources=["bionemo_wds/load/batch/byte_tables.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

@@ -19,15 +19,15 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
 fi
 STAMP="$("$PY" -c 'import sys; print(sys.prefix)')/.bionemo-wds-installed"
 # reinstalled when the package's build inputs change: pyproject.toml, and setup.py with the C
-# extensions it compiles (bionemo_wds/**/*.c: the exact BPE encoder, the masked-LM kernel)
+# extensions it compiles (bionemo_wds/**/*.c: the exact BPE encoder, the masked-LM kernel, byte tables)
 # (find fails while there is no stamp yet, in a fresh venv: `|| true` keeps set -e from ending here)
 NEWER_C="$(find "$ROOT/bionemo_wds" -name '*.c' -newer "$STAMP" 2>/dev/null | head -1 || true)"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/setup.py" -nt "$STAMP" ] \
     || [ -n "$NEWER_C" ] || ! "$PY" -c "import bionemo_wds" >/dev/null 2>&1; then
     "$PY" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v "is ignored: it is neither" >&2 || true
     "$PY" -c "import bionemo_wds, torch, lightning, webdataset"  # fail here, loudly, if the install did not work
-    "$PY" -c "import bionemo_wds.load.tokenize.bpe_native, bionemo_wds.load.batch.mlm_kernel" 2>/dev/null \
-        || echo "note: the C extensions were not built (no C compiler?): BPE tokenizer files load through the slower tokenizers library, masked-LM masks are drawn by numpy" >&2
+    "$PY" -c "import bionemo_wds.load.tokenize.bpe_native, bionemo_wds.load.batch.mlm_kernel, bionemo_wds.load.batch.byte_tables" 2>/dev/null \
+        || echo "note: the C extensions were not built (no C compiler?): BPE tokenizer files load through the slower tokenizers library, masked-LM masks are drawn by numpy, reverse complements made by bytes.translate" >&2
     touch "$STAMP"
 fi
 # megatron-core for export-megatron's tests, without its dependencies (beside torch, numpy and

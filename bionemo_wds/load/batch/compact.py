@@ -7,7 +7,7 @@ making one end here: `stages.collate_compact` (any loader's `Window` views or di
 `planned.assemble` (the planned loader's records, without a Python object per window).
 
 Reverse complement is applied here, to the whole batch: flipped rows are copied reversed, then
-complemented in one `bytes.translate` over all of them (PAD complements to itself, so padding
+complemented in place by a byte-table pass (`byte_lookup`; PAD complements to itself, so padding
 needs no care). The strand is decided by the caller (`seeds.salted_flips`); this module only
 writes bytes.
 """
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, PAD_ID
+from bionemo_wds.load.batch.byte_lookup import translate_rows
 
 assert COMPLEMENT_TABLE[PAD_ID] == PAD_ID, "padding must complement to itself (whole rows are complemented)"
 
@@ -80,17 +81,9 @@ def compact_bases(parts: Sequence[Part], flip: Sequence[bool], window: int | Non
 
 
 def complement_rows(bases: np.ndarray, rows: list[int]) -> None:
-    """Complement rows `rows` of the uint8 matrix `bases` in place, with one translate call.
-
-    `bytes.translate` is faster than numpy's fancy-index lookup (`table[bases]`) on uint8 data (see
-    `tokenizer.reverse_complement_bases`); the rows are gathered into one bytes object so the call is
-    made once per batch."""
-    if len(rows) == len(bases):
-        bases[:] = np.frombuffer(bases.tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8).reshape(bases.shape)
-        return
-    picked = np.asarray(rows, dtype=np.intp)
-    done = np.frombuffer(bases[picked].tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8)
-    bases[picked] = done.reshape(len(rows), bases.shape[1])
+    """Complement rows `rows` of the uint8 matrix `bases` in place: one byte-table pass per row
+    (`byte_lookup.translate_rows`; without the C extension one `bytes.translate` over all of them)."""
+    translate_rows(bases, rows, COMPLEMENT_TABLE)
 
 
 def compact_tags(tags: Sequence[bytes], max_tag: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ import torch
 
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 from bionemo_wds.errors import OptionError
+from bionemo_wds.load.batch.byte_lookup import holds_other_than, translate_in_place
 
 #: The bases that are trained when degenerate bases are masked: A, C, G, T in either case.
 REAL_BASES = b"ACGTacgt"
@@ -55,15 +56,16 @@ SPECIALS = bytes([EOS_ID, PAD_ID, BOS_ID, SEP_ID, UNK_ID])
 
 def degenerate_bases(bases: np.ndarray) -> np.ndarray | None:
     """Where a compact base matrix (uint8 ids, PAD after each row's bases) holds a base that is not
-    A/C/G/T, or None when it holds none: one `bytes.translate` pass that deletes the real bases and
-    the padding decides it, at memory speed, so a batch of real bases pays nothing more."""
-    if not len(bases.tobytes().translate(None, NOT_DEGENERATE)):
+    A/C/G/T, or None when it holds none: one byte-table pass (`byte_lookup.holds_other_than`) over all
+    but the real bases and the padding decides it, at memory speed, so a batch of real bases pays nothing more."""
+    if not holds_other_than(bases, NOT_DEGENERATE):
         return None
     return NOT_REAL[bases] & (bases != PAD_ID)
 
 
-#: `bytes.translate` tables of packed label ids, by whether degenerate bases are masked: 1 where the
-#: label is trained (a real base; any base when they are not masked), 0 elsewhere (specials, PAD).
+#: Byte tables of packed label ids (`byte_lookup.translate_in_place`), by whether degenerate bases are
+#: masked: 1 where the label is trained (a real base; any base when they are not masked), 0 elsewhere
+#: (specials, PAD).
 TRAINED_TABLES = {
     True: bytes(int(not NOT_REAL[b]) for b in range(256)),
     False: bytes(int(b > UNK_ID) for b in range(256)),
@@ -72,16 +74,17 @@ TRAINED_TABLES = {
 
 def trained_labels(labels: np.ndarray, mask_degenerate: bool) -> np.ndarray:
     """Where uint8 labels (any shape) are trained, as uint8 0/1 of the same shape: one
-    `bytes.translate` pass (`TRAINED_TABLES`), which also decides the degenerate bases, at about the
+    byte-table pass (`TRAINED_TABLES`), which also decides the degenerate bases, at about the
     cost of the check that a batch holds none. Tag bytes are letters too: the caller clears them."""
-    done = labels.tobytes().translate(TRAINED_TABLES[mask_degenerate])
-    return np.frombuffer(done, dtype=np.uint8).reshape(labels.shape)
+    done = np.array(labels, dtype=np.uint8, order="C")  # a copy: the labels stay as they are
+    translate_in_place(done, TRAINED_TABLES[mask_degenerate])
+    return done
 
 
 def may_hold_degenerate(tokens: np.ndarray) -> bool:
     """Whether a packed token matrix (uint8: specials, tags and bases) holds any byte but a real base
-    and the specials: one `bytes.translate` pass; False says it holds no degenerate base."""
-    return len(tokens.tobytes().translate(None, NOT_DEGENERATE + SPECIALS)) > 0
+    and the specials: one byte-table pass; False says it holds no degenerate base."""
+    return holds_other_than(tokens, NOT_DEGENERATE + SPECIALS)
 
 
 def degenerate_in_documents(tokens: np.ndarray, is_base: np.ndarray) -> np.ndarray | None:

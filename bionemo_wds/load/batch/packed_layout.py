@@ -5,7 +5,7 @@ document its row (sample) in the batch, sequence, first base, length and tag, an
 stored pieces its bases lie in (``pieces[first_piece[d]:first_piece[d + 1]]``). `lay_out` writes
 the packed token matrix (each document ``BOS tag SEP bases EOS``, then PAD): the specials placed by
 index, each stored piece copied once to where it goes, and the flipped documents' bases
-reverse-complemented by one reversed join and one `bytes.translate` over all of them. Where each
+reverse-complemented by one reversed join and one byte-table pass over it (`byte_lookup`). Where each
 document and piece goes is worked out in one pass over plain lists: a batch holds a few dozen
 documents, and on arrays that small each numpy call costs more than the Python arithmetic it
 replaces; the bases are only ever moved by numpy copies. The document columns (``doc_tokens``,
@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
+from bionemo_wds.load.batch.byte_lookup import translate_in_place
 
 
 class DocumentArrays(NamedTuple):
@@ -83,7 +84,8 @@ def lay_out(
             flat[at : at + len(piece)] = piece
             at += len(piece)
     if flipped:
-        done = np.frombuffer(np.concatenate(flipped).tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8)
+        done = np.concatenate(flipped)
+        translate_in_place(done, COMPLEMENT_TABLE)
         taken = 0
         for d in range(k):
             if flips[d]:

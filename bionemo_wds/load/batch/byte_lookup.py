@@ -1,0 +1,57 @@
+"""Byte-table passes over uint8 arrays: every byte through a 256-byte table, in place
+(`translate_in_place`, `translate_rows`), and whether an array holds a byte outside a set
+(`holds_other_than`).
+
+The reverse complement of a batch's flipped rows and the check that it holds only A/C/G/T are such
+passes. The C extension ``byte_tables.c`` makes each one pass in place; where it is not built (no C
+compiler at install) `bytes.translate` does the same, with the copies around it (the figures are in
+docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+
+import numpy as np
+
+try:
+    import bionemo_wds.load.batch.byte_tables as byte_tables
+except ImportError:  # built by `pip install -e .` where a C compiler is found (setup.py: optional)
+    byte_tables = None  # type: ignore[assignment]
+
+
+def translate_in_place(array: np.ndarray, table: bytes) -> None:
+    """Every byte b of the uint8 `array` (any shape) becomes ``table[b]``, in place."""
+    if byte_tables is not None and array.flags.c_contiguous and array.flags.writeable:
+        byte_tables.apply(array, table)
+    else:
+        array[...] = np.frombuffer(array.tobytes().translate(table), dtype=np.uint8).reshape(array.shape)
+
+
+def translate_rows(matrix: np.ndarray, rows: Sequence[int], table: bytes) -> None:
+    """`translate_in_place` of rows `rows` of the uint8 `matrix` (without the extension: the rows
+    gathered into one `bytes.translate` call, which costs less than a call per row)."""
+    if byte_tables is not None and matrix.flags.c_contiguous and matrix.flags.writeable:
+        for i in rows:
+            byte_tables.apply(matrix[i], table)
+        return
+    if len(rows) == len(matrix):
+        translate_in_place(matrix, table)
+        return
+    picked = np.asarray(rows, dtype=np.intp)
+    done = np.frombuffer(matrix[picked].tobytes().translate(table), dtype=np.uint8)
+    matrix[picked] = done.reshape(len(rows), *matrix.shape[1:])
+
+
+@cache
+def marks(kept: bytes) -> bytes:
+    """The table that marks every byte but those of `kept`."""
+    return bytes(int(b not in kept) for b in range(256))
+
+
+def holds_other_than(array: np.ndarray, kept: bytes) -> bool:
+    """Whether the uint8 `array` holds a byte that is not in `kept` (one pass, at memory speed)."""
+    if byte_tables is not None and array.flags.c_contiguous:
+        return byte_tables.any_marked(array, marks(kept))
+    return len(array.tobytes().translate(None, kept)) > 0

@@ -1,0 +1,6 @@
+"""Types of the C extension byte_tables.c (byte-table passes over uint8 buffers, `batch.byte_lookup`)."""
+
+from typing import Any
+
+def apply(buffer: Any, table: bytes) -> None: ...
+def any_marked(buffer: Any, table: bytes) -> bool: ...

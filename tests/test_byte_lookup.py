@@ -1,0 +1,83 @@
+"""`batch.byte_lookup`: the byte-table passes (reverse complement, the A/C/G/T check) by the C
+extension give what `bytes.translate` gives, for any bytes and table, and the fallback without the
+extension is the same function."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE
+from bionemo_wds.load.batch import byte_lookup
+from bionemo_wds.load.batch.labels import NOT_DEGENERATE
+
+built = pytest.mark.skipif(byte_lookup.byte_tables is None, reason="the byte_tables extension is not built")
+
+tables = st.binary(min_size=256, max_size=256)
+matrices = st.tuples(st.integers(0, 6), st.integers(0, 40)).flatmap(
+    lambda shape: st.binary(min_size=shape[0] * shape[1], max_size=shape[0] * shape[1]).map(
+        lambda raw: np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+    )
+)
+
+
+@pytest.fixture(params=["extension", "translate"])
+def mode(request, monkeypatch):
+    if request.param == "extension" and byte_lookup.byte_tables is None:
+        pytest.skip("the byte_tables extension is not built")
+    if request.param == "translate":
+        monkeypatch.setattr(byte_lookup, "byte_tables", None)
+    return request.param
+
+
+def expected(matrix: np.ndarray, table: bytes) -> np.ndarray:
+    return np.frombuffer(matrix.tobytes().translate(table), dtype=np.uint8).reshape(matrix.shape)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(matrix=matrices, table=tables, data=st.data())
+def test_in_place_and_rows_equal_bytes_translate(mode, matrix, table, data):
+    whole = matrix.copy()
+    byte_lookup.translate_in_place(whole, table)
+    assert np.array_equal(whole, expected(matrix, table))
+    rows = data.draw(st.lists(st.integers(0, max(len(matrix) - 1, 0)), unique=True) if len(matrix) else st.just([]))
+    some = matrix.copy()
+    byte_lookup.translate_rows(some, sorted(rows), table)
+    want = matrix.copy()
+    want[sorted(rows)] = expected(matrix[sorted(rows)], table)
+    assert np.array_equal(some, want)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(matrix=matrices, kept=st.binary(max_size=12))
+def test_holds_other_than_is_what_deleting_the_kept_bytes_leaves(mode, matrix, kept):
+    assert byte_lookup.holds_other_than(matrix, kept) is (len(matrix.tobytes().translate(None, kept)) > 0)
+
+
+def test_a_real_genome_batch_complements_and_holds_only_real_bases(mode, lambda_seq):
+    bases = np.frombuffer(lambda_seq[:4096].upper().encode(), dtype=np.uint8).reshape(4, 1024).copy()
+    assert not byte_lookup.holds_other_than(bases, NOT_DEGENERATE)
+    flipped = bases.copy()
+    byte_lookup.translate_rows(flipped, [1, 3], COMPLEMENT_TABLE)
+    assert flipped[1].tobytes() == bases[1].tobytes().translate(bytes.maketrans(b"ACGT", b"TGCA"))
+    assert np.array_equal(flipped[[0, 2]], bases[[0, 2]])
+    bases[2, 7] = ord("N")
+    assert byte_lookup.holds_other_than(bases, NOT_DEGENERATE)
+
+
+def test_a_strided_view_takes_the_translate_path_and_is_still_right(mode):
+    matrix = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    view = matrix[:, ::2]  # not contiguous: never handed to the extension
+    byte_lookup.translate_in_place(view, COMPLEMENT_TABLE)
+    assert np.array_equal(view, expected(np.arange(64, dtype=np.uint8).reshape(8, 8)[:, ::2], COMPLEMENT_TABLE))
+    assert np.array_equal(matrix[:, 1::2], np.arange(64, dtype=np.uint8).reshape(8, 8)[:, 1::2])
+
+
+@built
+def test_a_table_of_the_wrong_size_is_refused():
+    with pytest.raises(ValueError, match="256 bytes, this one 255"):
+        byte_lookup.byte_tables.apply(np.zeros(4, np.uint8), bytes(255))
+    with pytest.raises(ValueError, match="256 bytes"):
+        byte_lookup.byte_tables.any_marked(np.zeros(4, np.uint8), bytes(257))
