@@ -51,7 +51,7 @@ def test_in_place_and_rows_equal_bytes_translate(mode, matrix, table, data):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(matrix=matrices, kept=st.binary(max_size=12))
+@given(matrix=matrices, kept=st.binary(max_size=40))
 def test_holds_other_than_is_what_deleting_the_kept_bytes_leaves(mode, matrix, kept):
     assert byte_lookup.holds_other_than(matrix, kept) is (len(matrix.tobytes().translate(None, kept)) > 0)
 
@@ -76,8 +76,11 @@ def test_a_strided_view_takes_the_translate_path_and_is_still_right(mode):
 
 
 @built
-def test_a_table_of_the_wrong_size_is_refused():
+def test_a_table_of_the_wrong_size_or_too_many_kept_bytes_are_refused():
     with pytest.raises(ValueError, match="256 bytes, this one 255"):
         byte_lookup.byte_tables.apply(np.zeros(4, np.uint8), bytes(255))
-    with pytest.raises(ValueError, match="256 bytes"):
-        byte_lookup.byte_tables.any_marked(np.zeros(4, np.uint8), bytes(257))
+    with pytest.raises(ValueError, match="at most 32 kept bytes, not 33"):
+        byte_lookup.byte_tables.any_outside(np.zeros(4, np.uint8), bytes(range(33)))
+    many = bytes(range(40))  # more than the extension compares with: bytes.translate decides
+    assert not byte_lookup.holds_other_than(np.arange(40, dtype=np.uint8), many)
+    assert byte_lookup.holds_other_than(np.arange(41, dtype=np.uint8), many)

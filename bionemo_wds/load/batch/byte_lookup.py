@@ -11,7 +11,6 @@ docs/benchmarks.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
 
 import numpy as np
 
@@ -44,14 +43,12 @@ def translate_rows(matrix: np.ndarray, rows: Sequence[int], table: bytes) -> Non
     matrix[picked] = done.reshape(len(rows), *matrix.shape[1:])
 
 
-@cache
-def marks(kept: bytes) -> bytes:
-    """The table that marks every byte but those of `kept`."""
-    return bytes(int(b not in kept) for b in range(256))
-
-
 def holds_other_than(array: np.ndarray, kept: bytes) -> bool:
     """Whether the uint8 `array` holds a byte that is not in `kept` (one pass, at memory speed)."""
-    if byte_tables is not None and array.flags.c_contiguous:
-        return byte_tables.any_marked(array, marks(kept))
+    if byte_tables is not None and array.flags.c_contiguous and len(kept) <= MAX_KEPT:
+        return byte_tables.any_outside(array, kept)
     return len(array.tobytes().translate(None, kept)) > 0
+
+
+#: The most kept bytes `byte_tables.any_outside` compares with.
+MAX_KEPT = 32
