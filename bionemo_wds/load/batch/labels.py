@@ -56,8 +56,9 @@ SPECIALS = bytes([EOS_ID, PAD_ID, BOS_ID, SEP_ID, UNK_ID])
 
 def degenerate_bases(bases: np.ndarray) -> np.ndarray | None:
     """Where a compact base matrix (uint8 ids, PAD after each row's bases) holds a base that is not
-    A/C/G/T, or None when it holds none: one byte-table pass (`byte_lookup.holds_other_than`) over all
-    but the real bases and the padding decides it, at memory speed, so a batch of real bases pays nothing more."""
+    A/C/G/T, or None when it holds none: one pass that asks whether any byte is neither a real base
+    nor PAD (`byte_lookup.holds_other_than`) decides it, at memory speed, so a batch of real bases
+    pays nothing more."""
     if not holds_other_than(bases, NOT_DEGENERATE):
         return None
     return NOT_REAL[bases] & (bases != PAD_ID)
