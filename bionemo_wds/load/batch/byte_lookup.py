@@ -31,12 +31,12 @@ def translate_in_place(array: np.ndarray, table: bytes) -> None:
 def translate_rows(matrix: np.ndarray, rows: Sequence[int], table: bytes) -> None:
     """`translate_in_place` of rows `rows` of the uint8 `matrix` (without the extension: the rows
     gathered into one `bytes.translate` call, which costs less than a call per row)."""
+    if len(rows) == len(matrix):  # every row: one pass over the whole matrix
+        translate_in_place(matrix, table)
+        return
     if byte_tables is not None and matrix.flags.c_contiguous and matrix.flags.writeable:
         for i in rows:
             byte_tables.apply(matrix[i], table)
-        return
-    if len(rows) == len(matrix):
-        translate_in_place(matrix, table)
         return
     picked = np.asarray(rows, dtype=np.intp)
     done = np.frombuffer(matrix[picked].tobytes().translate(table), dtype=np.uint8)
