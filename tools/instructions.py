@@ -57,9 +57,11 @@ def build_helper(folder: Path) -> Path:
 def child(args: argparse.Namespace) -> None:
     """In the tree's process, under callgrind: make the peer, warm it, count --passes passes."""
     sys.path.insert(0, os.getcwd())  # the tree being measured, not this script's checkout
-    if args.peer.startswith("ours"):
-        import bionemo_wds.lightning.datamodule  # noqa: F401  (imported before counting, as the benchmark does)
+    from benchmarks.child import LIGHTNING_PEERS
     from benchmarks.peers import make_peer
+
+    if args.peer in LIGHTNING_PEERS:
+        import bionemo_wds.lightning.datamodule  # noqa: F401  (imported before counting, as the benchmark does)
 
     peer = make_peer(
         args.peer, Path(args.fasta), Path(args.workdir), args.seq_length, args.stride, args.tail, args.batch_size
