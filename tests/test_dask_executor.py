@@ -81,6 +81,29 @@ def test_our_local_clusters_run_without_the_dashboards_profiler_and_fast_ticks(c
     assert dask.config.get("distributed.worker.profile.enabled") is True  # Dask's default, here
 
 
+def test_our_local_clusters_workers_drop_only_the_heartbeat_loss_line(cluster):
+    """Each worker of a cluster we start filters the line a heartbeat logs when the scheduler has
+    gone (a shutdown after a failed run raced it into the CLI's one-line error) and nothing else."""
+    import logging
+
+    from distributed import Client
+
+    def kept(message: str) -> bool:
+        log = logging.getLogger("distributed.worker")
+        return bool(log.filter(log.makeRecord(log.name, logging.ERROR, "worker.py", 1, message, (), None)))
+
+    with Client(cluster.scheduler_address) as client:
+        assert list(client.run(kept, "Failed to communicate with scheduler during heartbeat.").values()) == [
+            False,
+            False,
+        ]
+        assert list(client.run(kept, "Unexpected exception during heartbeat. Closing worker.").values()) == [
+            True,
+            True,
+        ]
+    assert kept("Failed to communicate with scheduler during heartbeat.")  # this process's log is as it was
+
+
 def test_the_cli_starts_a_local_cluster_when_no_scheduler_is_given(tmp_path, local_kleb):
     out = tmp_path / "cli"
     argv = ["prepare", str(KLEBSIELLA), "--out", str(out), "--quiet", "--executor", "dask", "--workers", "2"]

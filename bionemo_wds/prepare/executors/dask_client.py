@@ -47,9 +47,11 @@ def local_cluster(workers: int, threads: int = 1) -> Any:
     """A `distributed.LocalCluster` of `workers` worker processes with `threads` threads each, on
     127.0.0.1 only, without the dashboard (what ``--executor dask`` without ``--scheduler`` starts),
     with `LOCAL_CLUSTER_CONFIG` (the scheduler reads it as it starts, and each worker process gets
-    it from its nanny)."""
+    it from its nanny) and `QuietHeartbeatLoss` in each worker."""
     distributed = distributed_module()
     import dask
+
+    from bionemo_wds.prepare.executors.dask_worker_log import QuietHeartbeatLoss
 
     with dask.config.set(LOCAL_CLUSTER_CONFIG):
         return distributed.LocalCluster(
@@ -65,6 +67,7 @@ def local_cluster(workers: int, threads: int = 1) -> Any:
             # its processes log errors only: its own shutdown's notes (tasks cancelled when a run stops
             # on a full disk) would precede the one line that says what happened
             silence_logs=logging.ERROR,
+            plugins=(QuietHeartbeatLoss(),),
         )
 
 
