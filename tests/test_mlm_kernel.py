@@ -52,9 +52,11 @@ def rules() -> st.SearchStrategy[tuple[str, MaskingRule]]:
     width=st.integers(0, 300),
     id_type=st.sampled_from(["native", "uint8", "int16", "int32", "int64"]),
     specials=st.booleans(),
+    by_length=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_the_kernels_draws_equal_numpys(named, rows, width, id_type, specials, seed):
+def test_the_kernels_draws_equal_numpys(named, rows, width, id_type, specials, by_length, seed):
+    """Candidates as a matrix, or as one length a row (any int, negative or past the width too)."""
     name, rule = named
     rng = np.random.default_rng(seed)
     vocab = VOCABS[name]
@@ -62,11 +64,18 @@ def test_the_kernels_draws_equal_numpys(named, rows, width, id_type, specials, s
     top = min(vocab.vocab_size, np.iinfo(dtype).max + 1)
     ids = rng.integers(0, top, (rows, width)).astype(dtype)
     candidates = rng.random((rows, width)) < rng.random()
+    if by_length:
+        candidates = rng.integers(-2, width + 3, rows)
     salts = rng.integers(0, 2**63, rows, dtype=np.uint64) * np.uint64(2) + np.uint64(seed & 1)
     expected = numpy_mask_tokens(ids, candidates, salts, rule, specials)
     got = mask_tokens(ids, candidates, salts, rule, specials)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
+    previous = mlm_native.mlm_kernel.vector_path(False)  # the portable pass, as on a CPU without AVX2
+    try:
+        np.testing.assert_array_equal(mask_tokens(ids, candidates, salts, rule, specials), expected)
+    finally:
+        mlm_native.mlm_kernel.vector_path(previous)
 
 
 @needs_kernel
@@ -146,11 +155,13 @@ def test_the_kernel_refuses_buffers_that_disagree_with_the_shape_it_is_told():
     kernel = mlm_native.mlm_kernel
     out = np.empty((1, 4), dtype=np.int16)
     table, salts = np.zeros(256, dtype=np.uint8), np.zeros(1, dtype=np.uint64)
-    args = [out, 2, np.zeros((1, 4), np.uint8), 1, np.ones((1, 4), np.uint8), salts, 1, 4, 100, 1, table]
+    args = [out, 2, np.zeros((1, 4), np.uint8), 1, np.ones((1, 4), np.uint8), b"", salts, 1, 4, 100, 1, table]
     with pytest.raises(ValueError, match="ids holds 2 bytes, 4 needed"):
         kernel.draw(out, 2, np.zeros((1, 2), np.uint8), 1, *args[4:], np.arange(3), 5, True, 0.8, 0.9, True)
     with pytest.raises(ValueError, match="random_ids is empty"):
         kernel.draw(*args, np.zeros(0, np.int64), 5, True, 0.8, 0.9, True)
+    with pytest.raises(ValueError, match="lengths holds 4 bytes, 8 needed"):
+        kernel.draw(*args[:5], np.zeros(1, np.int32), *args[6:], np.arange(3), 5, True, 0.8, 0.9, True)
     ids = np.zeros((2, 8), dtype=np.int64)
     with pytest.raises(ValueError, match="labels holds"):
         kernel.lay(

@@ -131,6 +131,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="samples per batch (default 8)")
     p.add_argument("--passes", type=int, default=1, help="passes counted, after one warm pass (default 1)")
     p.add_argument("--cache-sim", action="store_true", help="also simulate the caches: L1 and last-level misses")
+    p.add_argument(
+        "--keep",
+        type=Path,
+        help="copy each tree's counted dump here as PEER-N.callgrind (N: the tree's place in the --tree list), "
+        "to read where the instructions went: callgrind_annotate --inclusive=yes FILE",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--helper", help=argparse.SUPPRESS)
     p.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
@@ -156,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             runs = list(
                 pool.map(lambda it: count(it[1], args, helper, Path(tmp) / f"run{it[0]}.out"), enumerate(trees))
             )
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for n in range(len(trees)):
+                shutil.copyfile(Path(tmp) / f"run{n}.out.1", args.keep / f"{args.peer}-{n}.callgrind")
     first = runs[0][0]["Ir"]
     print(
         f"{args.peer}: {args.passes} pass(es) of {Path(args.fasta).name}, "

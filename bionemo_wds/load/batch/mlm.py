@@ -82,9 +82,10 @@ def mask_tokens(
 ) -> np.ndarray:
     """The ``mlm`` matrix of a batch of token rows (rows x width): `MLM_NONE` where nothing is
     predicted, `MLM_KEEP` where the token is predicted and shown as it is, else the id shown (the
-    mask token or a random token). `candidates`: the tokens that may be chosen (`maskable`;
-    `specials`: leave out the rule's special ids too, looked up at the drawn tokens alone); `salts`:
-    one per row (`row_salts`). A pure function of its arguments.
+    mask token or a random token). `candidates`: the tokens that may be chosen (`maskable`; or one
+    int length a row: the tokens before it, which spares making the matrix); `specials`: leave out
+    the rule's special ids too, looked up at the drawn tokens alone; `salts`: one per row
+    (`row_salts`). A pure function of its arguments.
 
     Token (r, c) is a centre when ``fmix32(salt32[r] + (c + 1) * 0x9E3779B9)`` (murmur3's 32-bit
     finaliser of a Weyl sequence; salt32: the row salt's halves xor-ed) is below ``probability *
@@ -102,7 +103,9 @@ def numpy_mask_tokens(
 ) -> np.ndarray:
     """`mask_tokens` in whole-batch numpy passes: the reference the C kernel is tested against, and the
     path where it is not built."""
-    n, width = candidates.shape
+    n, width = ids.shape
+    if candidates.ndim == 1:  # row lengths
+        candidates = np.arange(width) < np.asarray(candidates)[:, None]
     out = np.full((n, width), MLM_NONE, dtype=rule.dtype)
     if not n or not width:
         return out

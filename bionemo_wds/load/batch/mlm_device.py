@@ -124,17 +124,18 @@ def draw_candidates(compact: dict[str, Any], vocab_rows: bool) -> tuple[Any, Any
     """The ids a compact batch's draws read and the cells that may be chosen (before specials are
     left out): a tokenizer's rows (`vocab_rows`) every cell of ``tokens``; a packed row the base
     columns of ``tokens`` (`packed_columns.base_columns`); a window row ``bases`` before its length. numpy
-    arrays in, numpy out (the workers); tensors in, tensors on their device out."""
+    arrays in, numpy out (the workers; rows whose cells before a length may be chosen as those lengths,
+    which `mlm.mask_tokens` takes in place of the matrix); tensors in, tensors on their device out."""
     if vocab_rows or "doc_tokens" in compact:
         ids = compact["tokens"]
     else:
         ids, lengths = compact["bases"], compact["lengths"]
     if not isinstance(ids, torch.Tensor):
         if vocab_rows:
-            return ids, np.ones(ids.shape, dtype=bool)
+            return ids, np.full(len(ids), ids.shape[1], dtype=np.int64)
         if "doc_tokens" in compact:
             return ids, base_columns(compact["doc_tokens"], compact["doc_prefix"], ids.shape[1])
-        return ids, np.arange(ids.shape[1]) < np.asarray(lengths)[:, None]
+        return ids, np.asarray(lengths, dtype=np.int64)
     if vocab_rows:
         return ids, torch.ones(ids.shape, dtype=torch.bool, device=ids.device)
     if "doc_tokens" in compact:

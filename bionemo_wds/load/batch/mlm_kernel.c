@@ -132,10 +132,64 @@ static void fill_none(char *base, Py_ssize_t at, Py_ssize_t n, int size) {
     }
 }
 
-/* Whether cell `at` may be chosen: a candidate, and (with `specials`) its id not special. */
-static inline int allowed_at(const unsigned char *may, const char *ids, int id_size, Py_ssize_t at, int specials,
-                             const unsigned char *table, Py_ssize_t n_special) {
-    if (!may[at])
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define AVX2_HITS 1
+/* `hash_row` and `set_positions` in one AVX2 pass: eight 32-bit draws, their comparison with the bound
+ * as one byte of lane signs, and that byte's positions copied from OFFSETS (no branch per draw). */
+__attribute__((target("avx2"))) static Py_ssize_t hits_avx2(uint32_t folded, Py_ssize_t n, uint32_t bound,
+                                                           Py_ssize_t *pos) {
+    const __m256i weyl = _mm256_set1_epi32((int)0x9E3779B9u);
+    __m256i x = _mm256_add_epi32(_mm256_set1_epi32((int)folded),
+                                 _mm256_mullo_epi32(_mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8), weyl));
+    const __m256i step = _mm256_set1_epi32((int)(8u * 0x9E3779B9u));
+    const __m256i f1 = _mm256_set1_epi32((int)0x85EBCA6Bu), f2 = _mm256_set1_epi32((int)0xC2B2AE35u);
+    const __m256i flip = _mm256_set1_epi32((int)0x80000000u); /* unsigned order as signed: flip the top bit */
+    const __m256i limit = _mm256_set1_epi32((int)(bound ^ 0x80000000u));
+    Py_ssize_t count = 0, c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256i h = x;
+        h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+        h = _mm256_mullo_epi32(h, f1);
+        h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
+        h = _mm256_mullo_epi32(h, f2);
+        h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+        x = _mm256_add_epi32(x, step);
+        __m256i below = _mm256_cmpgt_epi32(limit, _mm256_xor_si256(h, flip));
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(below)); /* bit i: draw c + i */
+        __m256i at = _mm256_set1_epi64x((long long)c);
+        const __m256i *off = (const __m256i *)OFFSETS[m];
+        _mm256_storeu_si256((__m256i *)(pos + count), _mm256_add_epi64(_mm256_loadu_si256(off), at));
+        _mm256_storeu_si256((__m256i *)(pos + count + 4), _mm256_add_epi64(_mm256_loadu_si256(off + 1), at));
+        count += COUNTS[m];
+    }
+    for (; c < n; c++) {
+        pos[count] = c;
+        count += fmix32(folded + (uint32_t)(c + 1) * 0x9E3779B9u) < bound;
+    }
+    return count;
+}
+#endif
+
+/* Whether the AVX2 pass runs here (module init asks the CPU once). */
+static int avx2_hits = 0;
+
+/* The cells c < n of a row whose draw is below `bound` (a centre), in order, into pos (room n + 8);
+ * their count. hit: n bytes of scratch for the portable path. */
+static Py_ssize_t row_hits(uint32_t folded, Py_ssize_t n, uint32_t bound, unsigned char *hit, Py_ssize_t *pos) {
+#ifdef AVX2_HITS
+    if (avx2_hits)
+        return hits_avx2(folded, n, bound, pos);
+#endif
+    hash_row(hit, folded, (uint32_t)n, bound);
+    return set_positions(hit, n, pos);
+}
+
+/* Whether cell c of a row may be chosen: before the row's `limit`, a candidate (`may`: the row's
+ * candidate bytes, or NULL for every cell) and (with `specials`) its id not special. */
+static inline int allowed_at(const unsigned char *may, const char *ids, int id_size, Py_ssize_t at, Py_ssize_t c,
+                             Py_ssize_t limit, int specials, const unsigned char *table, Py_ssize_t n_special) {
+    if (c >= limit || (may && !may[c]))
         return 0;
     if (!specials)
         return 1;
@@ -143,26 +197,28 @@ static inline int allowed_at(const unsigned char *may, const char *ids, int id_s
     return !(v >= 0 && v < n_special && table[v]);
 }
 
-/* draw(out, out_size, ids, id_size, candidates, salts, rows, width, bound, span, special_table,
- *      random_ids, mask_id, bert, mask_share, random_share, specials) */
+/* draw(out, out_size, ids, id_size, candidates, lengths, salts, rows, width, bound, span, special_table,
+ *      random_ids, mask_id, bert, mask_share, random_share, specials): candidates (bytes, rows x width)
+ * or lengths (int64, one a row: the cells before it) or both empty (every cell). */
 static PyObject *draw(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer out, ids, cand, salts, special, random_ids;
+    Py_buffer out, ids, cand, lens, salts, special, random_ids;
     int out_size, id_size, span, bert, specials;
     Py_ssize_t rows, width;
     unsigned long long bound;
     long long mask_id;
     double mask_share, random_share;
-    if (!PyArg_ParseTuple(args, "w*iy*iy*y*nnKiy*y*Lpddp", &out, &out_size, &ids, &id_size, &cand, &salts, &rows,
-                          &width, &bound, &span, &special, &random_ids, &mask_id, &bert, &mask_share, &random_share,
-                          &specials))
+    if (!PyArg_ParseTuple(args, "w*iy*iy*y*y*nnKiy*y*Lpddp", &out, &out_size, &ids, &id_size, &cand, &lens, &salts,
+                          &rows, &width, &bound, &span, &special, &random_ids, &mask_id, &bert, &mask_share,
+                          &random_share, &specials))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t cells = rows * width, n_special = special.len, n_random = random_ids.len / 8;
     unsigned char *hit = NULL;
     Py_ssize_t *chosen = NULL;
     if (!sized(&out, cells * out_size, "out") || !sized(&ids, cells * id_size, "ids") ||
-        !sized(&cand, cells, "candidates") || !sized(&salts, rows * 8, "salts"))
+        (cand.len && !sized(&cand, cells, "candidates")) || (lens.len && !sized(&lens, rows * 8, "lengths")) ||
+        !sized(&salts, rows * 8, "salts"))
         goto done;
     if (n_random < 1) {
         PyErr_SetString(PyExc_ValueError, "random_ids is empty: a rule needs an id that is not special");
@@ -177,35 +233,43 @@ static PyObject *draw(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     const Py_ssize_t n_rows = rows, w = width; /* copies stores cannot alias (see `lay`) */
     const uint64_t *salt = salts.buf;
-    const unsigned char *may = cand.buf, *table = special.buf;
+    const int64_t *length = lens.len ? lens.buf : NULL;
+    const unsigned char *may_all = cand.len ? cand.buf : NULL, *table = special.buf;
     const int64_t *pool = random_ids.buf;
     char *o = out.buf;
     const char *id = ids.buf;
     unsigned char *centre = hit + w;
-    uint32_t bound32 = (uint32_t)bound, n_width = (uint32_t)w;
+    uint32_t bound32 = (uint32_t)bound;
     Py_ssize_t lo = -((span - 1) / 2), hi = span / 2;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
         uint64_t s = salt[r];
         uint32_t folded = (uint32_t)((s ^ (s >> 32)) & 0xFFFFFFFFu);
-        Py_ssize_t at = r * w;
-        hash_row(hit, folded, n_width, bound32);
+        Py_ssize_t at = r * w, limit = w;
+        if (length)
+            limit = length[r] < 0 ? 0 : (length[r] < w ? (Py_ssize_t)length[r] : w);
+        const unsigned char *may = may_all ? may_all + at : NULL;
         fill_none(o, at, w, out_size);
         Py_ssize_t n_chosen = 0;
         if (span > 1) { /* DNABERT's span: centres that may be chosen, then the cells near one that may be */
-            for (Py_ssize_t c = 0; c < w; c++)
-                centre[c] = hit[c] & allowed_at(may, id, id_size, at + c, specials, table, n_special);
-            for (Py_ssize_t c = 0; c < w; c++) {
+            hash_row(hit, folded, (uint32_t)limit, bound32);
+            for (Py_ssize_t c = 0; c < limit; c++)
+                centre[c] = hit[c] & allowed_at(may, id, id_size, at + c, c, limit, specials, table, n_special);
+            for (Py_ssize_t c = 0; c < limit; c++) {
                 int near = 0;
                 for (Py_ssize_t from = c - hi; from <= c - lo && !near; from++)
-                    near = from >= 0 && from < w && centre[from];
-                if (near && allowed_at(may, id, id_size, at + c, specials, table, n_special))
+                    near = from >= 0 && from < limit && centre[from];
+                if (near && allowed_at(may, id, id_size, at + c, c, limit, specials, table, n_special))
                     chosen[n_chosen++] = c;
             }
-        } else { /* the drawn cells' positions without a branch per cell, then those that may be chosen */
-            Py_ssize_t n_hit = set_positions(hit, w, chosen);
-            for (Py_ssize_t i = 0; i < n_hit; i++)
-                if (allowed_at(may, id, id_size, at + chosen[i], specials, table, n_special))
-                    chosen[n_chosen++] = chosen[i];
+        } else { /* the centres' positions without a branch per cell, then those that may be chosen */
+            Py_ssize_t n_hit = row_hits(folded, limit, bound32, hit, chosen);
+            if (may || specials) {
+                for (Py_ssize_t i = 0; i < n_hit; i++)
+                    if (allowed_at(may, id, id_size, at + chosen[i], chosen[i], limit, specials, table, n_special))
+                        chosen[n_chosen++] = chosen[i];
+            } else {
+                n_chosen = n_hit;
+            }
         }
         for (Py_ssize_t i = 0; i < n_chosen; i++) {
             Py_ssize_t c = chosen[i];
@@ -229,41 +293,61 @@ done:
     PyBuffer_Release(&out);
     PyBuffer_Release(&ids);
     PyBuffer_Release(&cand);
+    PyBuffer_Release(&lens);
     PyBuffer_Release(&salts);
     PyBuffer_Release(&special);
     PyBuffer_Release(&random_ids);
     return result;
 }
 
-/* flags[j]: whether code j of a row of `width` codes (of type T) is drawn (not MLM_NONE); a loop the
- * compiler vectorises. */
-#define DRAWN_FLAGS(T)                                                                                                 \
-    static void drawn_##T(const T *row, Py_ssize_t width, unsigned char *flags) {                                     \
-        for (Py_ssize_t j = 0; j < width; j++)                                                                         \
-            flags[j] = row[j] != MLM_NONE;                                                                             \
+/* One row laid: code j lies over token column start + j. Every cell of the row is written once,
+ * without a branch that depends on the draws (a loop the compiler vectorises): predicted = drawn and
+ * trained; the id shown where predicted and the code is an id; `weight` NULL: the label kept where
+ * predicted, -100 elsewhere; else the loss mask 1 where predicted, 0 elsewhere, labels left alone. */
+#define LAY_ROW(T)                                                                                                     \
+    VECTOR_CLONES static Py_ssize_t lay_row_##T(int64_t *restrict ids, int64_t *restrict labels,                   \
+                                                float *restrict weight, const T *restrict codes, Py_ssize_t length, \
+                                                Py_ssize_t start, Py_ssize_t width) {                               \
+        Py_ssize_t lo = start < 0 ? 0 : (start < length ? start : length);                                          \
+        Py_ssize_t hi = start + width < lo ? lo : (start + width < length ? start + width : length);               \
+        int64_t predicted = 0;                                                                                         \
+        const T *drawn = codes - start; /* drawn[col]: the code over column col, for lo <= col < hi */             \
+        if (weight) {                                                                                                  \
+            for (Py_ssize_t col = lo; col < hi; col++) {                                                             \
+                int64_t code = drawn[col];                                                                             \
+                int64_t hit = -(int64_t)((code != MLM_NONE) & (labels[col] != IGNORE_INDEX));                        \
+                int64_t show = hit & -(int64_t)(code >= 0);                                                           \
+                ids[col] = (code & show) | (ids[col] & ~show);                                                        \
+                weight[col] = (float)(hit & 1);                                                                       \
+                predicted -= hit;                                                                                      \
+            }                                                                                                          \
+            return predicted;                                                                                          \
+        }                                                                                                              \
+        for (Py_ssize_t col = 0; col < lo; col++)                                                                      \
+            labels[col] = IGNORE_INDEX;                                                                                \
+        for (Py_ssize_t col = lo; col < hi; col++) {                                                                 \
+            int64_t code = drawn[col], label = labels[col];                                                           \
+            int64_t hit = -(int64_t)((code != MLM_NONE) & (label != IGNORE_INDEX));                                  \
+            int64_t show = hit & -(int64_t)(code >= 0);                                                               \
+            ids[col] = (code & show) | (ids[col] & ~show);                                                            \
+            labels[col] = (label & hit) | (IGNORE_INDEX & ~hit);                                                      \
+            predicted -= hit;                                                                                          \
+        }                                                                                                              \
+        for (Py_ssize_t col = hi; col < length; col++)                                                                 \
+            labels[col] = IGNORE_INDEX;                                                                                \
+        return predicted;                                                                                              \
     }
-DRAWN_FLAGS(int8_t)
-DRAWN_FLAGS(int16_t)
-DRAWN_FLAGS(int32_t)
-DRAWN_FLAGS(int64_t)
-
-/* The positions j of a row's drawn codes, in order (`set_positions` of their flags); their count. */
-static Py_ssize_t drawn_positions(const char *codes, Py_ssize_t at, Py_ssize_t width, int size, unsigned char *flags,
-                                  Py_ssize_t *pos) {
-    switch (size) {
-    case 1: drawn_int8_t((const int8_t *)codes + at, width, flags); break;
-    case 2: drawn_int16_t((const int16_t *)codes + at, width, flags); break;
-    case 4: drawn_int32_t((const int32_t *)codes + at, width, flags); break;
-    default: drawn_int64_t((const int64_t *)codes + at, width, flags); break;
-    }
-    return set_positions(flags, width, pos);
-}
+LAY_ROW(int8_t)
+LAY_ROW(int16_t)
+LAY_ROW(int32_t)
+LAY_ROW(int64_t)
 
 /* lay(ids, labels, codes, code_size, starts, rows, seq_length, width, loss_mask): the chosen cells of
  * `codes` laid over int64 `ids` and `labels` (rows x seq_length) in place; code column j of row r is
  * token column starts[r] + j. A cell is predicted when chosen and its label is not IGNORE_INDEX.
- * loss_mask (float32, zeros; an empty buffer: none): 1 where predicted, labels left as they are
- * (Megatron); else labels become IGNORE_INDEX where not predicted. Returns the number predicted. */
+ * loss_mask (float32, rows x seq_length; an empty buffer: none): 1 where predicted, 0 elsewhere, labels
+ * left as they are (Megatron); else labels become IGNORE_INDEX where not predicted. Returns the number
+ * predicted. */
 static PyObject *lay(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer ids, labels, codes, starts, loss;
@@ -274,60 +358,44 @@ static PyObject *lay(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t predicted = 0;
-    Py_ssize_t *pos = NULL, *cols = NULL;
-    int64_t *kept = NULL;
-    unsigned char *flags = NULL;
     int megatron = loss.len > 0;
     if (!sized(&ids, rows * seq_length * 8, "ids") || !sized(&labels, rows * seq_length * 8, "labels") ||
         !sized(&codes, rows * width * code_size, "codes") || !sized(&starts, rows * 8, "starts") ||
         (megatron && !sized(&loss, rows * seq_length * 4, "loss_mask")))
         goto done;
-    pos = malloc(((size_t)width + 8) * sizeof(Py_ssize_t));
-    cols = malloc(((size_t)width + 1) * sizeof(Py_ssize_t));
-    kept = malloc(((size_t)width + 1) * sizeof(int64_t));
-    flags = malloc((size_t)width + 1);
-    if (!pos || !cols || !kept || !flags) {
-        PyErr_NoMemory();
-        goto done;
-    }
     Py_BEGIN_ALLOW_THREADS
-    /* copies the stores below cannot alias (the arguments' addresses went to PyArg_ParseTuple, so the
-     * compiler would reload them after every store, and the label loop would not be vectorised) */
     const Py_ssize_t n_rows = rows, length = seq_length, n_codes = width;
     int64_t *id = ids.buf, *label = labels.buf;
     const int64_t *first = starts.buf;
     const char *code = codes.buf;
-    float *weight = loss.buf;
+    float *weight = megatron ? loss.buf : NULL;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
         int64_t *row_ids = id + r * length, *row_labels = label + r * length;
-        Py_ssize_t n = drawn_positions(code, r * n_codes, n_codes, code_size, flags, pos), m = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t col = first[r] + pos[i];
-            if (col < 0 || col >= length || row_labels[col] == IGNORE_INDEX)
-                continue;
-            int64_t drawn = read_int(code, r * n_codes + pos[i], code_size);
-            row_ids[col] = drawn >= 0 ? drawn : row_ids[col]; /* a select: MLM_KEEP leaves the id */
-            cols[m] = col;
-            kept[m++] = row_labels[col];
-        }
-        predicted += m;
-        if (megatron) {
-            for (Py_ssize_t i = 0; i < m; i++)
-                weight[r * length + cols[i]] = 1.0f;
-        } else { /* every label -100, then the predicted ones back */
-            for (Py_ssize_t col = 0; col < length; col++)
-                row_labels[col] = IGNORE_INDEX;
-            for (Py_ssize_t i = 0; i < m; i++)
-                row_labels[cols[i]] = kept[i];
+        float *row_weight = weight ? weight + r * length : NULL;
+        const char *row_codes = code + r * n_codes * code_size;
+        Py_ssize_t start = (Py_ssize_t)first[r];
+        switch (code_size) {
+        case 1:
+            predicted += lay_row_int8_t(row_ids, row_labels, row_weight, (const int8_t *)row_codes, length, start,
+                                        n_codes);
+            break;
+        case 2:
+            predicted += lay_row_int16_t(row_ids, row_labels, row_weight, (const int16_t *)row_codes, length, start,
+                                         n_codes);
+            break;
+        case 4:
+            predicted += lay_row_int32_t(row_ids, row_labels, row_weight, (const int32_t *)row_codes, length, start,
+                                         n_codes);
+            break;
+        default:
+            predicted += lay_row_int64_t(row_ids, row_labels, row_weight, (const int64_t *)row_codes, length, start,
+                                         n_codes);
+            break;
         }
     }
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(predicted);
 done:
-    free(pos);
-    free(cols);
-    free(kept);
-    free(flags);
     PyBuffer_Release(&ids);
     PyBuffer_Release(&labels);
     PyBuffer_Release(&codes);
@@ -336,9 +404,130 @@ done:
     return result;
 }
 
+/* One window row's hf ids and labels with its masked-LM codes, in one pass over its base columns: the
+ * row's bases lie at token columns p .. p + n; a base j is predicted when drawn (code != MLM_NONE) and
+ * trained (not `dropped`): its label is label_bases[j] and, where the code is an id, the model sees
+ * that id; every other label is -100. No branch that depends on the draws (the loop is vectorised). */
+#define LAY_WINDOW(T)                                                                                                  \
+    VECTOR_CLONES static Py_ssize_t lay_window_##T(int64_t *restrict ids, int64_t *restrict labels,                \
+                                                   const uint8_t *restrict label_bases, const T *restrict codes,    \
+                                                   const uint8_t *restrict dropped, Py_ssize_t n) {                \
+        Py_ssize_t predicted = 0;                                                                                      \
+        if (dropped) {                                                                                                 \
+            for (Py_ssize_t j = 0; j < n; j++) {                                                                       \
+                int64_t code = codes[j];                                                                               \
+                int64_t hit = -(int64_t)((code != MLM_NONE) & (dropped[j] == 0));                                    \
+                int64_t show = hit & -(int64_t)(code >= 0);                                                           \
+                labels[j] = ((int64_t)label_bases[j] & hit) | (IGNORE_INDEX & ~hit);                                  \
+                ids[j] = (code & show) | (ids[j] & ~show);                                                            \
+                predicted -= hit;                                                                                      \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            for (Py_ssize_t j = 0; j < n; j++) {                                                                       \
+                int64_t code = codes[j];                                                                               \
+                int64_t hit = -(int64_t)(code != MLM_NONE);                                                           \
+                int64_t show = hit & -(int64_t)(code >= 0);                                                           \
+                labels[j] = ((int64_t)label_bases[j] & hit) | (IGNORE_INDEX & ~hit);                                  \
+                ids[j] = (code & show) | (ids[j] & ~show);                                                            \
+                predicted -= hit;                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        return predicted;                                                                                              \
+    }
+LAY_WINDOW(int8_t)
+LAY_WINDOW(int16_t)
+LAY_WINDOW(int32_t)
+
+/* lay_windows(ids, labels, label_bases, codes, code_size, dropped, first, lengths, rows, seq_length,
+ * width): the hf labels of window rows whose bases (label_bases, uint8 rows x width) start at token
+ * column `first`, written whole into int64 `labels` (rows x seq_length), with the masked-LM codes
+ * (rows x width, code_size bytes) laid over int64 `ids` in place: a base before its row's length
+ * (int64 lengths) is predicted when drawn and not dropped (uint8 rows x width, nonzero: not trained;
+ * empty: every base is trained). Returns the number predicted. */
+static PyObject *lay_windows(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer ids, labels, label_bases, codes, dropped, lengths;
+    int code_size;
+    Py_ssize_t first, rows, seq_length, width;
+    if (!PyArg_ParseTuple(args, "w*w*y*y*iy*ny*nnn", &ids, &labels, &label_bases, &codes, &code_size, &dropped,
+                          &first, &lengths, &rows, &seq_length, &width))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t predicted = 0;
+    if (!sized(&ids, rows * seq_length * 8, "ids") || !sized(&labels, rows * seq_length * 8, "labels") ||
+        !sized(&label_bases, rows * width, "label_bases") || !sized(&codes, rows * width * code_size, "codes") ||
+        (dropped.len && !sized(&dropped, rows * width, "dropped")) || !sized(&lengths, rows * 8, "lengths"))
+        goto done;
+    if (code_size != 1 && code_size != 2 && code_size != 4) {
+        PyErr_Format(PyExc_ValueError, "codes of %d bytes: 1, 2 or 4 expected", code_size);
+        goto done;
+    }
+    if (first < 0 || first > seq_length) {
+        PyErr_Format(PyExc_ValueError, "first base column %zd outside a row of %zd", first, seq_length);
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    const Py_ssize_t n_rows = rows, length = seq_length, w = width, p = first;
+    int64_t *id = ids.buf, *label = labels.buf;
+    const uint8_t *base = label_bases.buf, *drop = dropped.len ? dropped.buf : NULL;
+    const int64_t *len = lengths.buf;
+    const char *code = codes.buf;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        int64_t *row_ids = id + r * length, *row_labels = label + r * length;
+        Py_ssize_t n = len[r] < 0 ? 0 : (Py_ssize_t)len[r];
+        n = n < w ? n : w;
+        n = n < length - p ? n : length - p;
+        for (Py_ssize_t col = 0; col < p; col++)
+            row_labels[col] = IGNORE_INDEX;
+        const uint8_t *row_drop = drop ? drop + r * w : NULL;
+        const char *row_codes = code + r * w * code_size;
+        switch (code_size) {
+        case 1:
+            predicted += lay_window_int8_t(row_ids + p, row_labels + p, base + r * w, (const int8_t *)row_codes,
+                                           row_drop, n);
+            break;
+        case 2:
+            predicted += lay_window_int16_t(row_ids + p, row_labels + p, base + r * w, (const int16_t *)row_codes,
+                                            row_drop, n);
+            break;
+        default:
+            predicted += lay_window_int32_t(row_ids + p, row_labels + p, base + r * w, (const int32_t *)row_codes,
+                                            row_drop, n);
+            break;
+        }
+        for (Py_ssize_t col = p + n; col < length; col++)
+            row_labels[col] = IGNORE_INDEX;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(predicted);
+done:
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&labels);
+    PyBuffer_Release(&label_bases);
+    PyBuffer_Release(&codes);
+    PyBuffer_Release(&dropped);
+    PyBuffer_Release(&lengths);
+    return result;
+}
+
+/* vector_path(on): use the AVX2 pass where the CPU has it (on) or the portable one; the previous setting.
+ * For tests, which check that both paths draw the same cells. */
+static PyObject *vector_path(PyObject *self, PyObject *args) {
+    (void)self;
+    int on, previous = avx2_hits;
+    if (!PyArg_ParseTuple(args, "p", &on))
+        return NULL;
+#ifdef AVX2_HITS
+    avx2_hits = on && __builtin_cpu_supports("avx2");
+#endif
+    return PyBool_FromLong(previous);
+}
+
 static PyMethodDef methods[] = {
+    {"vector_path", vector_path, METH_VARARGS, "Use the AVX2 draws where the CPU has them (True) or not; the previous."},
     {"draw", draw, METH_VARARGS, "Masked-LM draws of a batch into `out` (mlm.mask_tokens)."},
     {"lay", lay, METH_VARARGS, "Lay a batch's masked-LM draws over its int64 ids and labels (mlm.lay_masks)."},
+    {"lay_windows", lay_windows, METH_VARARGS, "Window rows' hf labels written with their masked-LM draws laid over."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -347,5 +536,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "mlm_kernel", "Masked
 
 PyMODINIT_FUNC PyInit_mlm_kernel(void) {
     build_offsets();
+#ifdef AVX2_HITS
+    __builtin_cpu_init();
+    avx2_hits = __builtin_cpu_supports("avx2");
+#endif
     return PyModule_Create(&module);
 }

@@ -9,6 +9,7 @@ def draw(
     ids: Any,
     id_size: int,
     candidates: Any,
+    lengths: Any,
     salts: Any,
     rows: int,
     width: int,
@@ -23,7 +24,9 @@ def draw(
     specials: bool,
     /,
 ) -> None:
-    """`mlm.mask_tokens`'s codes of a batch written into `out` (rows x width, signed, `out_size` bytes each)."""
+    """`mlm.mask_tokens`'s codes of a batch written into `out` (rows x width, signed, `out_size` bytes each);
+    the cells that may be chosen: `candidates` (bytes, rows x width) or `lengths` (int64, the cells before
+    each row's), the other empty (both empty: every cell)."""
 
 def lay(
     ids: Any,
@@ -38,3 +41,22 @@ def lay(
     /,
 ) -> int:
     """A batch's codes laid over its int64 ids and labels in place (`mlm.lay_on_cpu`); the number predicted."""
+
+def lay_windows(
+    ids: Any,
+    labels: Any,
+    label_bases: Any,
+    codes: Any,
+    code_size: int,
+    dropped: Any,
+    first: int,
+    lengths: Any,
+    rows: int,
+    seq_length: int,
+    width: int,
+    /,
+) -> int:
+    """Window rows' hf labels written whole, their codes laid over int64 ids (`mlm_windows`); the number predicted."""
+
+def vector_path(on: bool, /) -> bool:
+    """Draw with the AVX2 pass where the CPU has it (True) or the portable pass; the previous setting."""

@@ -27,13 +27,13 @@ def kernel_built() -> bool:
 
 
 def native_ready(ids: np.ndarray, candidates: np.ndarray) -> bool:
-    """Whether `mlm_kernel` draws these masks (built, and ids of a type it reads)."""
-    return (
-        kernel_built()
-        and ids.dtype in KERNEL_ID_TYPES
-        and ids.shape == candidates.shape
-        and candidates.dtype == np.bool_
-    )
+    """Whether `mlm_kernel` draws these masks (built, ids of a type it reads, and candidates as a bool
+    matrix of the ids' shape or one length a row)."""
+    if not kernel_built() or ids.dtype not in KERNEL_ID_TYPES or ids.ndim != 2:
+        return False
+    if candidates.ndim == 1:
+        return len(candidates) == len(ids) and candidates.dtype.kind in "iu"
+    return ids.shape == candidates.shape and candidates.dtype == np.bool_
 
 
 def native_lays(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray) -> bool:
@@ -41,21 +41,31 @@ def native_lays(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray) -> bool:
     if not kernel_built():
         return False
     rows = ids.dtype == np.int64 and labels.dtype == np.int64 and ids.shape == labels.shape and ids.ndim == 2
-    return rows and ids.flags.c_contiguous and labels.flags.c_contiguous and codes.dtype in KERNEL_ID_TYPES[1:]
+    return rows and ids.flags.c_contiguous and labels.flags.c_contiguous and codes.dtype in CODE_TYPES
+
+
+def native_lays_windows(codes: np.ndarray) -> bool:
+    """Whether `mlm_kernel.lay_windows` lays these codes (built; int8, int16 or int32 codes)."""
+    return mlm_kernel is not None and codes.ndim == 2 and codes.dtype in CODE_TYPES[:3]
 
 
 def native_mask_tokens(
     ids: np.ndarray, candidates: np.ndarray, salts: np.ndarray, rule: MaskingRule, specials: bool
 ) -> np.ndarray:
     """`mask_tokens` by the C kernel (`mlm_kernel.draw`: one pass over the batch, the same cells)."""
-    n, width = candidates.shape
+    n, width = ids.shape
     out = np.empty((n, width), dtype=rule.dtype)
+    if candidates.ndim == 1:  # the cells before each row's length: no matrix to make or read
+        cells, lengths = NOTHING, np.ascontiguousarray(candidates, dtype=np.int64)
+    else:
+        cells, lengths = np.ascontiguousarray(candidates).view(np.uint8), NOTHING
     mlm_kernel.draw(
         out,
         out.itemsize,
         np.ascontiguousarray(ids),
         ids.dtype.itemsize,
-        np.ascontiguousarray(candidates).view(np.uint8),
+        cells,
+        lengths,
         np.ascontiguousarray(salts, dtype=np.uint64),
         n,
         width,
@@ -81,8 +91,40 @@ def native_lay(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: n
     mlm_kernel.lay(ids, labels, codes, codes.itemsize, first, n, seq_length, codes.shape[1], weights)
 
 
+def native_lay_windows(
+    tokens: np.ndarray,
+    labels: np.ndarray,
+    label_bases: np.ndarray,
+    codes: np.ndarray,
+    dropped: np.ndarray | None,
+    first: int,
+    lengths: np.ndarray,
+) -> int:
+    """`mlm_windows.masked_window_inputs`'s pass by the C kernel (`mlm_kernel.lay_windows`): `labels`
+    written whole, `tokens` masked in place; the number of tokens predicted."""
+    n, seq_length = tokens.shape
+    codes = np.ascontiguousarray(codes)
+    return mlm_kernel.lay_windows(
+        tokens,
+        labels,
+        np.ascontiguousarray(label_bases, dtype=np.uint8),
+        codes,
+        codes.itemsize,
+        NOTHING if dropped is None else np.ascontiguousarray(dropped).view(np.uint8),
+        first,
+        np.ascontiguousarray(lengths, dtype=np.int64),
+        n,
+        seq_length,
+        codes.shape[1],
+    )
+
+
+#: An empty buffer: the kernel's "not given".
+NOTHING = b""
 #: The id types the kernel reads: uint8 bases, a vocabulary's signed ids.
 KERNEL_ID_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int16, np.int32, np.int64))
+#: The types of ``mlm`` codes `lay` reads (`lay_windows`: the first three, those `mlm_rule.id_dtype` gives).
+CODE_TYPES = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 
 
 @cache

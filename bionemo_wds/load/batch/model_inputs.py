@@ -197,6 +197,49 @@ def model_inputs_cpu(
     return finish(out, rules, hf, packed=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class WindowTokens:
+    """The model's ids of window rows whose bases all start at one column, and what their labels are
+    made of (`window_tokens`)."""
+
+    #: int64 rows x seq_length: BOS, tag, SEP, bases, EOS, PAD (`write_layout`).
+    tokens: np.ndarray
+    #: uint8 rows x width: the bases the labels hold (upper case under ``uppercase_labels``).
+    label_bases: np.ndarray
+    #: Where the bases are soft-masked (lower case), or None (none is, or nothing asks).
+    lower: np.ndarray | None
+    #: Where they are degenerate (not A/C/G/T) and out of the loss by the rules, or None.
+    degenerate: np.ndarray | None
+    #: The first base column of every row.
+    first: int
+    #: Each row's number of bases (int64).
+    lengths: np.ndarray
+
+
+def window_tokens(
+    batch: dict[str, Any],
+    seq_length: int,
+    control_tags: bool,
+    fold_case: bool,
+    soft_mask_weight: float | None,
+    rules: LabelRules,
+) -> WindowTokens:
+    """The tokens of a compact batch whose rows all have one tag length, by whole-batch slices, and the
+    parts of its labels: what `uniform_layout` and the masked-LM layout (`mlm_windows`) share."""
+    raw, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
+    tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
+    t = int(tlen[0]) if control_tags else 0
+    lower = soft_masked(raw) if (fold_case or soft_mask_weight is not None or rules.uppercase_labels) else None
+    bases = UPPER_IDS[raw] if lower is not None and fold_case else raw
+    # the labels' bases: upper case when asked (the model's ids keep their case)
+    label_bases = UPPER_IDS[raw] if lower is not None and rules.uppercase_labels and not fold_case else bases
+    degenerate = degenerate_bases(raw) if rules.mask_degenerate_bases else None
+    p = int(_layout(lengths, np.full_like(lengths, t), seq_length, control_tags)[0])
+    tokens = np.empty((len(lengths), seq_length), dtype=np.int64)
+    write_layout(tokens, 0, bases, tags[:, :t], p, lengths, control_tags)
+    return WindowTokens(tokens, label_bases, lower, degenerate, p, lengths)
+
+
 def uniform_layout(
     batch: dict[str, Any],
     seq_length: int,
@@ -208,18 +251,10 @@ def uniform_layout(
 ) -> dict[str, Any]:
     """`model_inputs_cpu` of a batch whose rows all have one tag length (and no fraction of real
     bases to check): every label rule but that one, and either format, by whole-batch slices."""
-    raw, lengths = _np(batch["bases"]), _np(batch["lengths"]).astype(np.int64)
-    tags, tlen = _np(batch["tags"]), _np(batch["tag_lengths"]).astype(np.int64)
-    t = int(tlen[0]) if control_tags else 0
-    lower = soft_masked(raw) if (fold_case or soft_mask_weight is not None or rules.uppercase_labels) else None
-    bases = UPPER_IDS[raw] if lower is not None and fold_case else raw
-    # the labels' bases: upper case when asked (the model's ids keep their case)
-    label_bases = UPPER_IDS[raw] if lower is not None and rules.uppercase_labels and not fold_case else bases
-    degenerate = degenerate_bases(raw) if rules.mask_degenerate_bases else None
-    n = len(lengths)
-    p = int(_layout(lengths, np.full_like(lengths, t), seq_length, control_tags)[0])
-    tokens = np.empty((n, seq_length), dtype=np.int64)
-    write_layout(tokens, 0, bases, tags[:, :t], p, lengths, control_tags)
+    made = window_tokens(batch, seq_length, control_tags, fold_case, soft_mask_weight, rules)
+    tokens, label_bases, lower, degenerate = made.tokens, made.label_bases, made.lower, made.degenerate
+    p, lengths, n, raw = made.first, made.lengths, len(made.lengths), _np(batch["bases"])
+    tags, t = _np(batch["tags"]), (int(_np(batch["tag_lengths"])[0]) if control_tags else 0)
     if hf:  # labels not shifted: a base where its column is a base, -100 elsewhere
         labels = np.empty_like(tokens)
         write_hf_labels(labels, label_bases, p, lengths)

@@ -28,6 +28,7 @@ from bionemo_wds.load.batch.labels import LabelRules
 from bionemo_wds.load.batch.mlm import apply_masks
 from bionemo_wds.load.batch.mlm_device import DRAW_PLACES, draw_masks
 from bionemo_wds.load.batch.mlm_rule import BYTES, MaskingRule, check_objective
+from bionemo_wds.load.batch.mlm_windows import masked_window_inputs
 from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
 from bionemo_wds.load.batch.packed_columns import boundaries
@@ -183,13 +184,19 @@ class SampleOptions:
                 if fmt != "hf":
                     out.update({k: v for k, v in token_passthrough(compact).items() if k not in out})
             return out
+        codes = None
         if packed:
             out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight, rules, layout)
         else:
             case = (self.fold_case, self.soft_mask_weight)
+            if mlm and fmt == "hf":  # the labels written once, the masks laid over on the way, where it can
+                codes = self.mask_codes(compact)
+                fused = masked_window_inputs(compact, seq_length, self.control_tags, *case, rules, codes)
+                if fused is not None:
+                    return fused
             out = to_model_inputs(compact, seq_length, self.control_tags, *case, rules, layout)
         if mlm:
-            out = self.masked(out, compact)
+            out = self.masked(out, compact, codes)
         if fmt != "hf" and (packed or mlm):
             for passthrough in ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
                 if passthrough in compact:
@@ -197,19 +204,24 @@ class SampleOptions:
                     out[passthrough] = SampleNames(value) if isinstance(value, list) else torch.as_tensor(value)
         return out
 
-    def masked(self, inputs: dict[str, Any], compact: dict[str, Any]) -> dict[str, Any]:
-        """The unmasked ``hf`` inputs of `compact` with its masked-LM draws laid over them
-        (`mlm.apply_masks`), in the dataset's batch format. A draw's column is its base's place in
-        the compact rows: after BOS, tag and SEP in a window row, the token column itself in a packed row
-        and in every row of a tokenizer's (its rows are laid out in the workers, specials included)."""
+    def mask_codes(self, compact: dict[str, Any]) -> Any:
+        """The ``mlm`` codes of `compact`: the workers' draws, or drawn here from its row salts."""
         rule = self.masking_rule
         assert rule is not None
         if "mlm" in compact:
-            codes = compact["mlm"]
-        elif "mlm_salts" in compact:
-            codes = draw_masks(compact, rule, self.vocab is not None)
-        else:
-            raise ValueError("objective='mlm' expands compact batches that carry masks or salts ('mlm', 'mlm_salts')")
+            return compact["mlm"]
+        if "mlm_salts" in compact:
+            return draw_masks(compact, rule, self.vocab is not None)
+        raise ValueError("objective='mlm' expands compact batches that carry masks or salts ('mlm', 'mlm_salts')")
+
+    def masked(self, inputs: dict[str, Any], compact: dict[str, Any], codes: Any = None) -> dict[str, Any]:
+        """The unmasked ``hf`` inputs of `compact` with its masked-LM draws (`codes`, or `mask_codes`)
+        laid over them (`mlm.apply_masks`), in the dataset's batch format. A draw's column is its
+        base's place in the compact rows: after BOS, tag and SEP in a window row, the token column
+        itself in a packed row and in every row of a tokenizer's (its rows are laid out in the workers,
+        specials included)."""
+        if codes is None:
+            codes = self.mask_codes(compact)
         megatron = self.batch_format != "hf"
         if "doc_tokens" in compact or self.vocab is not None:  # the draws lie over the token columns
             first = torch.zeros(len(compact["lengths"]), dtype=torch.int64)
