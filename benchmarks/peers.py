@@ -297,7 +297,8 @@ class RawLimit(Peer):
         np.save(self.dir / "lengths.npy", index.table.length.astype(np.int32))
 
     def batches(self, workers: int) -> Iterator[dict[str, Any]]:
-        from bionemo_wds.load.batch.model_inputs import keep_numpy, to_model_inputs
+        from bionemo_wds.load.batch.model_inputs import to_model_inputs
+        from bionemo_wds.load.batch.to_torch import keep_numpy
 
         dataset = _RawBatches(self.dir, self.batch_size)
         # numpy batches, passed through as they are: the cheapest way across the worker boundary

@@ -25,7 +25,8 @@ from bionemo_wds.format import decode_record, encode_record, record_crc32
 from bionemo_wds.lightning.epochs import in_process, in_process_ok
 from bionemo_wds.load.batch import BatchSchema, PlannedRows, assemble
 from bionemo_wds.load.batch.compact import compact_bases, compact_batch
-from bionemo_wds.load.batch.model_inputs import model_inputs_gather, tensors, to_model_inputs
+from bionemo_wds.load.batch.model_inputs import model_inputs_gather, to_model_inputs
+from bionemo_wds.load.batch.to_torch import tensors
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.reader import MISSING, RecordCache
 from bionemo_wds.load.rows import FILLER_ROWS, BlockRows

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.load.batch.compact import compact_batch
-from bionemo_wds.load.batch.model_inputs import tensors, to_model_inputs
+from bionemo_wds.load.batch.model_inputs import to_model_inputs
 from bionemo_wds.load.batch.packed import (
     PackedDocument,
     compact_packed,
@@ -27,6 +27,7 @@ from bionemo_wds.load.batch.packed import (
     unpack_lengths,
 )
 from bionemo_wds.load.batch.packed_columns import CU_SEQLENS_PAD
+from bionemo_wds.load.batch.to_torch import tensors
 from bionemo_wds.load.plan.samples import PackedSamples, SequenceTable
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.load.batch.hf import finish
 from bionemo_wds.load.batch.labels import LabelRules
-from bionemo_wds.load.batch.model_inputs import tensors
 from bionemo_wds.load.batch.packed import packed_inputs_gather, packed_model_inputs
 from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
+from bionemo_wds.load.batch.to_torch import tensors
 from bionemo_wds.load.plan.samples import PackedSamples, SequenceTable
 
 

@@ -21,7 +21,8 @@ from bionemo_wds.compat.stages import collate_compact
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.format import read_manifest
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
-from bionemo_wds.load.batch.model_inputs import model_inputs_cpu, model_inputs_gather, tensors, to_model_inputs
+from bionemo_wds.load.batch.model_inputs import model_inputs_cpu, model_inputs_gather, to_model_inputs
+from bionemo_wds.load.batch.to_torch import tensors
 from bionemo_wds.prepare import PrepareOptions, prepare
 
 WEIGHT = 0.1

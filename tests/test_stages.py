@@ -24,7 +24,8 @@ from bionemo_wds.core.seeds import flips
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT, EOS_ID, PAD_ID, SEP_ID, reverse_complement_bases
 from bionemo_wds.format import decode_record, encode_record, iter_records, read_manifest, window_key
 from bionemo_wds.lightning.datamodule import GenomicWebDataModule
-from bionemo_wds.load.batch.model_inputs import model_inputs_gather, tensors, to_model_inputs
+from bionemo_wds.load.batch.model_inputs import model_inputs_gather, to_model_inputs
+from bionemo_wds.load.batch.to_torch import tensors
 from bionemo_wds.load.plan import RecordTable, train_plan
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.record_stream import read_records

@@ -19,7 +19,7 @@ import webdataset as wds
 
 from bionemo_wds.lightning.loaders import make_loader
 from bionemo_wds.lightning.memory_cache import MemoryCachedLoader
-from bionemo_wds.load.batch.model_inputs import keep_numpy, to_tensors
+from bionemo_wds.load.batch.to_torch import keep_numpy, to_tensors
 from bionemo_wds.load.dataset import GenomicDataset
 from bionemo_wds.load.plan import RankPlan
 from bionemo_wds.load.plan.progress import EpochState, TrainProgress

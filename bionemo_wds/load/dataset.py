@@ -32,10 +32,10 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.batch.model_inputs import tensors
 from bionemo_wds.load.batch.options import SampleOptions
 from bionemo_wds.load.batch.packed import PackedSchema
 from bionemo_wds.load.batch.schema import BatchSchema
+from bionemo_wds.load.batch.to_torch import tensors
 from bionemo_wds.load.dataset_options import check_options
 from bionemo_wds.load.plan import (
     EpochSpec,

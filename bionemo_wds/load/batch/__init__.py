@@ -14,9 +14,10 @@
 
 from bionemo_wds.load.batch.assemble import PlannedRows, assemble
 from bionemo_wds.load.batch.compact import compact_batch
-from bionemo_wds.load.batch.model_inputs import SampleNames, tensors, to_model_inputs
+from bionemo_wds.load.batch.model_inputs import to_model_inputs
 from bionemo_wds.load.batch.options import SampleOptions
 from bionemo_wds.load.batch.schema import FIELDS, SHARED_FIELDS, BatchSchema
+from bionemo_wds.load.batch.to_torch import SampleNames, tensors
 
 __all__ = [
     "FIELDS",

@@ -55,10 +55,12 @@ def native_mask_tokens(
     """`mask_tokens` by the C kernel (`mlm_kernel.draw`: one pass over the batch, the same cells)."""
     n, width = ids.shape
     out = np.empty((n, width), dtype=rule.dtype)
+    cells: np.ndarray | bytes = NOTHING
+    lengths: np.ndarray | bytes = NOTHING
     if candidates.ndim == 1:  # the cells before each row's length: no matrix to make or read
-        cells, lengths = NOTHING, np.ascontiguousarray(candidates, dtype=np.int64)
+        lengths = np.ascontiguousarray(candidates, dtype=np.int64)
     else:
-        cells, lengths = np.ascontiguousarray(candidates).view(np.uint8), NOTHING
+        cells = np.ascontiguousarray(candidates).view(np.uint8)
     mlm_kernel.draw(
         out,
         out.itemsize,

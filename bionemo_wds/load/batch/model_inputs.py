@@ -7,18 +7,16 @@ int64 tensors, 8x larger, never cross a process boundary or the host-to-device c
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from webdataset.filters import pipelinefilter
 
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UPPERCASE_TABLE
 from bionemo_wds.errors import OptionError
 from bionemo_wds.load.batch.hf import IGNORE_INDEX, check_batch_format, finish
 from bionemo_wds.load.batch.labels import DEFAULT_RULES, NO_RULES, LabelRules, degenerate_bases
+from bionemo_wds.load.batch.to_torch import SampleNames
 
 #: The smallest lower-case letter: a base id at or above it is soft-masked.
 LOWER_A = ord("a")
@@ -26,71 +24,6 @@ LOWER_A = ord("a")
 CASE_OFFSET = ord("a") - ord("A")
 #: ``UPPER_IDS[id]``: the id with its letter upper-cased (every other byte unchanged).
 UPPER_IDS: np.ndarray = np.frombuffer(UPPERCASE_TABLE, dtype=np.uint8)
-
-
-@dataclasses.dataclass(init=False, eq=False, repr=False)
-class SampleNames:
-    """The per-sample names of a model batch (``keys``, ``seq_id``): a read-only sequence of str.
-
-    ``names[i]``, ``len(names)``, ``for name in names``, ``list(names)`` and ``names == [...]`` work
-    as with the list it holds (`tolist` gives one). Why not that list: Lightning works out the batch
-    size of a value a step logs without ``batch_size=`` by walking the batch, and takes a list of
-    str in it for something without a size, so every batch was "ambiguous" (a warning for every
-    model that logs). This is a dataclass without fields and without ``__iter__`` (Python iterates
-    it by index), which that walk passes over: the batch size Lightning finds is the tensors' first
-    dimension, the same in every other entry of the batch.
-    """
-
-    __hash__ = None  # type: ignore[assignment]  # compared by value, like the list
-
-    def __init__(self, names: Sequence[str]):
-        self.names = list(names)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.names[index]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SampleNames):
-            return self.names == other.names
-        return isinstance(other, (list, tuple)) and self.names == list(other)
-
-    def __repr__(self) -> str:
-        return f"SampleNames({self.names!r})"
-
-    def tolist(self) -> list[str]:
-        """The names as a new list."""
-        return list(self.names)
-
-
-def keep_numpy(batch: Any) -> Any:
-    """DataLoader ``collate_fn`` for ready-made batches: leave numpy arrays as they are.
-
-    The default would turn them into tensors in the worker, and each tensor would then cross the
-    process boundary through a shared-memory segment of its own; the data modules move numpy
-    batches with `transfer.BatchTransfer` instead and make tensors in the main process (`to_tensors`).
-    """
-    return batch
-
-
-def tensors(batch: dict[str, Any], pin_memory: bool = False) -> dict[str, Any]:
-    """numpy arrays of a batch as torch tensors (zero-copy; pinned on request); lists unchanged."""
-    out = {}
-    for k, v in batch.items():
-        if isinstance(v, np.ndarray):
-            v = torch.from_numpy(v)
-            if pin_memory:
-                v = v.pin_memory()
-        out[k] = v
-    return out
-
-
-def _to_tensors(src: Iterable[dict[str, Any]], pin_memory: bool = False) -> Iterator[dict[str, Any]]:
-    """Stage form of `tensors`."""
-    for item in src:
-        yield tensors(item, pin_memory)
 
 
 def to_model_inputs(
@@ -197,8 +130,7 @@ def model_inputs_cpu(
     return finish(out, rules, hf, packed=False)
 
 
-@dataclasses.dataclass(frozen=True)
-class WindowTokens:
+class WindowTokens(NamedTuple):
     """The model's ids of window rows whose bases all start at one column, and what their labels are
     made of (`window_tokens`)."""
 
@@ -251,10 +183,10 @@ def uniform_layout(
 ) -> dict[str, Any]:
     """`model_inputs_cpu` of a batch whose rows all have one tag length (and no fraction of real
     bases to check): every label rule but that one, and either format, by whole-batch slices."""
-    made = window_tokens(batch, seq_length, control_tags, fold_case, soft_mask_weight, rules)
-    tokens, label_bases, lower, degenerate = made.tokens, made.label_bases, made.lower, made.degenerate
-    p, lengths, n, raw = made.first, made.lengths, len(made.lengths), _np(batch["bases"])
-    tags, t = _np(batch["tags"]), (int(_np(batch["tag_lengths"])[0]) if control_tags else 0)
+    tokens, label_bases, lower, degenerate, p, lengths = window_tokens(
+        batch, seq_length, control_tags, fold_case, soft_mask_weight, rules
+    )
+    n, raw = len(lengths), _np(batch["bases"])
     if hf:  # labels not shifted: a base where its column is a base, -100 elsewhere
         labels = np.empty_like(tokens)
         write_hf_labels(labels, label_bases, p, lengths)
@@ -271,7 +203,8 @@ def uniform_layout(
     # tokens, then labels (the tokens shifted left by one, PAD last) written from the uint8 bases
     # the same way: half the cost of copying the int64 tokens over
     labels = np.empty_like(tokens)
-    write_layout(labels, 1, label_bases, tags[:, :t], p, lengths, control_tags)
+    t = int(_np(batch["tag_lengths"])[0]) if control_tags else 0
+    write_layout(labels, 1, label_bases, _np(batch["tags"])[:, :t], p, lengths, control_tags)
     # the mask by row slices on zeroed memory: half the cost of a (columns < stop) comparison
     loss_mask = np.zeros((n, seq_length), dtype=np.float32)
     if (lengths == lengths[0]).all():  # the usual batch: full windows only
@@ -440,6 +373,3 @@ def model_inputs_gather(
         loss_mask = torch.where(label_is_lower, torch.full_like(loss_mask, soft_mask_weight), loss_mask)
     out = {"tokens": tokens, "labels": labels, "loss_mask": loss_mask, "position_ids": col}
     return finish(out, rules, hf, packed=False)
-
-
-to_tensors = pipelinefilter(_to_tensors)

@@ -29,10 +29,11 @@ from bionemo_wds.load.batch.mlm import apply_masks
 from bionemo_wds.load.batch.mlm_device import DRAW_PLACES, draw_masks
 from bionemo_wds.load.batch.mlm_rule import BYTES, MaskingRule, check_objective
 from bionemo_wds.load.batch.mlm_windows import masked_window_inputs
-from bionemo_wds.load.batch.model_inputs import SampleNames, check_soft_mask_weight, to_model_inputs
+from bionemo_wds.load.batch.model_inputs import check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
 from bionemo_wds.load.batch.packed_columns import boundaries
 from bionemo_wds.load.batch.schema import BatchSchema, Field
+from bionemo_wds.load.batch.to_torch import SampleNames
 from bionemo_wds.load.batch.token_inputs import token_model_inputs, token_passthrough
 from bionemo_wds.load.plan.progress import EpochState
 from bionemo_wds.load.tokenize import Tokenizer, resolve_tokenizer, vocabulary_only

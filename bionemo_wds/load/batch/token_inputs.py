@@ -25,9 +25,10 @@ import torch
 
 from bionemo_wds.load.batch.hf import IGNORE_INDEX
 from bionemo_wds.load.batch.labels import LabelRules, too_few_real
-from bionemo_wds.load.batch.model_inputs import SampleNames, position_ids
+from bionemo_wds.load.batch.model_inputs import position_ids
 from bionemo_wds.load.batch.packed import document_columns, varlen_keys
 from bionemo_wds.load.batch.packed_columns import boundaries, document_positions
+from bionemo_wds.load.batch.to_torch import SampleNames
 from bionemo_wds.load.tokenize.base import FLAG_DEGENERATE, FLAG_SOFT_MASKED, Tokenizer
 
 #: What a model batch carries through from the compact batch, for tracing.
