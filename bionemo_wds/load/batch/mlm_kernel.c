@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,10 @@ static PyObject *draw(PyObject *self, PyObject *args) {
     const char *id = ids.buf;
     unsigned char *centre = hit + w;
     uint32_t bound32 = (uint32_t)bound;
+    /* share < mask_share exactly when share53 < ceil(mask_share * 2**53), an integer (scaling by a power
+     * of two is exact), compared without a conversion to double */
+    const uint64_t mask_below = (uint64_t)ceil(mask_share * 0x1p53);
+    const uint64_t random_below = (uint64_t)ceil(random_share * 0x1p53);
     Py_ssize_t lo = -((span - 1) / 2), hi = span / 2;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
         uint64_t s = salt[r];
@@ -276,11 +281,11 @@ static PyObject *draw(PyObject *self, PyObject *args) {
             int64_t value = mask_id;
             if (bert) {
                 uint64_t second = mix64(s + (uint64_t)(c + 1) * 0x9E3779B97F4A7C15ull);
-                double share = (double)(second >> 11) * 0x1p-53;
+                uint64_t share53 = second >> 11; /* the share is share53 / 2**53 */
                 uint64_t third = mix64(second ^ 0xD1B54A32D192ED03ull) >> 32;
                 uint64_t pick = (third * (uint64_t)n_random) >> 32;
-                int64_t other = share < random_share ? pool[pick] : MLM_KEEP; /* selects, not branches */
-                value = share < mask_share ? mask_id : other;
+                int64_t other = share53 < random_below ? pool[pick] : MLM_KEEP; /* selects, not branches */
+                value = share53 < mask_below ? mask_id : other;
             }
             write_int(o, at + c, out_size, value);
         }
