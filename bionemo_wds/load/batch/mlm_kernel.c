@@ -443,6 +443,12 @@ LAY_WINDOW(int8_t)
 LAY_WINDOW(int16_t)
 LAY_WINDOW(int32_t)
 
+/* n labels of -100 from `at` (a loop the compiler vectorises). */
+VECTOR_CLONES static void fill_ignore(int64_t *restrict at, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        at[i] = IGNORE_INDEX;
+}
+
 /* lay_windows(ids, labels, label_bases, codes, code_size, dropped, first, lengths, rows, seq_length,
  * width): the hf labels of window rows whose bases (label_bases, uint8 rows x width) start at token
  * column `first`, written whole into int64 `labels` (rows x seq_length), with the masked-LM codes
@@ -482,8 +488,7 @@ static PyObject *lay_windows(PyObject *self, PyObject *args) {
         Py_ssize_t n = len[r] < 0 ? 0 : (Py_ssize_t)len[r];
         n = n < w ? n : w;
         n = n < length - p ? n : length - p;
-        for (Py_ssize_t col = 0; col < p; col++)
-            row_labels[col] = IGNORE_INDEX;
+        fill_ignore(row_labels, p);
         const uint8_t *row_drop = drop ? drop + r * w : NULL;
         const char *row_codes = code + r * w * code_size;
         switch (code_size) {
@@ -500,8 +505,7 @@ static PyObject *lay_windows(PyObject *self, PyObject *args) {
                                             row_drop, n);
             break;
         }
-        for (Py_ssize_t col = p + n; col < length; col++)
-            row_labels[col] = IGNORE_INDEX;
+        fill_ignore(row_labels + p + n, length - p - n);
     }
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(predicted);
