@@ -51,11 +51,13 @@ def window_batch(genome: str, rows: int, width: int, tag: int, rng: np.random.Ge
     }
 
 
-def general_path(batch: dict, seq_length: int, control_tags: bool, case: tuple, rules: LabelRules, codes) -> dict:
+def general_path(
+    batch: dict, seq_length: int, control_tags: bool, case: tuple, rules: LabelRules, codes, megatron: bool = False
+) -> dict:
     """The causal hf layout, then the masks laid over it (the path for every other batch)."""
     out = to_model_inputs(batch, seq_length, control_tags, *case, rules, "hf")
     first = batch["tag_lengths"].astype(np.int64) + 2 if control_tags else np.ones(len(codes), dtype=np.int64)
-    return apply_masks(out, torch.from_numpy(codes), torch.from_numpy(first), False)
+    return apply_masks(out, torch.from_numpy(codes), torch.from_numpy(first), megatron)
 
 
 @needs_kernel
@@ -72,11 +74,26 @@ def general_path(batch: dict, seq_length: int, control_tags: bool, case: tuple, 
     spare=st.integers(1, 4),
     p=st.floats(0.05, 0.9),
     replace=st.sampled_from(["bert", "mask"]),
+    megatron=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_one_pass_equals_the_general_path(
-    lambda_seq, rows, width, tag, control_tags, fold_case, weight, mask_degenerate, uppercase, spare, p, replace, seed
+    lambda_seq,
+    rows,
+    width,
+    tag,
+    control_tags,
+    fold_case,
+    weight,
+    mask_degenerate,
+    uppercase,
+    spare,
+    p,
+    replace,
+    megatron,
+    seed,
 ):
+    """Either batch format (hf; Megatron's: the unmasked tokens as labels and a loss mask)."""
     rng = np.random.default_rng(seed)
     batch = window_batch(lambda_seq, rows, width, tag, rng)
     seq_length = width + (tag + 2 if control_tags else 1) + spare
@@ -84,12 +101,13 @@ def test_one_pass_equals_the_general_path(
     rule = MaskingRule.of(MASKED_BYTES, p, replace)
     codes = mask_tokens(batch["bases"], batch["lengths"], row_salts(batch["keys"], seed), rule, specials=True)
     case = (fold_case, weight)
-    want = general_path(batch, seq_length, control_tags, case, rules, codes)
-    got = masked_window_inputs(batch, seq_length, control_tags, *case, rules, codes)
+    want = general_path(batch, seq_length, control_tags, case, rules, codes, megatron)
+    got = masked_window_inputs(batch, seq_length, control_tags, *case, rules, codes, megatron)
     assert got is not None and sorted(got) == sorted(want)
     for key in want:
         assert torch.equal(got[key], want[key]), key
-    assert (got["labels"] != IGNORE_INDEX).sum() <= (codes != -1).sum()
+    predicted = got["loss_mask"].sum() if megatron else (got["labels"] != IGNORE_INDEX).sum()
+    assert predicted <= (codes != -1).sum()
 
 
 @needs_kernel
@@ -118,5 +136,6 @@ def test_where_the_one_pass_does_not_apply_it_says_none(lambda_seq, monkeypatch)
     assert masked_window_inputs(uneven, *args[1:], LabelRules(), codes) is None
     assert masked_window_inputs(*args, LabelRules(min_real_fraction=0.5), codes) is None
     assert masked_window_inputs(*args, LabelRules(), codes[:, :50]) is None
+    assert masked_window_inputs(*args, LabelRules(), None) is None  # not a masked-LM batch
     monkeypatch.setattr(mlm_native, "mlm_kernel", None)
     assert masked_window_inputs(*args, LabelRules(), codes) is None

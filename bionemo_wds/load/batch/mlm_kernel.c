@@ -443,6 +443,38 @@ LAY_WINDOW(int8_t)
 LAY_WINDOW(int16_t)
 LAY_WINDOW(int32_t)
 
+/* The same row for Megatron's batch: the labels are the unmasked tokens (a trained base's label is
+ * label_bases[j], an untrained one's the token itself), `loss` (float32) is 1 where predicted and 0
+ * elsewhere, and the ids are masked as above. */
+#define MEGATRON_CELL(TRAINED)                                                                                         \
+    int64_t code = codes[j], id = ids[j];                                                                              \
+    int64_t trained = TRAINED;                                                                                         \
+    int64_t hit = trained & -(int64_t)(code != MLM_NONE);                                                             \
+    int64_t show = hit & -(int64_t)(code >= 0);                                                                       \
+    labels[j] = ((int64_t)label_bases[j] & trained) | (id & ~trained);                                                \
+    loss[j] = (float)(int32_t)(hit & 1); /* through int32: AVX2 converts int32 lanes to float, not int64 */           \
+    ids[j] = (code & show) | (id & ~show);                                                                            \
+    predicted -= hit;
+#define LAY_WINDOW_MEGATRON(T)                                                                                         \
+    VECTOR_CLONES static Py_ssize_t lay_window_megatron_##T(                                                         \
+        int64_t *restrict ids, int64_t *restrict labels, float *restrict loss, const uint8_t *restrict label_bases,  \
+        const T *restrict codes, const uint8_t *restrict dropped, Py_ssize_t n) {                                    \
+        Py_ssize_t predicted = 0;                                                                                      \
+        if (dropped) {                                                                                                 \
+            for (Py_ssize_t j = 0; j < n; j++) {                                                                       \
+                MEGATRON_CELL(-(int64_t)(dropped[j] == 0))                                                             \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            for (Py_ssize_t j = 0; j < n; j++) {                                                                       \
+                MEGATRON_CELL(-1)                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        return predicted;                                                                                              \
+    }
+LAY_WINDOW_MEGATRON(int8_t)
+LAY_WINDOW_MEGATRON(int16_t)
+LAY_WINDOW_MEGATRON(int32_t)
+
 /* n labels of -100 from `at` (a loop the compiler vectorises). */
 VECTOR_CLONES static void fill_ignore(int64_t *restrict at, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++)
@@ -450,24 +482,28 @@ VECTOR_CLONES static void fill_ignore(int64_t *restrict at, Py_ssize_t n) {
 }
 
 /* lay_windows(ids, labels, label_bases, codes, code_size, dropped, first, lengths, rows, seq_length,
- * width): the hf labels of window rows whose bases (label_bases, uint8 rows x width) start at token
- * column `first`, written whole into int64 `labels` (rows x seq_length), with the masked-LM codes
- * (rows x width, code_size bytes) laid over int64 `ids` in place: a base before its row's length
+ * width, loss_mask): the hf labels of window rows whose bases (label_bases, uint8 rows x width) start
+ * at token column `first`, written whole into int64 `labels` (rows x seq_length), with the masked-LM
+ * codes (rows x width, code_size bytes) laid over int64 `ids` in place: a base before its row's length
  * (int64 lengths) is predicted when drawn and not dropped (uint8 rows x width, nonzero: not trained;
- * empty: every base is trained). Returns the number predicted. */
+ * empty: every base is trained). loss_mask (float32 zeros, rows x seq_length; empty: the hf batch):
+ * Megatron's batch instead, labels the unmasked tokens and loss_mask 1 where predicted. Returns the
+ * number predicted. */
 static PyObject *lay_windows(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer ids, labels, label_bases, codes, dropped, lengths;
+    Py_buffer ids, labels, label_bases, codes, dropped, lengths, loss;
     int code_size;
     Py_ssize_t first, rows, seq_length, width;
-    if (!PyArg_ParseTuple(args, "w*w*y*y*iy*ny*nnn", &ids, &labels, &label_bases, &codes, &code_size, &dropped,
-                          &first, &lengths, &rows, &seq_length, &width))
+    if (!PyArg_ParseTuple(args, "w*w*y*y*iy*ny*nnnw*", &ids, &labels, &label_bases, &codes, &code_size, &dropped,
+                          &first, &lengths, &rows, &seq_length, &width, &loss))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t predicted = 0;
+    int megatron = loss.len > 0;
     if (!sized(&ids, rows * seq_length * 8, "ids") || !sized(&labels, rows * seq_length * 8, "labels") ||
         !sized(&label_bases, rows * width, "label_bases") || !sized(&codes, rows * width * code_size, "codes") ||
-        (dropped.len && !sized(&dropped, rows * width, "dropped")) || !sized(&lengths, rows * 8, "lengths"))
+        (dropped.len && !sized(&dropped, rows * width, "dropped")) || !sized(&lengths, rows * 8, "lengths") ||
+        (megatron && !sized(&loss, rows * seq_length * 4, "loss_mask")))
         goto done;
     if (code_size != 1 && code_size != 2 && code_size != 4) {
         PyErr_Format(PyExc_ValueError, "codes of %d bytes: 1, 2 or 4 expected", code_size);
@@ -483,14 +519,35 @@ static PyObject *lay_windows(PyObject *self, PyObject *args) {
     const uint8_t *base = label_bases.buf, *drop = dropped.len ? dropped.buf : NULL;
     const int64_t *len = lengths.buf;
     const char *code = codes.buf;
+    float *weight = megatron ? loss.buf : NULL;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
         int64_t *row_ids = id + r * length, *row_labels = label + r * length;
         Py_ssize_t n = len[r] < 0 ? 0 : (Py_ssize_t)len[r];
         n = n < w ? n : w;
         n = n < length - p ? n : length - p;
-        fill_ignore(row_labels, p);
         const uint8_t *row_drop = drop ? drop + r * w : NULL;
         const char *row_codes = code + r * w * code_size;
+        if (weight) { /* the labels outside the bases are the tokens; the loss mask there stays 0 */
+            float *row_loss = weight + r * length + p;
+            memcpy(row_labels, row_ids, (size_t)p * sizeof(int64_t));
+            memcpy(row_labels + p + n, row_ids + p + n, (size_t)(length - p - n) * sizeof(int64_t));
+            switch (code_size) {
+            case 1:
+                predicted += lay_window_megatron_int8_t(row_ids + p, row_labels + p, row_loss, base + r * w,
+                                                        (const int8_t *)row_codes, row_drop, n);
+                break;
+            case 2:
+                predicted += lay_window_megatron_int16_t(row_ids + p, row_labels + p, row_loss, base + r * w,
+                                                         (const int16_t *)row_codes, row_drop, n);
+                break;
+            default:
+                predicted += lay_window_megatron_int32_t(row_ids + p, row_labels + p, row_loss, base + r * w,
+                                                         (const int32_t *)row_codes, row_drop, n);
+                break;
+            }
+            continue;
+        }
+        fill_ignore(row_labels, p);
         switch (code_size) {
         case 1:
             predicted += lay_window_int8_t(row_ids + p, row_labels + p, base + r * w, (const int8_t *)row_codes,
@@ -516,6 +573,7 @@ done:
     PyBuffer_Release(&codes);
     PyBuffer_Release(&dropped);
     PyBuffer_Release(&lengths);
+    PyBuffer_Release(&loss);
     return result;
 }
 

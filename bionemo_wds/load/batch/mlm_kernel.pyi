@@ -54,9 +54,11 @@ def lay_windows(
     rows: int,
     seq_length: int,
     width: int,
+    loss_mask: Any,
     /,
 ) -> int:
-    """Window rows' hf labels written whole, their codes laid over int64 ids (`mlm_windows`); the number predicted."""
+    """Window rows' hf labels (with a loss mask: Megatron's labels and loss mask) written whole, their codes
+    laid over int64 ids (`mlm_windows`); the number predicted."""
 
 def vector_path(on: bool, /) -> bool:
     """Draw with the AVX2 pass where the CPU has it (True) or the portable pass; the previous setting."""

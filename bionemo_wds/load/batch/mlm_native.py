@@ -101,9 +101,11 @@ def native_lay_windows(
     dropped: np.ndarray | None,
     first: int,
     lengths: np.ndarray,
+    loss_mask: np.ndarray | None = None,
 ) -> int:
     """`mlm_windows.masked_window_inputs`'s pass by the C kernel (`mlm_kernel.lay_windows`): `labels`
-    written whole, `tokens` masked in place; the number of tokens predicted."""
+    written whole, `tokens` masked in place; with `loss_mask` (float32 zeros, the tokens' shape),
+    Megatron's labels (the unmasked tokens) and loss mask (1 where predicted). The number predicted."""
     n, seq_length = tokens.shape
     codes = np.ascontiguousarray(codes)
     return mlm_kernel.lay_windows(
@@ -118,11 +120,14 @@ def native_lay_windows(
         n,
         seq_length,
         codes.shape[1],
+        NOTHING_TO_WRITE if loss_mask is None else loss_mask,
     )
 
 
 #: An empty buffer: the kernel's "not given".
 NOTHING = b""
+#: An empty writable buffer: the same, where the kernel takes a buffer to write.
+NOTHING_TO_WRITE = np.zeros(0, dtype=np.float32)
 #: The id types the kernel reads: uint8 bases, a vocabulary's signed ids.
 KERNEL_ID_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int16, np.int32, np.int64))
 #: The types of ``mlm`` codes `lay` reads (`lay_windows`: the first three, those `mlm_rule.id_dtype` gives).

@@ -185,19 +185,21 @@ class SampleOptions:
                 if fmt != "hf":
                     out.update({k: v for k, v in token_passthrough(compact).items() if k not in out})
             return out
-        codes = None
         if packed:
             out = packed_model_inputs(compact, self.fold_case, self.soft_mask_weight, rules, layout)
+            if mlm:
+                out = self.masked(out, compact)
         else:
             case = (self.fold_case, self.soft_mask_weight)
-            if mlm and fmt == "hf":  # the labels written once, the masks laid over on the way, where it can
-                codes = self.mask_codes(compact)
-                fused = masked_window_inputs(compact, seq_length, self.control_tags, *case, rules, codes)
-                if fused is not None:
-                    return fused
-            out = to_model_inputs(compact, seq_length, self.control_tags, *case, rules, layout)
-        if mlm:
-            out = self.masked(out, compact, codes)
+            codes = self.mask_codes(compact) if mlm else None
+            # masked-LM: the labels written once, the masks laid over on the way, where that path applies
+            fused = masked_window_inputs(compact, seq_length, self.control_tags, *case, rules, codes, fmt != "hf")
+            if fused is not None:
+                out = fused
+            else:
+                out = to_model_inputs(compact, seq_length, self.control_tags, *case, rules, layout)
+                if mlm:
+                    out = self.masked(out, compact, codes)
         if fmt != "hf" and (packed or mlm):
             for passthrough in ("keys", "seq_id", "start", "rc", "doc_rc", "lengths", "dataset"):
                 if passthrough in compact:
