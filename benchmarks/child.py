@@ -34,7 +34,7 @@ from bionemo_wds.core.tokenizer import PAD_ID
 #: The peers whose loaders are Lightning data modules (ours, or the classic WebDataModule's pickles).
 LIGHTNING_PEERS = frozenset(
     {"ours", "ours_windows", "ours_packed", "ours_hf", "ours_packed_hf", "ours_mlm", "ours_mlm_main", "pickled_int64"}
-    | {"ours_nt", "ours_dnabert6", "ours_caduceus", "ours_bpe", "ours_hf_device", "ours_mlm_device"}
+    | {"ours_nt", "ours_dnabert6", "ours_caduceus", "ours_bpe", "ours_nt_mlm", "ours_hf_device", "ours_mlm_device"}
 )
 
 #: What the server of the timing runs imports before it forks them (`forked.Children`): what

@@ -48,6 +48,7 @@ on the main process (tokens and labels int64, loss_mask float32, position_ids):
                  `ours_windows` read with tokenizer= nt, dnabert6, caduceus, or a BPE tokenizer.json
                  of 4,096 ids trained at prepare on the genome's first 300 kb: seq_length counts
                  tokens, so they are compared in bases/s. Each prepares its own copy.
+  ours_nt_mlm    `ours_nt` with objective="mlm" (NT's masked-LM batches, masks drawn in the workers).
   litdata_packed litdata's LLM pre-training way: every sequence one document of uint8 tokens
                  (BOS SEP bases EOS) in optimize chunks with TokensLoader(), read by StreamingDataset
                  (TokensLoader(block_size=seq_length + 1), shuffle) in StreamingDataLoader: samples
@@ -92,7 +93,7 @@ target whose peers were not run is left out):
            pads < 1% of the token slots.
   format   ours_hf >= 0.9x ours and ours_packed_hf >= 0.9x ours_packed, at each worker count.
   mlm      ours_mlm (masked-LM) >= 0.9x ours_hf (the same batches unmasked), at each worker count;
-           on a GPU, ours_mlm_device >= 0.9x ours_hf_device.
+           on a GPU, ours_mlm_device >= 0.9x ours_hf_device; ours_nt_mlm >= 0.9x ours_nt in bases/s.
   tokens   ours_nt, ours_dnabert6, ours_caduceus >= 0.8x ours_windows and ours_bpe >= 0.5x, in
            bases/s at each worker count.
   memory   with --memory-baseline (the --json of a run on a smaller genome, e.g. 32 Mbp when this

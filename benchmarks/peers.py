@@ -60,6 +60,7 @@ PEERS = (
     "ours_dnabert6",
     "ours_caduceus",
     "ours_bpe",
+    "ours_nt_mlm",
     "litdata",
     "litdata_packed",
     "mosaic",

@@ -6,6 +6,8 @@ overlapping 6-mers), ``ours_caduceus`` (characters) and ``ours_bpe`` (a BPE of 4
 `tokenizers`' BpeTrainer on the first 300 kb of the genome when the peer prepares, DNABERT-2's recipe;
 its training is not in the load's time). seq_length counts tokens, so a sample holds about 6x the
 bases with 6-mers: the targets compare bases per second (each row's ``lengths``), not samples.
+``ours_nt_mlm`` is ``ours_nt`` with ``objective="mlm"`` (NT's masked-LM batches, the masks drawn in
+the loader workers), against ``ours_nt`` itself: masking's cost with a tokenizer.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from typing import Any
 from benchmarks.packing_peers import OursWindows
 
 #: The peers of this module, and the tokenizer each reads with (None: a BPE file trained at prepare).
-TOKENIZER_PEERS = {"ours_nt": "nt", "ours_dnabert6": "dnabert6", "ours_caduceus": "caduceus", "ours_bpe": None}
+TOKENIZER_PEERS = {
+    "ours_nt": "nt",
+    "ours_dnabert6": "dnabert6",
+    "ours_caduceus": "caduceus",
+    "ours_bpe": None,
+    "ours_nt_mlm": "nt",
+}
+#: The peers among them that make masked-LM batches.
+MASKED_PEERS = ("ours_nt_mlm",)
 #: Bases the BPE is trained on, in lines of this many bases.
 BPE_TRAINING_BASES, BPE_LINE = 300_000, 1000
 
@@ -75,7 +85,8 @@ class OursTokenized(OursWindows):
 
     def load_options(self) -> dict[str, Any]:
         tokenizer = TOKENIZER_PEERS[self.name] or str(self.bpe_file)
-        return {**super().load_options(), "tokenizer": tokenizer}
+        objective = {"objective": "mlm"} if self.name in MASKED_PEERS else {}
+        return {**super().load_options(), "tokenizer": tokenizer, **objective}
 
 
 def tokenizer_peer(name: str) -> type[OursTokenized]:

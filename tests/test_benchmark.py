@@ -752,6 +752,18 @@ def test_target_tokenizers_in_bases_per_second_against_bytes():
     )
 
 
+def test_target_masked_lm_with_a_tokenizer_against_the_same_tokenizer_unmasked():
+    """ours_nt_mlm at 0.9x ours_nt in bases/s, at each worker count both ran."""
+    bases = {"ours_nt": {"0": 10e6, "2": 10e6}, "ours_nt_mlm": {"0": 9e6, "2": 8.9e6}}
+    rows = {n: peer_row({w: load_row(100.0) | {"bases_per_s": b} for w, b in by.items()}) for n, by in bases.items()}
+    got = found(results_of(rows))
+    assert got["load: ours_nt_mlm (masked-LM) >= 0.9x ours_nt in bases/s with 0 workers"] == (
+        True,
+        "0.90x (9.00 vs 10.00 Mbp/s)",
+    )
+    assert got["load: ours_nt_mlm (masked-LM) >= 0.9x ours_nt in bases/s with 2 workers"][0] is False
+
+
 def test_the_tokenizer_peers_serve_their_tokenizers_batches(tmp_path, genome):
     """ours_nt and ours_bpe (a BPE trained when it prepares) read the windows of ours_windows, in tokens."""
     for name, first in (("ours_nt", 3), ("ours_bpe", 2)):  # NT's <cls>; the trained BPE's [CLS]
@@ -760,3 +772,8 @@ def test_the_tokenizer_peers_serve_their_tokenizers_batches(tmp_path, genome):
         batch = next(iter(peer.batches(0)))
         assert batch["tokens"].shape[1] == SEQ and (batch["tokens"][:, 0] == first).all()
         assert int(batch["lengths"].min()) > SEQ  # several bases per token
+    masked = make_peer("ours_nt_mlm", genome, tmp_path, SEQ, STRIDE, "end", 8)  # NT's masked-LM batches
+    masked.prepare(1)
+    batch = next(iter(masked.batches(0)))
+    share = float(batch["loss_mask"].sum() / (batch["labels"] > 4).sum())
+    assert 0.08 < share < 0.25 and (batch["tokens"] == 2).any()  # about 15% predicted; NT's <mask> is 2
