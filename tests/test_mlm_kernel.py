@@ -117,11 +117,12 @@ def test_the_kernel_lays_masks_as_numpy_does(rows, seq_length, width, code_type,
     codes[rng.random((rows, width)) < 0.6] = MLM_NONE
     starts = rng.integers(0, seq_length + 2, rows).astype(np.int64)
     ids_np, labels_np = ids.copy(), labels.copy()
-    weights_np = numpy_lay(ids_np, labels_np, codes, starts, megatron)
-    weights = lay_on_cpu(ids, labels, codes, starts, megatron)
+    weights_np, unmasked_np = numpy_lay(ids_np, labels_np, codes, starts, megatron)
+    weights, unmasked = lay_on_cpu(ids, labels, codes, starts, megatron)
     np.testing.assert_array_equal(ids, ids_np)
     np.testing.assert_array_equal(labels, labels_np)
     np.testing.assert_array_equal(weights, weights_np)
+    np.testing.assert_array_equal(unmasked, unmasked_np)  # Megatron's labels: the tokens before masking
 
 
 def test_without_the_kernel_numpy_draws_and_lays_the_same_masks_and_says_so(monkeypatch):
@@ -174,4 +175,18 @@ def test_the_kernel_refuses_buffers_that_disagree_with_the_shape_it_is_told():
             8,
             3,
             np.zeros(0, np.float32),
+            np.zeros(0, np.int64),
+        )
+    with pytest.raises(ValueError, match="unmasked holds 0 bytes"):  # Megatron's labels need room
+        kernel.lay(
+            ids,
+            ids.copy(),
+            np.zeros((2, 3), np.int16),
+            2,
+            np.zeros(2, np.int64),
+            2,
+            8,
+            3,
+            np.zeros((2, 8), np.float32),
+            np.zeros(0, np.int64),
         )

@@ -183,15 +183,14 @@ def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) ->
     whole-batch tensor ops (torch's CPU kernels for these are many times slower than numpy's on a shared machine).
     """
     ids, labels = inputs["input_ids"], inputs["labels"]
+    unmasked: torch.Tensor | None = None
     if ids.device.type == "cpu":
         codes = mlm.numpy() if isinstance(mlm, torch.Tensor) else np.asarray(mlm)
         starts = first.numpy() if isinstance(first, torch.Tensor) else np.asarray(first)
-        ids_np, labels_np = ids.numpy(), labels.numpy()
-        unmasked = torch.from_numpy(np.where(labels_np != IGNORE_INDEX, labels_np, ids_np)) if megatron else None
-        weights = lay_on_cpu(ids_np, labels_np, codes, starts, megatron)
+        weights, plain = lay_on_cpu(ids.numpy(), labels.numpy(), codes, starts, megatron)
         shown = ids
         if megatron:
-            loss_mask = torch.from_numpy(weights)
+            unmasked, loss_mask = torch.from_numpy(plain), torch.from_numpy(weights)
     else:
         unmasked = torch.where(labels != IGNORE_INDEX, labels, ids) if megatron else None
         predicted, shown = masks_on_device(ids, labels, mlm, first)
@@ -207,14 +206,18 @@ def apply_masks(inputs: dict[str, Any], mlm: Any, first: Any, megatron: bool) ->
 
 def lay_on_cpu(
     ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: np.ndarray, megatron: bool
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """`apply_masks` on numpy rows, in place: ids replaced where chosen; `megatron`: returns the loss
-    mask (float32, 1 where predicted), labels left alone; else labels -100 where not predicted (an empty
-    array returned). By `mlm_kernel.lay` where built, else numpy at the chosen cells (`lay_masks`)."""
+    mask (float32, 1 where predicted) and Megatron's labels (the label where trained, else the token
+    before masking), `labels` left alone; else labels -100 where not predicted (two empty arrays
+    returned). By `mlm_kernel.lay` where built (one pass, the Megatron labels in it), else numpy at
+    the chosen cells (`lay_masks`)."""
     weights = np.zeros(ids.shape if megatron else 0, dtype=np.float32)
     if native_lays(ids, labels, codes):
-        native_lay(ids, labels, codes, starts, weights)
-        return weights
+        unmasked = np.empty_like(ids) if megatron else np.zeros(0, dtype=np.int64)
+        native_lay(ids, labels, codes, starts, weights, unmasked if megatron else None)
+        return weights, unmasked
+    unmasked = np.where(labels != IGNORE_INDEX, labels, ids) if megatron else np.zeros(0, dtype=np.int64)
     chosen = lay_masks(ids, labels, codes, starts)
     if megatron:
         np.put(weights, chosen, 1.0)
@@ -222,7 +225,7 @@ def lay_on_cpu(
         kept = labels.ravel()[chosen]
         labels.fill(IGNORE_INDEX)
         np.put(labels, chosen, kept)
-    return weights
+    return weights, unmasked
 
 
 def lay_masks(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: np.ndarray) -> np.ndarray:

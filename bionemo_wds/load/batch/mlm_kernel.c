@@ -305,27 +305,42 @@ done:
     return result;
 }
 
+/* Megatron's labels of n columns: the label where trained (not -100), else the token itself (a loop the
+ * compiler vectorises). */
+VECTOR_CLONES static void unmask(int64_t *restrict out, const int64_t *restrict labels, const int64_t *restrict ids,
+                                 Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t trained = -(int64_t)(labels[i] != IGNORE_INDEX);
+        out[i] = (labels[i] & trained) | (ids[i] & ~trained);
+    }
+}
+
 /* One row laid: code j lies over token column start + j. Every cell of the row is written once,
  * without a branch that depends on the draws (a loop the compiler vectorises): predicted = drawn and
  * trained; the id shown where predicted and the code is an id; `weight` NULL: the label kept where
  * predicted, -100 elsewhere; else the loss mask 1 where predicted, 0 elsewhere, labels left alone. */
 #define LAY_ROW(T)                                                                                                     \
     VECTOR_CLONES static Py_ssize_t lay_row_##T(int64_t *restrict ids, int64_t *restrict labels,                   \
-                                                float *restrict weight, const T *restrict codes, Py_ssize_t length, \
-                                                Py_ssize_t start, Py_ssize_t width) {                               \
+                                                float *restrict weight, int64_t *restrict unmasked,                 \
+                                                const T *restrict codes, Py_ssize_t length, Py_ssize_t start,       \
+                                                Py_ssize_t width) {                                                 \
         Py_ssize_t lo = start < 0 ? 0 : (start < length ? start : length);                                          \
         Py_ssize_t hi = start + width < lo ? lo : (start + width < length ? start + width : length);               \
         int64_t predicted = 0;                                                                                         \
         const T *drawn = codes - start; /* drawn[col]: the code over column col, for lo <= col < hi */             \
         if (weight) {                                                                                                  \
+            unmask(unmasked, labels, ids, lo);                                                                         \
             for (Py_ssize_t col = lo; col < hi; col++) {                                                             \
-                int64_t code = drawn[col];                                                                             \
-                int64_t hit = -(int64_t)((code != MLM_NONE) & (labels[col] != IGNORE_INDEX));                        \
+                int64_t code = drawn[col], label = labels[col], id = ids[col];                                        \
+                int64_t trained = -(int64_t)(label != IGNORE_INDEX);                                                  \
+                int64_t hit = trained & -(int64_t)(code != MLM_NONE);                                                 \
                 int64_t show = hit & -(int64_t)(code >= 0);                                                           \
-                ids[col] = (code & show) | (ids[col] & ~show);                                                        \
-                weight[col] = (float)(hit & 1);                                                                       \
+                unmasked[col] = (label & trained) | (id & ~trained);                                                  \
+                ids[col] = (code & show) | (id & ~show);                                                              \
+                weight[col] = (float)(int32_t)(hit & 1); /* through int32: AVX2 converts no int64 to float */        \
                 predicted -= hit;                                                                                      \
             }                                                                                                          \
+            unmask(unmasked + hi, labels + hi, ids + hi, length - hi);                                                \
             return predicted;                                                                                          \
         }                                                                                                              \
         for (Py_ssize_t col = 0; col < lo; col++)                                                                      \
@@ -347,26 +362,28 @@ LAY_ROW(int16_t)
 LAY_ROW(int32_t)
 LAY_ROW(int64_t)
 
-/* lay(ids, labels, codes, code_size, starts, rows, seq_length, width, loss_mask): the chosen cells of
- * `codes` laid over int64 `ids` and `labels` (rows x seq_length) in place; code column j of row r is
- * token column starts[r] + j. A cell is predicted when chosen and its label is not IGNORE_INDEX.
- * loss_mask (float32, rows x seq_length; an empty buffer: none): 1 where predicted, 0 elsewhere, labels
- * left as they are (Megatron); else labels become IGNORE_INDEX where not predicted. Returns the number
- * predicted. */
+/* lay(ids, labels, codes, code_size, starts, rows, seq_length, width, loss_mask, unmasked): the chosen
+ * cells of `codes` laid over int64 `ids` and `labels` (rows x seq_length) in place; code column j of row
+ * r is token column starts[r] + j. A cell is predicted when chosen and its label is not IGNORE_INDEX.
+ * loss_mask (float32, rows x seq_length; an empty buffer: none): Megatron's batch, the loss mask 1 where
+ * predicted and 0 elsewhere, labels left as they are, and `unmasked` (int64, rows x seq_length) written
+ * whole: the label where trained, else the token before masking; else labels become IGNORE_INDEX
+ * where not predicted. Returns the number predicted. */
 static PyObject *lay(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer ids, labels, codes, starts, loss;
+    Py_buffer ids, labels, codes, starts, loss, unmasked;
     int code_size;
     Py_ssize_t rows, seq_length, width;
-    if (!PyArg_ParseTuple(args, "w*w*y*iy*nnnw*", &ids, &labels, &codes, &code_size, &starts, &rows, &seq_length,
-                          &width, &loss))
+    if (!PyArg_ParseTuple(args, "w*w*y*iy*nnnw*w*", &ids, &labels, &codes, &code_size, &starts, &rows, &seq_length,
+                          &width, &loss, &unmasked))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t predicted = 0;
     int megatron = loss.len > 0;
     if (!sized(&ids, rows * seq_length * 8, "ids") || !sized(&labels, rows * seq_length * 8, "labels") ||
         !sized(&codes, rows * width * code_size, "codes") || !sized(&starts, rows * 8, "starts") ||
-        (megatron && !sized(&loss, rows * seq_length * 4, "loss_mask")))
+        (megatron && !sized(&loss, rows * seq_length * 4, "loss_mask")) ||
+        (megatron && !sized(&unmasked, rows * seq_length * 8, "unmasked")))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     const Py_ssize_t n_rows = rows, length = seq_length, n_codes = width;
@@ -374,26 +391,28 @@ static PyObject *lay(PyObject *self, PyObject *args) {
     const int64_t *first = starts.buf;
     const char *code = codes.buf;
     float *weight = megatron ? loss.buf : NULL;
+    int64_t *plain = megatron ? unmasked.buf : NULL;
     for (Py_ssize_t r = 0; r < n_rows; r++) {
         int64_t *row_ids = id + r * length, *row_labels = label + r * length;
         float *row_weight = weight ? weight + r * length : NULL;
+        int64_t *row_plain = plain ? plain + r * length : NULL;
         const char *row_codes = code + r * n_codes * code_size;
         Py_ssize_t start = (Py_ssize_t)first[r];
         switch (code_size) {
         case 1:
-            predicted += lay_row_int8_t(row_ids, row_labels, row_weight, (const int8_t *)row_codes, length, start,
+            predicted += lay_row_int8_t(row_ids, row_labels, row_weight, row_plain, (const int8_t *)row_codes, length, start,
                                         n_codes);
             break;
         case 2:
-            predicted += lay_row_int16_t(row_ids, row_labels, row_weight, (const int16_t *)row_codes, length, start,
+            predicted += lay_row_int16_t(row_ids, row_labels, row_weight, row_plain, (const int16_t *)row_codes, length, start,
                                          n_codes);
             break;
         case 4:
-            predicted += lay_row_int32_t(row_ids, row_labels, row_weight, (const int32_t *)row_codes, length, start,
+            predicted += lay_row_int32_t(row_ids, row_labels, row_weight, row_plain, (const int32_t *)row_codes, length, start,
                                          n_codes);
             break;
         default:
-            predicted += lay_row_int64_t(row_ids, row_labels, row_weight, (const int64_t *)row_codes, length, start,
+            predicted += lay_row_int64_t(row_ids, row_labels, row_weight, row_plain, (const int64_t *)row_codes, length, start,
                                          n_codes);
             break;
         }
@@ -406,6 +425,7 @@ done:
     PyBuffer_Release(&codes);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&loss);
+    PyBuffer_Release(&unmasked);
     return result;
 }
 

@@ -38,6 +38,7 @@ def lay(
     seq_length: int,
     width: int,
     loss_mask: Any,
+    unmasked: Any,
     /,
 ) -> int:
     """A batch's codes laid over its int64 ids and labels in place (`mlm.lay_on_cpu`); the number predicted."""

@@ -84,13 +84,23 @@ def native_mask_tokens(
     return out
 
 
-def native_lay(ids: np.ndarray, labels: np.ndarray, codes: np.ndarray, starts: np.ndarray, weights: np.ndarray) -> None:
+def native_lay(
+    ids: np.ndarray,
+    labels: np.ndarray,
+    codes: np.ndarray,
+    starts: np.ndarray,
+    weights: np.ndarray,
+    unmasked: np.ndarray | None = None,
+) -> None:
     """`mlm.lay_on_cpu` by the C kernel (`mlm_kernel.lay`), in place: `weights` the loss mask to fill
-    (float32 zeros, rows x seq_length), or empty (then labels become -100 where not predicted)."""
+    (float32 zeros, rows x seq_length) with `unmasked` (int64, the same shape: Megatron's labels, the
+    label where trained, else the token before masking), or empty (then labels become -100 where not
+    predicted)."""
     n, seq_length = ids.shape
     codes = np.ascontiguousarray(codes)
     first = np.ascontiguousarray(starts, dtype=np.int64)
-    mlm_kernel.lay(ids, labels, codes, codes.itemsize, first, n, seq_length, codes.shape[1], weights)
+    plain = NOTHING_TO_WRITE if unmasked is None else unmasked
+    mlm_kernel.lay(ids, labels, codes, codes.itemsize, first, n, seq_length, codes.shape[1], weights, plain)
 
 
 def native_lay_windows(
