@@ -174,7 +174,8 @@ class SampleOptions:
         """Compact batch -> tokens, labels, loss_mask, position_ids (and a packed batch's document
         boundaries: `packed.packed_model_inputs`), the label rules applied; with
         ``batch_format="hf"``, the batch a `transformers` model takes (`hf`); with ``objective="mlm"``
-        the batch laid out unmasked (as ``hf``), then its masks laid over it (`masked`)."""
+        the batch laid out unmasked (as ``hf``), then its masks laid over it (`masked`), or, for
+        window rows on a CPU, both in one pass (`mlm_windows.masked_window_inputs`)."""
         rules, fmt, mlm = self.label_rules, self.batch_format, self.masking_rule is not None
         layout = "hf" if mlm else fmt
         packed = "doc_tokens" in compact
