@@ -36,8 +36,12 @@ def test_two_runs_of_one_tree_count_the_same_instructions(tmp_path):
     fasta = tmp_path / "lambda.fa"
     fasta.write_bytes(gzip.decompress(LAMBDA.read_bytes()))
     common = ["--peer", "ours", "--fasta", str(fasta), "--seq-length", "1024", "--stride", "1000"]
-    done = run_tool(*common, "--workdir", str(tmp_path / "w"), "--tree", str(ROOT), "--tree", str(ROOT))
+    keep = tmp_path / "dumps"
+    done = run_tool(
+        *common, "--workdir", str(tmp_path / "w"), "--tree", str(ROOT), "--tree", str(ROOT), "--keep", str(keep)
+    )
     assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in keep.iterdir()) == ["ours-0.callgrind", "ours-1.callgrind"]  # --keep
     counts = [int(m.replace(",", "")) for m in re.findall(r": ([\d,]+) instructions", done.stdout)]
     assert len(counts) == 2 and counts[0] > 1_000_000
     assert abs(counts[0] - counts[1]) <= 0.01 * counts[0]  # the same work, counted the same (within 1%)
