@@ -198,20 +198,46 @@ static inline int allowed_at(const unsigned char *may, const char *ids, int id_s
     return !(v >= 0 && v < n_special && table[v]);
 }
 
+/* The cells before `limit` of a row (ids of `size` bytes from `at`) once its trailing `pad` ids are left
+ * out: a tokenizer's rows end in padding (most of a row where sequences are short), which is never
+ * chosen, so it is not drawn at all. */
+static Py_ssize_t before_padding(const char *ids, Py_ssize_t at, Py_ssize_t limit, int size, int64_t pad) {
+    switch (size) {
+    case 1:
+        while (limit > 0 && ((const uint8_t *)ids)[at + limit - 1] == pad)
+            limit--;
+        break;
+    case 2:
+        while (limit > 0 && ((const int16_t *)ids)[at + limit - 1] == pad)
+            limit--;
+        break;
+    case 4:
+        while (limit > 0 && ((const int32_t *)ids)[at + limit - 1] == pad)
+            limit--;
+        break;
+    default:
+        while (limit > 0 && ((const int64_t *)ids)[at + limit - 1] == pad)
+            limit--;
+        break;
+    }
+    return limit;
+}
+
 /* draw(out, out_size, ids, id_size, candidates, lengths, salts, rows, width, bound, span, special_table,
- *      random_ids, mask_id, bert, mask_share, random_share, specials): candidates (bytes, rows x width)
- * or lengths (int64, one a row: the cells before it) or both empty (every cell). */
+ *      random_ids, mask_id, bert, mask_share, random_share, specials, pad): candidates (bytes, rows x
+ * width) or lengths (int64, one a row: the cells before it) or both empty (every cell); with
+ * `specials` (pad one of them; -1: none), a row's trailing pad ids are skipped (`before_padding`). */
 static PyObject *draw(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer out, ids, cand, lens, salts, special, random_ids;
     int out_size, id_size, span, bert, specials;
     Py_ssize_t rows, width;
     unsigned long long bound;
-    long long mask_id;
+    long long mask_id, pad;
     double mask_share, random_share;
-    if (!PyArg_ParseTuple(args, "w*iy*iy*y*y*nnKiy*y*Lpddp", &out, &out_size, &ids, &id_size, &cand, &lens, &salts,
+    if (!PyArg_ParseTuple(args, "w*iy*iy*y*y*nnKiy*y*LpddpL", &out, &out_size, &ids, &id_size, &cand, &lens, &salts,
                           &rows, &width, &bound, &span, &special, &random_ids, &mask_id, &bert, &mask_share,
-                          &random_share, &specials))
+                          &random_share, &specials, &pad))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t cells = rows * width, n_special = special.len, n_random = random_ids.len / 8;
@@ -252,6 +278,8 @@ static PyObject *draw(PyObject *self, PyObject *args) {
         Py_ssize_t at = r * w, limit = w;
         if (length)
             limit = length[r] < 0 ? 0 : (length[r] < w ? (Py_ssize_t)length[r] : w);
+        if (specials && pad >= 0 && !may_all) /* padding is special: never chosen, so never drawn */
+            limit = before_padding(id, at, limit, id_size, pad);
         const unsigned char *may = may_all ? may_all + at : NULL;
         fill_none(o, at, w, out_size);
         Py_ssize_t n_chosen = 0;

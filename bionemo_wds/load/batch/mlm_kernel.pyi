@@ -22,11 +22,13 @@ def draw(
     mask_share: float,
     random_share: float,
     specials: bool,
+    pad: int,
     /,
 ) -> None:
     """`mlm.mask_tokens`'s codes of a batch written into `out` (rows x width, signed, `out_size` bytes each);
     the cells that may be chosen: `candidates` (bytes, rows x width) or `lengths` (int64, the cells before
-    each row's), the other empty (both empty: every cell)."""
+    each row's), the other empty (both empty: every cell); with `specials`, a row's trailing `pad` ids
+    are skipped without drawing."""
 
 def lay(
     ids: Any,

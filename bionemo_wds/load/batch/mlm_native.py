@@ -80,6 +80,7 @@ def native_mask_tokens(
         BERT_MASK_SHARE,
         BERT_MASK_SHARE + BERT_RANDOM_SHARE,
         specials,
+        rule.pad_id,
     )
     return out
 

@@ -89,6 +89,8 @@ class MaskingRule:
         special_ids: ids never chosen (specials and padding), sorted.
         random_ids: ids a ``"bert"`` random replacement is drawn from (every id not in `special_ids`).
         dtype: the ``mlm`` matrix's type (`id_dtype`).
+        pad_id: the vocabulary's padding id (one of `special_ids`; -1: none given), which the C
+            kernel skips at the end of a row without drawing (never chosen either way).
     """
 
     probability: float
@@ -98,6 +100,7 @@ class MaskingRule:
     special_ids: np.ndarray = field(repr=False)
     random_ids: np.ndarray = field(repr=False)
     dtype: np.dtype
+    pad_id: int = -1
 
     @property
     def bound32(self) -> int:
@@ -134,4 +137,5 @@ class MaskingRule:
         if not len(ordinary):
             raise OptionError(f"tokenizer {vocab.name!r} has no id that is not special: nothing to mask")
         dtype = id_dtype(vocab.vocab_size)
-        return cls(float(probability), replace, width, int(vocab.mask_id), specials, ordinary, dtype)
+        mask_id, pad_id = int(vocab.mask_id), int(vocab.pad_id)
+        return cls(float(probability), replace, width, mask_id, specials, ordinary, dtype, pad_id)
