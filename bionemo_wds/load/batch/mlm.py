@@ -215,7 +215,7 @@ def lay_on_cpu(
     weights = np.zeros(ids.shape if megatron else 0, dtype=np.float32)
     if native_lays(ids, labels, codes):
         unmasked = np.empty_like(ids) if megatron else np.zeros(0, dtype=np.int64)
-        native_lay(ids, labels, codes, starts, weights, unmasked if megatron else None)
+        native_lay(ids, labels, codes, starts, weights, unmasked)
         return weights, unmasked
     unmasked = np.where(labels != IGNORE_INDEX, labels, ids) if megatron else np.zeros(0, dtype=np.int64)
     chosen = lay_masks(ids, labels, codes, starts)

@@ -333,6 +333,12 @@ done:
     return result;
 }
 
+/* n labels of -100 from `at` (a loop the compiler vectorises). */
+VECTOR_CLONES static void fill_ignore(int64_t *restrict at, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        at[i] = IGNORE_INDEX;
+}
+
 /* Megatron's labels of n columns: the label where trained (not -100), else the token itself (a loop the
  * compiler vectorises). */
 VECTOR_CLONES static void unmask(int64_t *restrict out, const int64_t *restrict labels, const int64_t *restrict ids,
@@ -371,8 +377,7 @@ VECTOR_CLONES static void unmask(int64_t *restrict out, const int64_t *restrict 
             unmask(unmasked + hi, labels + hi, ids + hi, length - hi);                                                \
             return predicted;                                                                                          \
         }                                                                                                              \
-        for (Py_ssize_t col = 0; col < lo; col++)                                                                      \
-            labels[col] = IGNORE_INDEX;                                                                                \
+        fill_ignore(labels, lo);                                                                                       \
         for (Py_ssize_t col = lo; col < hi; col++) {                                                                 \
             int64_t code = drawn[col], label = labels[col];                                                           \
             int64_t hit = -(int64_t)((code != MLM_NONE) & (label != IGNORE_INDEX));                                  \
@@ -381,8 +386,7 @@ VECTOR_CLONES static void unmask(int64_t *restrict out, const int64_t *restrict 
             labels[col] = (label & hit) | (IGNORE_INDEX & ~hit);                                                      \
             predicted -= hit;                                                                                          \
         }                                                                                                              \
-        for (Py_ssize_t col = hi; col < length; col++)                                                                 \
-            labels[col] = IGNORE_INDEX;                                                                                \
+        fill_ignore(labels + hi, length - hi);                                                                         \
         return predicted;                                                                                              \
     }
 LAY_ROW(int8_t)
@@ -428,20 +432,20 @@ static PyObject *lay(PyObject *self, PyObject *args) {
         Py_ssize_t start = (Py_ssize_t)first[r];
         switch (code_size) {
         case 1:
-            predicted += lay_row_int8_t(row_ids, row_labels, row_weight, row_plain, (const int8_t *)row_codes, length, start,
-                                        n_codes);
+            predicted += lay_row_int8_t(row_ids, row_labels, row_weight, row_plain, (const int8_t *)row_codes, length,
+                                        start, n_codes);
             break;
         case 2:
-            predicted += lay_row_int16_t(row_ids, row_labels, row_weight, row_plain, (const int16_t *)row_codes, length, start,
-                                         n_codes);
+            predicted += lay_row_int16_t(row_ids, row_labels, row_weight, row_plain, (const int16_t *)row_codes, length,
+                                         start, n_codes);
             break;
         case 4:
-            predicted += lay_row_int32_t(row_ids, row_labels, row_weight, row_plain, (const int32_t *)row_codes, length, start,
-                                         n_codes);
+            predicted += lay_row_int32_t(row_ids, row_labels, row_weight, row_plain, (const int32_t *)row_codes, length,
+                                         start, n_codes);
             break;
         default:
-            predicted += lay_row_int64_t(row_ids, row_labels, row_weight, row_plain, (const int64_t *)row_codes, length, start,
-                                         n_codes);
+            predicted += lay_row_int64_t(row_ids, row_labels, row_weight, row_plain, (const int64_t *)row_codes, length,
+                                         start, n_codes);
             break;
         }
     }
@@ -460,7 +464,16 @@ done:
 /* One window row's hf ids and labels with its masked-LM codes, in one pass over its base columns: the
  * row's bases lie at token columns p .. p + n; a base j is predicted when drawn (code != MLM_NONE) and
  * trained (not `dropped`): its label is label_bases[j] and, where the code is an id, the model sees
- * that id; every other label is -100. No branch that depends on the draws (the loop is vectorised). */
+ * that id; every other label is -100. No branch that depends on the draws (the loop is vectorised);
+ * the two loops differ only in where `trained` comes from (a whole-row constant when nothing is
+ * dropped), as in `LAY_WINDOW_MEGATRON`. */
+#define HF_CELL(TRAINED)                                                                                               \
+    int64_t code = codes[j];                                                                                           \
+    int64_t hit = (TRAINED) & -(int64_t)(code != MLM_NONE);                                                           \
+    int64_t show = hit & -(int64_t)(code >= 0);                                                                       \
+    labels[j] = ((int64_t)label_bases[j] & hit) | (IGNORE_INDEX & ~hit);                                              \
+    ids[j] = (code & show) | (ids[j] & ~show);                                                                        \
+    predicted -= hit;
 #define LAY_WINDOW(T)                                                                                                  \
     VECTOR_CLONES static Py_ssize_t lay_window_##T(int64_t *restrict ids, int64_t *restrict labels,                \
                                                    const uint8_t *restrict label_bases, const T *restrict codes,    \
@@ -468,21 +481,11 @@ done:
         Py_ssize_t predicted = 0;                                                                                      \
         if (dropped) {                                                                                                 \
             for (Py_ssize_t j = 0; j < n; j++) {                                                                       \
-                int64_t code = codes[j];                                                                               \
-                int64_t hit = -(int64_t)((code != MLM_NONE) & (dropped[j] == 0));                                    \
-                int64_t show = hit & -(int64_t)(code >= 0);                                                           \
-                labels[j] = ((int64_t)label_bases[j] & hit) | (IGNORE_INDEX & ~hit);                                  \
-                ids[j] = (code & show) | (ids[j] & ~show);                                                            \
-                predicted -= hit;                                                                                      \
+                HF_CELL(-(int64_t)(dropped[j] == 0))                                                                   \
             }                                                                                                          \
         } else {                                                                                                       \
             for (Py_ssize_t j = 0; j < n; j++) {                                                                       \
-                int64_t code = codes[j];                                                                               \
-                int64_t hit = -(int64_t)(code != MLM_NONE);                                                           \
-                int64_t show = hit & -(int64_t)(code >= 0);                                                           \
-                labels[j] = ((int64_t)label_bases[j] & hit) | (IGNORE_INDEX & ~hit);                                  \
-                ids[j] = (code & show) | (ids[j] & ~show);                                                            \
-                predicted -= hit;                                                                                      \
+                HF_CELL(-1)                                                                                            \
             }                                                                                                          \
         }                                                                                                              \
         return predicted;                                                                                              \
@@ -522,12 +525,6 @@ LAY_WINDOW(int32_t)
 LAY_WINDOW_MEGATRON(int8_t)
 LAY_WINDOW_MEGATRON(int16_t)
 LAY_WINDOW_MEGATRON(int32_t)
-
-/* n labels of -100 from `at` (a loop the compiler vectorises). */
-VECTOR_CLONES static void fill_ignore(int64_t *restrict at, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++)
-        at[i] = IGNORE_INDEX;
-}
 
 /* lay_windows(ids, labels, label_bases, codes, code_size, dropped, first, lengths, rows, seq_length,
  * width, loss_mask): the hf labels of window rows whose bases (label_bases, uint8 rows x width) start

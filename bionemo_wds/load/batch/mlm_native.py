@@ -91,17 +91,16 @@ def native_lay(
     codes: np.ndarray,
     starts: np.ndarray,
     weights: np.ndarray,
-    unmasked: np.ndarray | None = None,
+    unmasked: np.ndarray,
 ) -> None:
     """`mlm.lay_on_cpu` by the C kernel (`mlm_kernel.lay`), in place: `weights` the loss mask to fill
     (float32 zeros, rows x seq_length) with `unmasked` (int64, the same shape: Megatron's labels, the
-    label where trained, else the token before masking), or empty (then labels become -100 where not
-    predicted)."""
+    label where trained, else the token before masking), or both empty (then labels become -100 where
+    not predicted)."""
     n, seq_length = ids.shape
     codes = np.ascontiguousarray(codes)
     first = np.ascontiguousarray(starts, dtype=np.int64)
-    plain = NOTHING_TO_WRITE if unmasked is None else unmasked
-    mlm_kernel.lay(ids, labels, codes, codes.itemsize, first, n, seq_length, codes.shape[1], weights, plain)
+    mlm_kernel.lay(ids, labels, codes, codes.itemsize, first, n, seq_length, codes.shape[1], weights, unmasked)
 
 
 def native_lay_windows(
