@@ -1,4 +1,4 @@
-"""The masked-LM kernel in C (`batch.mlm_kernel`): every draw and every laid cell equal to the numpy
+"""The masked-LM kernels in C (`batch.mlm_kernel`, `batch.mlm_lay`): every draw and every laid cell equal to the numpy
 code it replaces (`mlm.numpy_mask_tokens`, `mlm.lay_masks`), for every rule, id type and vocabulary;
 and without the kernel, the numpy path with a warning that says so."""
 
@@ -15,7 +15,9 @@ from bionemo_wds.load.batch.mlm import apply_masks, lay_on_cpu, mask_tokens, num
 from bionemo_wds.load.batch.mlm_rule import IGNORE_INDEX, MLM_NONE, MaskingRule, Vocabulary, id_dtype
 from bionemo_wds.load.tokenize.registry import resolve_tokenizer
 
-needs_kernel = pytest.mark.skipif(mlm_native.mlm_kernel is None, reason="the C extension is not built (no C compiler)")
+needs_kernel = pytest.mark.skipif(
+    mlm_native.mlm_kernel is None or mlm_native.mlm_lay is None, reason="the C extensions are not built (no C compiler)"
+)
 
 #: The vocabularies the rules are drawn over: bytes with a mask token (the benchmark's), and families.
 VOCABS = {
@@ -144,7 +146,7 @@ def test_without_the_kernel_numpy_draws_and_lays_the_same_masks_and_says_so(monk
     laid = apply_masks({k: v.clone() for k, v in inputs.items()}, torch.from_numpy(with_kernel), torch.zeros(4), False)
     monkeypatch.setattr(mlm_native, "mlm_kernel", None)
     mlm_native.warn_missing_kernel.cache_clear()
-    with pytest.warns(RuntimeWarning, match="mlm_kernel .* is not built"):
+    with pytest.warns(RuntimeWarning, match="mlm_kernel and mlm_lay .* are not built"):
         without = mask_tokens(ids, candidates, salts, rule, True)
     np.testing.assert_array_equal(without, with_kernel)
     again = apply_masks({k: v.clone() for k, v in inputs.items()}, torch.from_numpy(without), torch.zeros(4), False)
@@ -168,7 +170,7 @@ def test_the_kernel_refuses_buffers_that_disagree_with_the_shape_it_is_told():
         kernel.draw(*args[:5], np.zeros(1, np.int32), *args[6:], np.arange(3), 5, True, 0.8, 0.9, True, 1)
     ids = np.zeros((2, 8), dtype=np.int64)
     with pytest.raises(ValueError, match="labels holds"):
-        kernel.lay(
+        mlm_native.mlm_lay.lay(
             ids,
             np.zeros((1, 8), np.int64),
             np.zeros((2, 3), np.int16),
@@ -181,7 +183,7 @@ def test_the_kernel_refuses_buffers_that_disagree_with_the_shape_it_is_told():
             np.zeros(0, np.int64),
         )
     with pytest.raises(ValueError, match="unmasked holds 0 bytes"):  # Megatron's labels need room
-        kernel.lay(
+        mlm_native.mlm_lay.lay(
             ids,
             ids.copy(),
             np.zeros((2, 3), np.int16),
@@ -193,3 +195,23 @@ def test_the_kernel_refuses_buffers_that_disagree_with_the_shape_it_is_told():
             np.zeros((2, 8), np.float32),
             np.zeros(0, np.int64),
         )
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "int32", "int64"])
+def test_rows_ending_in_padding_draw_every_cell_before_it(dtype):
+    """The kernel skips a row's trailing padding undrawn (scanned back 32 bytes at a time): with every
+    length of padding, for each id type, the draws of a near-certain rule equal numpy's, so not one
+    cell before the padding is lost and none inside it is drawn."""
+    vocab = VOCABS["nt"] if dtype != "uint8" else VOCABS["caduceus"]
+    rule = MaskingRule.of(vocab, 0.999, "mask")
+    width = 100
+    first = min(rule.random_ids)
+    ids = np.full((width + 1, width), first, dtype=dtype)
+    for r in range(width + 1):
+        ids[r, r:] = rule.pad_id  # row r: r ordinary ids, then padding
+    lengths = np.full(width + 1, width, dtype=np.int64)
+    salts = np.arange(width + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    expected = numpy_mask_tokens(ids, lengths, salts, rule, True)
+    np.testing.assert_array_equal(mask_tokens(ids, lengths, salts, rule, True), expected)
+    assert (expected[ids == rule.pad_id] == MLM_NONE).all() and (expected[ids != rule.pad_id] != MLM_NONE).mean() > 0.99

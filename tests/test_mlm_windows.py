@@ -20,7 +20,7 @@ from bionemo_wds.load.batch.mlm_rule import MaskingRule, Vocabulary
 from bionemo_wds.load.batch.mlm_windows import masked_window_inputs
 from bionemo_wds.load.batch.model_inputs import to_model_inputs
 
-needs_kernel = pytest.mark.skipif(mlm_native.mlm_kernel is None, reason="the C extension is not built (no C compiler)")
+needs_kernel = pytest.mark.skipif(mlm_native.mlm_lay is None, reason="the C extension is not built (no C compiler)")
 
 #: Byte ids with a mask token (the benchmark's masked-LM vocabulary): int16 codes.
 MASKED_BYTES = Vocabulary("bytes-with-mask", 256, PAD_ID, 5, frozenset(range(256)) - frozenset(b"ACGTNacgtn"))
@@ -137,5 +137,5 @@ def test_where_the_one_pass_does_not_apply_it_says_none(lambda_seq, monkeypatch)
     assert masked_window_inputs(*args, LabelRules(min_real_fraction=0.5), codes) is None
     assert masked_window_inputs(*args, LabelRules(), codes[:, :50]) is None
     assert masked_window_inputs(*args, LabelRules(), None) is None  # not a masked-LM batch
-    monkeypatch.setattr(mlm_native, "mlm_kernel", None)
+    monkeypatch.setattr(mlm_native, "mlm_lay", None)
     assert masked_window_inputs(*args, LabelRules(), codes) is None

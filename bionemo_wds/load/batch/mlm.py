@@ -210,7 +210,7 @@ def lay_on_cpu(
     """`apply_masks` on numpy rows, in place: ids replaced where chosen; `megatron`: returns the loss
     mask (float32, 1 where predicted) and Megatron's labels (the label where trained, else the token
     before masking), `labels` left alone; else labels -100 where not predicted (two empty arrays
-    returned). By `mlm_kernel.lay` where built (one pass, the Megatron labels in it), else numpy at
+    returned). By `mlm_lay.lay` where built (one pass, the Megatron labels in it), else numpy at
     the chosen cells (`lay_masks`)."""
     weights = np.zeros(ids.shape if megatron else 0, dtype=np.float32)
     if native_lays(ids, labels, codes):

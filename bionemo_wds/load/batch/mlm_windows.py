@@ -5,7 +5,7 @@ either batch format.
 The general path lays a batch out as a causal ``hf`` batch (every base's label written, degenerate
 and soft-masked ones then set to -100) and then lays the masks over it (`mlm.apply_masks`: every
 label read and written again). A masked-LM batch trains about 15% of its tokens, so here the labels
-are written once, by `mlm_kernel.lay_windows`: -100, or the base where it is drawn and trained, with
+are written once, by `mlm_lay.lay_windows`: -100, or the base where it is drawn and trained, with
 the ids the model sees laid over the tokens in the same pass (Megatron's batch: the labels are the
 unmasked tokens, and the loss mask, 1 where a token is predicted, is written in the same pass). The
 batch is the same, key for key and cell for cell (the tests compare the two paths); where this path

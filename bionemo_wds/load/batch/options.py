@@ -28,6 +28,7 @@ from bionemo_wds.load.batch.labels import LabelRules
 from bionemo_wds.load.batch.mlm import apply_masks
 from bionemo_wds.load.batch.mlm_device import DRAW_PLACES, draw_masks
 from bionemo_wds.load.batch.mlm_rule import BYTES, MaskingRule, check_objective
+from bionemo_wds.load.batch.mlm_tokens import masked_token_inputs
 from bionemo_wds.load.batch.mlm_windows import masked_window_inputs
 from bionemo_wds.load.batch.model_inputs import check_soft_mask_weight, to_model_inputs
 from bionemo_wds.load.batch.packed import PackedSchema, packed_model_inputs
@@ -174,15 +175,21 @@ class SampleOptions:
         """Compact batch -> tokens, labels, loss_mask, position_ids (and a packed batch's document
         boundaries: `packed.packed_model_inputs`), the label rules applied; with
         ``batch_format="hf"``, the batch a `transformers` model takes (`hf`); with ``objective="mlm"``
-        the batch laid out unmasked (as ``hf``), then its masks laid over it (`masked`), or, for
-        window rows on a CPU, both in one pass (`mlm_windows.masked_window_inputs`)."""
+        the batch laid out unmasked (as ``hf``), then its masks laid over it (`masked`), or, on a CPU
+        for window rows and a tokenizer's rows, both in one pass (`mlm_windows.masked_window_inputs`,
+        `mlm_tokens.masked_token_inputs`)."""
         rules, fmt, mlm = self.label_rules, self.batch_format, self.masking_rule is not None
         layout = "hf" if mlm else fmt
         packed = "doc_tokens" in compact
         if self.vocab is not None:  # token ids laid out in the workers (`token_inputs`)
+            codes = self.mask_codes(compact) if mlm else None
+            # masked-LM: the inputs written once, the masks laid over on the way, where that path applies
+            fused = masked_token_inputs(compact, self.vocab, self.soft_mask_weight, rules, codes, fmt != "hf")
+            if fused is not None:
+                return fused
             out = token_model_inputs(compact, self.vocab, self.soft_mask_weight, rules, layout, causal=not mlm)
             if mlm:  # laid out as hf, so the passthrough of the megatron format is added here
-                out = self.masked(out, compact)
+                out = self.masked(out, compact, codes)
                 if fmt != "hf":
                     out.update({k: v for k, v in token_passthrough(compact).items() if k not in out})
             return out
