@@ -1,10 +1,11 @@
 """Builds the optional C extensions (pyproject.toml holds the rest of the configuration): the exact BPE
 encoder of bionemo_wds.load.tokenize.exact_bpe, the byte-table passes of bionemo_wds.load.batch.byte_lookup
-(reverse complement, the A/C/G/T check) and the masked-LM kernels of bionemo_wds.load.batch.mlm (the
-draws, and their laying over a batch).
-Without a C compiler the package installs without them: BPE files are then encoded by the `tokenizers`
-library, byte tables applied by `bytes.translate` and masked-LM masks drawn by numpy (the same ids,
-bases and masks, slower; the BPE and masked-LM paths say so in a warning)."""
+(reverse complement, the A/C/G/T check), the packed rows' expansion of
+bionemo_wds.load.batch.packed_native and the masked-LM kernels of bionemo_wds.load.batch.mlm (the
+draws, and their laying over a batch). Without a C compiler the package installs without them: BPE
+files are then encoded by the `tokenizers` library, byte tables applied by `bytes.translate`, packed
+rows expanded and masked-LM masks drawn by numpy (the same ids, bases, inputs and masks, slower; the
+BPE and masked-LM paths say so in a warning)."""
 
 from setuptools import Extension, setup
 
@@ -26,6 +27,12 @@ setup(
             "bionemo_wds.load.batch.mlm_kernel",
             sources=["bionemo_wds/load/batch/mlm_kernel.c"],
             depends=["bionemo_wds/load/batch/mlm_common.h"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
+        Extension(
+            "bionemo_wds.load.batch.packed_kernel",
+            sources=["bionemo_wds/load/batch/packed_kernel.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

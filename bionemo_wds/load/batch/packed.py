@@ -55,6 +55,7 @@ from bionemo_wds.load.batch.packed_columns import (
     document_positions,
 )
 from bionemo_wds.load.batch.packed_layout import DocumentArrays, lay_out
+from bionemo_wds.load.batch.packed_native import native_packed_inputs
 from bionemo_wds.load.batch.schema import Field, slot_nbytes
 
 #: Documents per sample the transfer slots are sized for (a batch with more sends its document
@@ -215,6 +216,10 @@ def packed_inputs_cpu(
         lower = is_base & (raw >= LOWER_A)
         if not lower.any():
             lower = None
+    if lower is None and not hf:  # the usual batch: one pass in C where built
+        fused = native_packed_inputs(raw, sizes, prefix, rules.mask_degenerate_bases)
+        if fused is not None:
+            return fused
     ids = raw if lower is None or not fold_case else np.where(lower, raw - np.uint8(CASE_OFFSET), raw)
     tokens = ids.astype(np.int64)
     # the labels' ids: upper case when asked (the model's keep their case)

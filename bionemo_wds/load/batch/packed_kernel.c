@@ -1,0 +1,127 @@
+/* Packed rows of bytes to Megatron's model inputs in one pass (`packed_native`, for `packed.packed_inputs_cpu`).
+ *
+ * Hand-written because numpy needs a pass per output and several temporaries (the uint8 shift, the
+ * trained-label table pass and its float cast, the positions joined from runs, the tag columns cleared
+ * by index) for what is one loop over each document's columns here. The result is the numpy path's,
+ * cell for cell (tests/test_packed_kernel.py compares them): for a document of s tokens whose first
+ * base is at its column p (BOS, tag, SEP before it) starting at column `col` of its row, column
+ * col + j (0 <= j < s) holds
+ *
+ *   tokens = the byte there; position = j; label = the next byte (j < s - 1), else PAD;
+ *   loss = 0 for a label that is a tag byte or the SEP before it (j <= p - 3), else table[label];
+ *
+ * and each padding column after a row's last document: tokens = its byte, position = 0, 1, ... from
+ * the first padding column, label = PAD, loss = table[PAD]. Buffers come from numpy through the buffer
+ * protocol; the GIL is released while laying.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PAD 1 /* core.tokenizer.PAD_ID */
+
+/* One run of columns: tokens widened, positions from `first`, labels the next byte, loss from the table
+ * (a loop the compiler vectorises but for the table look-up). */
+static void run_columns(const uint8_t *restrict raw, Py_ssize_t n, int64_t first, const float *restrict table,
+                        int64_t *restrict tokens, int64_t *restrict labels, float *restrict loss,
+                        int64_t *restrict positions) {
+    for (Py_ssize_t j = 0; j < n; j++) {
+        uint8_t next = raw[j + 1];
+        tokens[j] = raw[j];
+        positions[j] = first + j;
+        labels[j] = next;
+        loss[j] = table[next];
+    }
+}
+
+/* packed_inputs(raw, sizes, prefix, rows, seq_length, width, table, tokens, labels, loss_mask,
+ * position_ids): raw uint8 rows x seq_length; sizes and prefix int64 rows x width (each document's tokens
+ * and its tokens before its first base; a size of 0: no document); table: 256 float32, the loss of each
+ * label byte; the outputs int64 (tokens, labels, position_ids) and float32 (loss_mask), rows x
+ * seq_length, written whole. None, or a ValueError naming the row whose documents do not fit. */
+static PyObject *packed_inputs(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer raw, sizes, prefix, table, tokens, labels, loss, positions;
+    Py_ssize_t rows, seq_length, width;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnny*w*w*w*w*", &raw, &sizes, &prefix, &rows, &seq_length, &width, &table,
+                          &tokens, &labels, &loss, &positions))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t cells = rows * seq_length, bad = -1;
+    struct {
+        Py_buffer *b;
+        Py_ssize_t want;
+        const char *name;
+    } checks[] = {{&raw, cells, "tokens"},          {&sizes, rows * width * 8, "doc_tokens"},
+                  {&prefix, rows * width * 8, "doc_prefix"}, {&table, 256 * 4, "table"},
+                  {&tokens, cells * 8, "tokens out"}, {&labels, cells * 8, "labels"},
+                  {&loss, cells * 4, "loss_mask"},   {&positions, cells * 8, "position_ids"}};
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        if (checks[i].b->len < checks[i].want) {
+            PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", checks[i].name, checks[i].b->len,
+                         checks[i].want);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *byte = raw.buf;
+    const int64_t *size = sizes.buf, *head = prefix.buf;
+    const float *weight = table.buf;
+    int64_t *token = tokens.buf, *label = labels.buf, *position = positions.buf;
+    float *lost = loss.buf;
+    for (Py_ssize_t r = 0; r < rows && bad < 0; r++) {
+        Py_ssize_t row = r * seq_length, col = 0;
+        for (Py_ssize_t w = 0; w < width; w++) {
+            int64_t s = size[r * width + w], p = head[r * width + w];
+            if (s <= 0)
+                continue;
+            if (s > seq_length - col) {
+                bad = r;
+                break;
+            }
+            Py_ssize_t c = row + col, tag = p - 2 < 0 ? 0 : (p - 2 < s - 1 ? p - 2 : s - 1);
+            /* all but the last column: the label is the next byte; then the tag columns' loss cleared */
+            run_columns(byte + c, s - 1, 0, weight, token + c, label + c, lost + c, position + c);
+            memset(lost + c, 0, (size_t)tag * sizeof(float));
+            token[c + s - 1] = byte[c + s - 1]; /* the document's last token (its EOS): no next token */
+            position[c + s - 1] = s - 1;
+            label[c + s - 1] = PAD;
+            lost[c + s - 1] = weight[PAD];
+            col += s;
+        }
+        if (bad >= 0)
+            break;
+        for (Py_ssize_t c = row + col, j = 0; c < row + seq_length; c++, j++) { /* the padding */
+            token[c] = byte[c];
+            position[c] = j;
+            label[c] = PAD;
+            lost[c] = weight[PAD];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0)
+        PyErr_Format(PyExc_ValueError, "packed sample %zd: its documents take more than %zd tokens", bad, seq_length);
+    else
+        result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&tokens);
+    PyBuffer_Release(&labels);
+    PyBuffer_Release(&loss);
+    PyBuffer_Release(&positions);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"packed_inputs", packed_inputs, METH_VARARGS, "Packed rows of bytes to Megatron's model inputs, one pass."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "packed_kernel",
+                                    "Packed rows to model inputs in one pass (C).", -1, methods};
+
+PyMODINIT_FUNC PyInit_packed_kernel(void) { return PyModule_Create(&module); }

@@ -1,0 +1,53 @@
+"""Packed rows of bytes to Megatron's model inputs by the C kernel ``packed_kernel.c``: the usual packed
+batch's expansion on a CPU (`packed.packed_inputs_cpu`: the Megatron format, no soft-masked base in
+the batch) in one pass over each document's columns instead of a numpy pass per output and its
+temporaries; the same tensors, cell for cell. Where the extension is not built (no C compiler at
+install) `native_packed_inputs` says None and numpy runs (the figures are in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from bionemo_wds.load.batch.labels import TRAINED_TABLES
+from bionemo_wds.load.batch.packed_columns import boundaries
+
+try:
+    import bionemo_wds.load.batch.packed_kernel as packed_kernel
+except ImportError:  # built by `pip install -e .` where a C compiler is found (setup.py: optional)
+    packed_kernel = None  # type: ignore[assignment]
+
+#: The loss of each label byte, as `labels.trained_labels` gives it (by whether degenerate bases are masked).
+LOSS_TABLES = {
+    masked: np.frombuffer(TRAINED_TABLES[masked], dtype=np.uint8).astype(np.float32) for masked in (True, False)
+}
+
+
+def native_packed_inputs(
+    raw: np.ndarray, sizes: np.ndarray, prefix: np.ndarray, mask_degenerate: bool
+) -> dict[str, Any] | None:
+    """``tokens``, ``labels``, ``loss_mask``, ``position_ids``, ``seq_lens``, ``cu_seqlens`` of packed
+    rows of bytes (`raw`, uint8 rows x seq_length; each document's tokens `sizes` and tokens before its
+    first base `prefix`, rows x documents) with no soft-masked base to fold or weigh; None where the
+    kernel is not built."""
+    if packed_kernel is None:
+        return None
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    n, seq_length = raw.shape
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    prefix = np.ascontiguousarray(prefix, dtype=np.int64)
+    tokens, labels, positions = (np.empty((n, seq_length), dtype=np.int64) for _ in range(3))
+    loss_mask = np.empty((n, seq_length), dtype=np.float32)
+    table = LOSS_TABLES[mask_degenerate]
+    packed_kernel.packed_inputs(
+        raw, sizes, prefix, n, seq_length, sizes.shape[1], table, tokens, labels, loss_mask, positions
+    )
+    return {
+        "tokens": torch.from_numpy(tokens),
+        "labels": torch.from_numpy(labels),
+        "loss_mask": torch.from_numpy(loss_mask),
+        "position_ids": torch.from_numpy(positions),
+        **boundaries(torch.from_numpy(sizes)),
+    }
