@@ -21,18 +21,26 @@
 
 #define PAD 1 /* core.tokenizer.PAD_ID */
 
-/* One run of columns: tokens widened, positions from `first`, labels the next byte, loss from the table
- * (a loop the compiler vectorises but for the table look-up). */
-static void run_columns(const uint8_t *restrict raw, Py_ssize_t n, int64_t first, const float *restrict table,
-                        int64_t *restrict tokens, int64_t *restrict labels, float *restrict loss,
-                        int64_t *restrict positions) {
+/* The x86-64 build also carries an AVX2 copy of the column loops, picked at load time. */
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+/* One run of columns: tokens widened, positions from `first`, labels the next byte (a loop the compiler
+ * vectorises), then the loss of each label from the table (a look-up loop of its own, so it does not
+ * keep the first one scalar). */
+VECTOR_CLONES static void run_columns(const uint8_t *restrict raw, Py_ssize_t n, int64_t first,
+                                      const float *restrict table, int64_t *restrict tokens,
+                                      int64_t *restrict labels, float *restrict loss, int64_t *restrict positions) {
     for (Py_ssize_t j = 0; j < n; j++) {
-        uint8_t next = raw[j + 1];
         tokens[j] = raw[j];
         positions[j] = first + j;
-        labels[j] = next;
-        loss[j] = table[next];
+        labels[j] = raw[j + 1];
     }
+    for (Py_ssize_t j = 0; j < n; j++)
+        loss[j] = table[raw[j + 1]];
 }
 
 /* packed_inputs(raw, sizes, prefix, rows, seq_length, width, table, tokens, labels, loss_mask,

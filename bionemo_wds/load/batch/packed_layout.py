@@ -4,8 +4,8 @@ The reader (`span_reader`) hands a batch of samples cut at load over as `Documen
 document its row (sample) in the batch, sequence, first base, length and tag, and the views of the
 stored pieces its bases lie in (``pieces[first_piece[d]:first_piece[d + 1]]``). `lay_out` writes
 the packed token matrix (each document ``BOS tag SEP bases EOS``, then PAD): the specials placed by
-index, each stored piece copied once to where it goes, and the flipped documents' bases
-reverse-complemented by one reversed join and one byte-table pass over it (`byte_lookup`). Where each
+index, each stored piece copied once to where it goes, a flipped document's pieces complemented
+backwards straight into place, last piece first (`byte_lookup.reverse_translate`). Where each
 document and piece goes is worked out in one pass over plain lists: a batch holds a few dozen
 documents, and on arrays that small each numpy call costs more than the Python arithmetic it
 replaces; the bases are only ever moved by numpy copies. The document columns (``doc_tokens``,
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
-from bionemo_wds.load.batch.byte_lookup import translate_in_place
+from bionemo_wds.load.batch.byte_lookup import reverse_translate
 
 
 class DocumentArrays(NamedTuple):
@@ -60,7 +60,6 @@ def lay_out(
     first, past = [-1] * n, [0] * n  # each row's documents: first:past (rows hold runs of documents)
     column = [0] * k  # each document's column among its row's documents
     doc_at = [0] * k  # each document's BOS in the flat token matrix
-    flipped: list[np.ndarray] = []  # the flipped documents' pieces, each reversed, last piece first
     for d in range(k):
         i, head = rows[d], prefix[d]
         at = used[i]
@@ -75,23 +74,17 @@ def lay_out(
         doc_at[d] = at
         if head > 2:
             flat[at + 1 : at + head - 1] = np.frombuffer(tags[d], dtype=np.uint8)
-        if flips[d]:
-            flipped.extend(pieces[p][::-1] for p in range(first_piece[d + 1] - 1, first_piece[d] - 1, -1))
-            continue
         at += head
+        if flips[d]:  # the last piece first, each complemented backwards straight into place
+            for p in range(first_piece[d + 1] - 1, first_piece[d] - 1, -1):
+                piece = pieces[p]
+                reverse_translate(flat[at : at + len(piece)], piece, COMPLEMENT_TABLE)
+                at += len(piece)
+            continue
         for p in range(first_piece[d], first_piece[d + 1]):
             piece = pieces[p]
             flat[at : at + len(piece)] = piece
             at += len(piece)
-    if flipped:
-        done = np.concatenate(flipped)
-        translate_in_place(done, COMPLEMENT_TABLE)
-        taken = 0
-        for d in range(k):
-            if flips[d]:
-                at, bases = doc_at[d] + prefix[d], lengths[d]
-                flat[at : at + bases] = done[taken : taken + bases]
-                taken += bases
     at_array, prefix_array = np.array(doc_at, dtype=np.int64), np.array(prefix, dtype=np.int64)
     sizes = prefix_array + docs.length + 1
     flat[at_array] = BOS_ID
