@@ -85,14 +85,23 @@ def test_a_benchmark_sized_batch_expands_as_numpy_does(lambda_seq):
 
 
 @needs_kernel
+@pytest.mark.parametrize("mask_degenerate", [True, False])
+def test_every_byte_as_a_label_is_trained_as_the_label_tables_say(mask_degenerate):
+    """The kernel's label rules (compares) against `labels.TRAINED_TABLES` (numpy's table), every byte."""
+    every = PackedDocument(np.arange(256, dtype=np.uint8), b"", False, "all", 0, "all")
+    batch = compact_packed([[every]], 260, False)
+    rules = LabelRules(mask_degenerate_bases=mask_degenerate)
+    assert_same(packed_model_inputs(batch, rules=rules), numpy_path(batch, rules))
+
+
+@needs_kernel
 def test_the_kernel_refuses_what_does_not_fit():
     kernel = packed_native.packed_kernel
     raw = np.ones((1, 8), np.uint8)
     out = [np.empty((1, 8), np.int64), np.empty((1, 8), np.int64), np.empty((1, 8), np.float32)]
     positions = np.empty((1, 8), np.int64)
-    table = packed_native.LOSS_TABLES[True]
     sizes, prefix = np.array([[5, 4]], np.int64), np.array([[1, 1]], np.int64)
     with pytest.raises(ValueError, match="packed sample 0: its documents take more than 8 tokens"):
-        kernel.packed_inputs(raw, sizes, prefix, 1, 8, 2, table, *out, positions)
+        kernel.packed_inputs(raw, sizes, prefix, 1, 8, 2, True, *out, positions)
     with pytest.raises(ValueError, match="position_ids holds 32 bytes, 64 needed"):
-        kernel.packed_inputs(raw, sizes[:, :1], prefix[:, :1], 1, 8, 1, table, *out, positions[:, :4])
+        kernel.packed_inputs(raw, sizes[:, :1], prefix[:, :1], 1, 8, 1, True, *out, positions[:, :4])

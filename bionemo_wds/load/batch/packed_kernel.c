@@ -8,10 +8,12 @@
  * col + j (0 <= j < s) holds
  *
  *   tokens = the byte there; position = j; label = the next byte (j < s - 1), else PAD;
- *   loss = 0 for a label that is a tag byte or the SEP before it (j <= p - 3), else table[label];
+ *   loss = 0 for a label that is a tag byte or the SEP before it (j <= p - 3), else whether the label
+ *          is trained: `real` 1, an A, C, G or T of either case; `real` 0, any byte above UNK (4);
  *
  * and each padding column after a row's last document: tokens = its byte, position = 0, 1, ... from
- * the first padding column, label = PAD, loss = table[PAD]. Buffers come from numpy through the buffer
+ * the first padding column, label = PAD, loss = 0 (PAD is not trained). These are
+ * `labels.TRAINED_TABLES` (the tests check every byte). Buffers come from numpy through the buffer
  * protocol; the GIL is released while laying.
  */
 #define PY_SSIZE_T_CLEAN
@@ -28,31 +30,43 @@
 #define VECTOR_CLONES
 #endif
 
-/* One run of columns: tokens widened, positions from `first`, labels the next byte (a loop the compiler
- * vectorises), then the loss of each label from the table (a look-up loop of its own, so it does not
- * keep the first one scalar). */
-VECTOR_CLONES static void run_columns(const uint8_t *restrict raw, Py_ssize_t n, int64_t first,
-                                      const float *restrict table, int64_t *restrict tokens,
-                                      int64_t *restrict labels, float *restrict loss, int64_t *restrict positions) {
+/* Whether label byte b (an int32) is trained, 0 or 1: `real`, an A/C/G/T of either case (a sum of
+ * compares, which the compiler vectorises: with `|` between them it branches); else any byte above UNK. */
+#define TRAINED(b, real)                                                                                               \
+    ((real) ? (((b) | 0x20) == 'a') + (((b) | 0x20) == 'c') + (((b) | 0x20) == 'g') + (((b) | 0x20) == 't')          \
+            : (b) > 4)
+
+/* One run of columns: tokens widened, positions from `first`, labels the next byte, then their loss in a
+ * loop of its own (two loops the compiler vectorises: one that mixes the bytes' compares with the
+ * int64 stores stays scalar, at about three times the instructions). */
+VECTOR_CLONES static void run_columns(const uint8_t *restrict raw, Py_ssize_t n, int64_t first, int real,
+                                      int64_t *restrict tokens, int64_t *restrict labels, float *restrict loss,
+                                      int64_t *restrict positions) {
     for (Py_ssize_t j = 0; j < n; j++) {
         tokens[j] = raw[j];
         positions[j] = first + j;
         labels[j] = raw[j + 1];
     }
-    for (Py_ssize_t j = 0; j < n; j++)
-        loss[j] = table[raw[j + 1]];
+    if (real) {
+        for (Py_ssize_t j = 0; j < n; j++)
+            loss[j] = (float)TRAINED((int32_t)raw[j + 1], 1);
+    } else {
+        for (Py_ssize_t j = 0; j < n; j++)
+            loss[j] = (float)TRAINED((int32_t)raw[j + 1], 0);
+    }
 }
 
-/* packed_inputs(raw, sizes, prefix, rows, seq_length, width, table, tokens, labels, loss_mask,
+/* packed_inputs(raw, sizes, prefix, rows, seq_length, width, real, tokens, labels, loss_mask,
  * position_ids): raw uint8 rows x seq_length; sizes and prefix int64 rows x width (each document's tokens
- * and its tokens before its first base; a size of 0: no document); table: 256 float32, the loss of each
- * label byte; the outputs int64 (tokens, labels, position_ids) and float32 (loss_mask), rows x
+ * and its tokens before its first base; a size of 0: no document); real: the label rule (1: only A/C/G/T
+ * of either case is trained, degenerate bases masked; 0: any byte above UNK); the outputs int64 (tokens, labels, position_ids) and float32 (loss_mask), rows x
  * seq_length, written whole. None, or a ValueError naming the row whose documents do not fit. */
 static PyObject *packed_inputs(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer raw, sizes, prefix, table, tokens, labels, loss, positions;
+    Py_buffer raw, sizes, prefix, tokens, labels, loss, positions;
     Py_ssize_t rows, seq_length, width;
-    if (!PyArg_ParseTuple(args, "y*y*y*nnny*w*w*w*w*", &raw, &sizes, &prefix, &rows, &seq_length, &width, &table,
+    int real;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnnpw*w*w*w*", &raw, &sizes, &prefix, &rows, &seq_length, &width, &real,
                           &tokens, &labels, &loss, &positions))
         return NULL;
     PyObject *result = NULL;
@@ -62,9 +76,9 @@ static PyObject *packed_inputs(PyObject *self, PyObject *args) {
         Py_ssize_t want;
         const char *name;
     } checks[] = {{&raw, cells, "tokens"},          {&sizes, rows * width * 8, "doc_tokens"},
-                  {&prefix, rows * width * 8, "doc_prefix"}, {&table, 256 * 4, "table"},
-                  {&tokens, cells * 8, "tokens out"}, {&labels, cells * 8, "labels"},
-                  {&loss, cells * 4, "loss_mask"},   {&positions, cells * 8, "position_ids"}};
+                  {&prefix, rows * width * 8, "doc_prefix"}, {&tokens, cells * 8, "tokens out"},
+                  {&labels, cells * 8, "labels"},     {&loss, cells * 4, "loss_mask"},
+                  {&positions, cells * 8, "position_ids"}};
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
         if (checks[i].b->len < checks[i].want) {
             PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", checks[i].name, checks[i].b->len,
@@ -75,7 +89,6 @@ static PyObject *packed_inputs(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     const uint8_t *byte = raw.buf;
     const int64_t *size = sizes.buf, *head = prefix.buf;
-    const float *weight = table.buf;
     int64_t *token = tokens.buf, *label = labels.buf, *position = positions.buf;
     float *lost = loss.buf;
     for (Py_ssize_t r = 0; r < rows && bad < 0; r++) {
@@ -90,12 +103,12 @@ static PyObject *packed_inputs(PyObject *self, PyObject *args) {
             }
             Py_ssize_t c = row + col, tag = p - 2 < 0 ? 0 : (p - 2 < s - 1 ? p - 2 : s - 1);
             /* all but the last column: the label is the next byte; then the tag columns' loss cleared */
-            run_columns(byte + c, s - 1, 0, weight, token + c, label + c, lost + c, position + c);
+            run_columns(byte + c, s - 1, 0, real, token + c, label + c, lost + c, position + c);
             memset(lost + c, 0, (size_t)tag * sizeof(float));
             token[c + s - 1] = byte[c + s - 1]; /* the document's last token (its EOS): no next token */
             position[c + s - 1] = s - 1;
             label[c + s - 1] = PAD;
-            lost[c + s - 1] = weight[PAD];
+            lost[c + s - 1] = 0; /* PAD is not trained */
             col += s;
         }
         if (bad >= 0)
@@ -104,7 +117,7 @@ static PyObject *packed_inputs(PyObject *self, PyObject *args) {
             token[c] = byte[c];
             position[c] = j;
             label[c] = PAD;
-            lost[c] = weight[PAD];
+            lost[c] = 0;
         }
     }
     Py_END_ALLOW_THREADS
@@ -116,7 +129,6 @@ done:
     PyBuffer_Release(&raw);
     PyBuffer_Release(&sizes);
     PyBuffer_Release(&prefix);
-    PyBuffer_Release(&table);
     PyBuffer_Release(&tokens);
     PyBuffer_Release(&labels);
     PyBuffer_Release(&loss);

@@ -10,7 +10,7 @@ def packed_inputs(
     rows: int,
     seq_length: int,
     width: int,
-    table: Any,
+    real: bool,
     tokens: Any,
     labels: Any,
     loss_mask: Any,

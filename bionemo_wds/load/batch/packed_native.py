@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.load.batch.labels import TRAINED_TABLES
 from bionemo_wds.load.batch.packed_columns import boundaries
 
 try:
@@ -19,19 +18,14 @@ try:
 except ImportError:  # built by `pip install -e .` where a C compiler is found (setup.py: optional)
     packed_kernel = None  # type: ignore[assignment]
 
-#: The loss of each label byte, as `labels.trained_labels` gives it (by whether degenerate bases are masked).
-LOSS_TABLES = {
-    masked: np.frombuffer(TRAINED_TABLES[masked], dtype=np.uint8).astype(np.float32) for masked in (True, False)
-}
-
 
 def native_packed_inputs(
     raw: np.ndarray, sizes: np.ndarray, prefix: np.ndarray, mask_degenerate: bool
 ) -> dict[str, Any] | None:
     """``tokens``, ``labels``, ``loss_mask``, ``position_ids``, ``seq_lens``, ``cu_seqlens`` of packed
     rows of bytes (`raw`, uint8 rows x seq_length; each document's tokens `sizes` and tokens before its
-    first base `prefix`, rows x documents) with no soft-masked base to fold or weigh; None where the
-    kernel is not built."""
+    first base `prefix`, rows x documents) with no soft-masked base to fold or weigh, the labels trained
+    by `labels.TRAINED_TABLES[mask_degenerate]`'s rule; None where the kernel is not built."""
     if packed_kernel is None:
         return None
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
@@ -40,9 +34,8 @@ def native_packed_inputs(
     prefix = np.ascontiguousarray(prefix, dtype=np.int64)
     tokens, labels, positions = (np.empty((n, seq_length), dtype=np.int64) for _ in range(3))
     loss_mask = np.empty((n, seq_length), dtype=np.float32)
-    table = LOSS_TABLES[mask_degenerate]
     packed_kernel.packed_inputs(
-        raw, sizes, prefix, n, seq_length, sizes.shape[1], table, tokens, labels, loss_mask, positions
+        raw, sizes, prefix, n, seq_length, sizes.shape[1], mask_degenerate, tokens, labels, loss_mask, positions
     )
     return {
         "tokens": torch.from_numpy(tokens),
