@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
+from bionemo_wds.load.batch import packed_native
 from bionemo_wds.load.batch.hf import finish
 from bionemo_wds.load.batch.labels import LabelRules
 from bionemo_wds.load.batch.packed import packed_inputs_gather, packed_model_inputs
@@ -124,12 +125,17 @@ def random_documents(seed: int, control_tags: bool, n: int = 6, seq_length: int 
     return rows, docs, np.asarray(flips, dtype=bool), keys
 
 
+@pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("control_tags", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_lay_out_is_the_row_written_document_by_document(control_tags, seed):
+def test_lay_out_is_the_row_written_document_by_document(control_tags, seed, kernel, monkeypatch):
     """Documents of several pieces, tags of any length, flipped or not, rows without documents: the
     token matrix, the document columns and the row fields are those of the one-document-at-a-time
-    layout."""
+    layout, whether the C kernel writes the documents (`packed_native.native_place`) or Python does."""
+    if kernel and packed_native.packed_kernel is None:
+        pytest.skip("the C extension is not built")
+    if not kernel:
+        monkeypatch.setattr(packed_native, "packed_kernel", None)
     n, seq_length = 6, 400
     rows, docs, flips, keys = random_documents(seed, control_tags, n, seq_length)
     k = len(docs)
@@ -183,3 +189,28 @@ def test_a_document_past_the_row_is_named():
     )
     with pytest.raises(ValueError, match="document far"):
         lay_out(docs, np.zeros(2, dtype=bool), [b"", b""], 1, 12, control_tags=False)
+
+
+@pytest.mark.skipif(packed_native.packed_kernel is None, reason="the C extension is not built")
+def test_the_placing_kernel_refuses_documents_that_disagree_with_their_columns():
+    """Pieces that hold more or fewer bases than a document's columns, a tag of another length, a column
+    outside the batch: a ValueError naming the document, never a write outside the matrix."""
+    flat = np.full(20, 1, dtype=np.uint8)
+    piece = [np.frombuffer(b"ACGT", dtype=np.uint8)]
+    one = np.ones(1, dtype=np.int64)
+
+    def place(at: int, prefix: int, size: int, tag: bytes = b"") -> None:
+        packed_native.native_place(
+            flat, one * at, one * prefix, one * size, np.zeros(1, bool), [tag], piece, np.array([0, 1])
+        )
+
+    place(0, 1, 6)  # BOS, ACGT, EOS
+    assert flat[:7].tobytes() == bytes([2]) + b"ACGT" + bytes([0, 1])
+    with pytest.raises(ValueError, match="document 0's pieces hold more bases than its columns"):
+        place(0, 1, 5)
+    with pytest.raises(ValueError, match="document 0's pieces hold fewer bases than its columns"):
+        place(0, 1, 7)
+    with pytest.raises(ValueError, match="document 0's tag is not 2 bytes"):
+        place(0, 4, 9, b"x")
+    with pytest.raises(ValueError, match="document 0's columns fall outside the batch"):
+        place(16, 1, 6)

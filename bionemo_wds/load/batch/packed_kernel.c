@@ -1,6 +1,8 @@
-/* Packed rows of bytes to Megatron's model inputs in one pass (`packed_native`, for `packed.packed_inputs_cpu`).
+/* Packed rows of bytes in C (`packed_native`): a batch's documents written into its token matrix
+ * (`place`, for `packed_layout.lay_out`: one call a batch instead of Python slice copies a piece), and
+ * the rows expanded to Megatron's model inputs in one pass (`packed_inputs`, for `packed.packed_inputs_cpu`).
  *
- * Hand-written because numpy needs a pass per output and several temporaries (the uint8 shift, the
+ * The expansion is hand-written because numpy needs a pass per output and several temporaries (the uint8 shift, the
  * trained-label table pass and its float cast, the positions joined from runs, the tag columns cleared
  * by index) for what is one loop over each document's columns here. The result is the numpy path's,
  * cell for cell (tests/test_packed_kernel.py compares them): for a document of s tokens whose first
@@ -136,8 +138,99 @@ done:
     return result;
 }
 
+/* place(flat, doc_at, prefix, sizes, flips, tags, pieces, first_piece, complement): each document d of a
+ * packed batch written into the uint8 token matrix `flat` (rows x seq_length, PAD already) from its BOS
+ * column doc_at[d]: BOS, its tag (tags[d], a bytes object, when prefix[d] > 1), SEP (when prefix[d] > 1),
+ * its bases, EOS at doc_at[d] + sizes[d] - 1. The bases: pieces[first_piece[d] .. first_piece[d + 1])
+ * (1-D uint8 buffers) in order, or, where flips[d], the last piece first, each read backwards through the
+ * 256-byte `complement` table. The caller has placed the documents (`packed_layout.lay_out`); a piece,
+ * tag or column that disagrees with them is a ValueError, never a write outside `flat`. */
+static PyObject *place(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer flat, at, prefix, sizes, flips, first_piece, complement;
+    PyObject *tags, *pieces;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*y*OOy*y*", &flat, &at, &prefix, &sizes, &flips, &tags, &pieces, &first_piece,
+                          &complement))
+        return NULL;
+    PyObject *result = NULL, *tag_list = NULL, *piece_list = NULL;
+    Py_ssize_t k = at.len / 8;
+    if (prefix.len < k * 8 || sizes.len < k * 8 || flips.len < k || first_piece.len < (k + 1) * 8 ||
+        complement.len != 256) {
+        PyErr_SetString(PyExc_ValueError, "place: the document columns disagree in length, or the table is not 256");
+        goto done;
+    }
+    tag_list = PySequence_Fast(tags, "place: tags must be a sequence of bytes");
+    piece_list = PySequence_Fast(pieces, "place: pieces must be a sequence of buffers");
+    if (!tag_list || !piece_list)
+        goto done;
+    if (PySequence_Fast_GET_SIZE(tag_list) < k) {
+        PyErr_SetString(PyExc_ValueError, "place: fewer tags than documents");
+        goto done;
+    }
+    uint8_t *out = flat.buf;
+    const int64_t *doc_at = at.buf, *head = prefix.buf, *size = sizes.buf, *piece_at = first_piece.buf;
+    const uint8_t *flip = flips.buf, *table = complement.buf;
+    Py_ssize_t n_pieces = PySequence_Fast_GET_SIZE(piece_list);
+    for (Py_ssize_t d = 0; d < k; d++) {
+        int64_t a = doc_at[d], p = head[d], s = size[d], p0 = piece_at[d], p1 = piece_at[d + 1];
+        if (a < 0 || p < 1 || s < p + 1 || a + s > flat.len || p0 < 0 || p1 < p0 || p1 > n_pieces) {
+            PyErr_Format(PyExc_ValueError, "place: document %zd's columns fall outside the batch", d);
+            goto done;
+        }
+        out[a] = 2;         /* BOS: core.tokenizer.BOS_ID */
+        out[a + s - 1] = 0; /* EOS */
+        if (p > 1) {
+            PyObject *tag = PySequence_Fast_GET_ITEM(tag_list, d);
+            if (!PyBytes_Check(tag) || PyBytes_GET_SIZE(tag) != p - 2) {
+                PyErr_Format(PyExc_ValueError, "place: document %zd's tag is not %lld bytes", d, (long long)(p - 2));
+                goto done;
+            }
+            memcpy(out + a + 1, PyBytes_AS_STRING(tag), (size_t)(p - 2));
+            out[a + p - 1] = 3; /* SEP */
+        }
+        int64_t col = a + p, end = a + s - 1;
+        for (int64_t i = 0; i < p1 - p0; i++) {
+            Py_ssize_t q = flip[d] ? (Py_ssize_t)(p1 - 1 - i) : (Py_ssize_t)(p0 + i);
+            Py_buffer piece;
+            if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(piece_list, q), &piece, PyBUF_SIMPLE) < 0)
+                goto done;
+            if (col + piece.len > end) {
+                PyBuffer_Release(&piece);
+                PyErr_Format(PyExc_ValueError, "place: document %zd's pieces hold more bases than its columns", d);
+                goto done;
+            }
+            const uint8_t *in = piece.buf;
+            if (flip[d]) {
+                for (Py_ssize_t j = 0, n = piece.len; j < n; j++)
+                    out[col + j] = table[in[n - 1 - j]];
+            } else {
+                memcpy(out + col, in, (size_t)piece.len);
+            }
+            col += piece.len;
+            PyBuffer_Release(&piece);
+        }
+        if (col != end) {
+            PyErr_Format(PyExc_ValueError, "place: document %zd's pieces hold fewer bases than its columns", d);
+            goto done;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(tag_list);
+    Py_XDECREF(piece_list);
+    PyBuffer_Release(&flat);
+    PyBuffer_Release(&at);
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&flips);
+    PyBuffer_Release(&first_piece);
+    PyBuffer_Release(&complement);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"packed_inputs", packed_inputs, METH_VARARGS, "Packed rows of bytes to Megatron's model inputs, one pass."},
+    {"place", place, METH_VARARGS, "A packed batch's documents written into its token matrix."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
-"""Types of the C extension packed_kernel.c (packed rows of bytes to Megatron's model inputs,
-`packed_native`). The arrays are numpy arrays or other C-contiguous buffers."""
+"""Types of the C extension packed_kernel.c (packed rows of bytes: their documents placed, their
+expansion to Megatron's model inputs; `packed_native`). The arrays are numpy arrays or other
+C-contiguous buffers."""
 
 from typing import Any
 
@@ -18,3 +19,17 @@ def packed_inputs(
     /,
 ) -> None:
     """Packed rows' tokens, labels, loss mask and position ids written whole, one pass (`packed_native`)."""
+
+def place(
+    flat: Any,
+    doc_at: Any,
+    prefix: Any,
+    sizes: Any,
+    flips: Any,
+    tags: Any,
+    pieces: Any,
+    first_piece: Any,
+    complement: bytes,
+    /,
+) -> None:
+    """A packed batch's documents written into its uint8 token matrix (`packed_native.native_place`)."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
 from bionemo_wds.load.batch.byte_lookup import reverse_translate
+from bionemo_wds.load.batch.packed_native import native_place
 
 
 class DocumentArrays(NamedTuple):
@@ -52,7 +53,7 @@ def lay_out(
     `seq_length` tokens holding `docs`, those where `flip` says reverse-complemented, each with its
     tag from `tags` (after dropout)."""
     rows, lengths, flips = docs.row.tolist(), docs.length.tolist(), flip.tolist()
-    first_piece, pieces, k = docs.first_piece.tolist(), docs.pieces, len(docs)
+    k = len(docs)
     prefix = [len(t) + 2 for t in tags] if control_tags else [1] * k
     tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
     flat = tokens.reshape(-1)
@@ -70,27 +71,10 @@ def lay_out(
             first[i] = d
         column[d], past[i] = d - first[i], d + 1
         bases_of[i] += lengths[d]
-        at += i * seq_length
-        doc_at[d] = at
-        if head > 2:
-            flat[at + 1 : at + head - 1] = np.frombuffer(tags[d], dtype=np.uint8)
-        at += head
-        if flips[d]:  # the last piece first, each complemented backwards straight into place
-            for p in range(first_piece[d + 1] - 1, first_piece[d] - 1, -1):
-                piece = pieces[p]
-                reverse_translate(flat[at : at + len(piece)], piece, COMPLEMENT_TABLE)
-                at += len(piece)
-            continue
-        for p in range(first_piece[d], first_piece[d + 1]):
-            piece = pieces[p]
-            flat[at : at + len(piece)] = piece
-            at += len(piece)
+        doc_at[d] = at + i * seq_length
     at_array, prefix_array = np.array(doc_at, dtype=np.int64), np.array(prefix, dtype=np.int64)
     sizes = prefix_array + docs.length + 1
-    flat[at_array] = BOS_ID
-    flat[at_array + sizes - 1] = EOS_ID
-    if control_tags:
-        flat[at_array + prefix_array - 1] = SEP_ID
+    place_documents(flat, at_array, prefix_array, sizes, flip, tags, docs.pieces, docs.first_piece)
     width = max(1, max(column, default=-1) + 1)
     doc_tokens = np.zeros((n, width), dtype=np.int32)
     doc_prefix = np.zeros((n, width), dtype=np.int32)
@@ -109,6 +93,41 @@ def lay_out(
         "seq_id": [docs.seq_id[d] if d >= 0 else "" for d in first],
         "keys": [";".join(keys[a:b]) if a >= 0 else "" for a, b in zip(first, past)],
     }
+
+
+def place_documents(
+    flat: np.ndarray,
+    doc_at: np.ndarray,
+    prefix: np.ndarray,
+    sizes: np.ndarray,
+    flip: np.ndarray,
+    tags: list[bytes],
+    pieces: list[np.ndarray],
+    first_piece: np.ndarray,
+) -> None:
+    """Write each document into the flat uint8 token matrix (PAD already) from its BOS column
+    `doc_at[d]`: BOS, tag and SEP (when `prefix[d]` > 1), its pieces (the last first, complemented
+    backwards, where `flip`), EOS. In C where built (`packed_native.native_place`: one call a batch);
+    else each tag and piece is a slice copy."""
+    if native_place(flat, doc_at, prefix, sizes, flip, tags, pieces, first_piece):
+        return
+    starts, heads, pieces_at, flips = doc_at.tolist(), prefix.tolist(), first_piece.tolist(), flip.tolist()
+    for d, (at, head) in enumerate(zip(starts, heads)):
+        if head > 2:
+            flat[at + 1 : at + head - 1] = np.frombuffer(tags[d], dtype=np.uint8)
+        at += head
+        order = range(pieces_at[d + 1] - 1, pieces_at[d] - 1, -1) if flips[d] else range(pieces_at[d], pieces_at[d + 1])
+        for p in order:  # a flipped document: the last piece first, each complemented backwards into place
+            piece = pieces[p]
+            if flips[d]:
+                reverse_translate(flat[at : at + len(piece)], piece, COMPLEMENT_TABLE)
+            else:
+                flat[at : at + len(piece)] = piece
+            at += len(piece)
+    flat[doc_at] = BOS_ID
+    flat[doc_at + sizes - 1] = EOS_ID
+    tagged = prefix > 1
+    flat[(doc_at + prefix - 1)[tagged]] = SEP_ID
 
 
 def objects(arrays: list[np.ndarray]) -> np.ndarray:

@@ -1,8 +1,10 @@
-"""Packed rows of bytes to Megatron's model inputs by the C kernel ``packed_kernel.c``: the usual packed
-batch's expansion on a CPU (`packed.packed_inputs_cpu`: the Megatron format, no soft-masked base in
-the batch) in one pass over each document's columns instead of a numpy pass per output and its
-temporaries; the same tensors, cell for cell. Where the extension is not built (no C compiler at
-install) `native_packed_inputs` says None and numpy runs (the figures are in docs/benchmarks.md)."""
+"""Packed rows of bytes by the C kernel ``packed_kernel.c``: a batch's documents written into its token
+matrix (`native_place`, for `packed_layout.place_documents`: one call a batch, not a slice copy a
+piece), and the usual packed batch's expansion on a CPU (`native_packed_inputs`, for
+`packed.packed_inputs_cpu`: the Megatron format, no soft-masked base in the batch) in one pass over
+each document's columns instead of a numpy pass per output and its temporaries; the same bytes and
+tensors, cell for cell. Where the extension is not built (no C compiler at install) both say so
+(False, None) and Python and numpy run (the figures are in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE
 from bionemo_wds.load.batch.packed_columns import boundaries
 
 try:
@@ -44,3 +47,32 @@ def native_packed_inputs(
         "position_ids": torch.from_numpy(positions),
         **boundaries(torch.from_numpy(sizes)),
     }
+
+
+def native_place(
+    flat: np.ndarray,
+    doc_at: np.ndarray,
+    prefix: np.ndarray,
+    sizes: np.ndarray,
+    flip: np.ndarray,
+    tags: list[bytes],
+    pieces: list[np.ndarray],
+    first_piece: np.ndarray,
+) -> bool:
+    """`packed_layout.place_documents` by the C kernel (`packed_kernel.place`: one call a batch); False
+    where the kernel is not built (or `flat` is not a contiguous writable uint8 matrix), so the caller
+    writes them itself."""
+    if packed_kernel is None or flat.dtype != np.uint8 or not flat.flags.c_contiguous or not flat.flags.writeable:
+        return False
+    packed_kernel.place(
+        flat,
+        np.ascontiguousarray(doc_at, dtype=np.int64),
+        np.ascontiguousarray(prefix, dtype=np.int64),
+        np.ascontiguousarray(sizes, dtype=np.int64),
+        np.ascontiguousarray(flip, dtype=np.bool_).view(np.uint8),
+        tags,
+        pieces,
+        np.ascontiguousarray(first_piece, dtype=np.int64),
+        COMPLEMENT_TABLE,
+    )
+    return True
