@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "vector_clones.h"
+
 static int table_of(Py_buffer *table) {
     if (table->len != 256) {
         PyErr_Format(PyExc_ValueError, "a byte table holds 256 bytes, this one %zd", table->len);
@@ -82,13 +84,8 @@ static PyObject *reverse_into(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* The x86-64 build also carries an AVX2 copy of `outside`, picked at load time (32 bytes a compare
- * instead of SSE2's 16); other machines compile the plain loop. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define VECTOR_CLONES
-#endif
+/* The x86-64 build also carries an AVX2 copy of `outside` (vector_clones.h: 32 bytes a compare instead
+ * of SSE2's 16); other machines compile the plain loop. */
 
 typedef uint8_t bytes32 __attribute__((vector_size(32)));
 typedef int8_t flags32 __attribute__((vector_size(32)));

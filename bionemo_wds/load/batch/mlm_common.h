@@ -22,13 +22,7 @@ static inline int sized(Py_buffer *b, Py_ssize_t want, const char *what) {
     return 1;
 }
 
-/* The x86-64 build also carries an AVX2 copy of each vectorised loop, picked at load time (8 lanes of
- * 32-bit multiplies and wider stores instead of SSE2's); other machines compile the plain loop. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define VECTOR_CLONES
-#endif
+#include "vector_clones.h" /* an AVX2 copy of each vectorised loop */
 
 /* Element i of a buffer of signed integers of `size` bytes. */
 static inline int64_t read_int(const char *base, Py_ssize_t i, int size) {

@@ -1,10 +1,11 @@
 /* Packed rows of bytes in C (`packed_native`): a batch's documents written into its token matrix
  * (`place`, for `packed_layout.lay_out`: one call a batch instead of Python slice copies a piece), and
- * the rows expanded to Megatron's model inputs in one pass (`packed_inputs`, for `packed.packed_inputs_cpu`).
+ * the rows expanded to Megatron's model inputs in one pass (`packed_inputs`, for
+ * `packed.packed_inputs_cpu`).
  *
- * The expansion is hand-written because numpy needs a pass per output and several temporaries (the uint8 shift, the
- * trained-label table pass and its float cast, the positions joined from runs, the tag columns cleared
- * by index) for what is one loop over each document's columns here. The result is the numpy path's,
+ * The expansion is hand-written because numpy needs a pass per output and several temporaries (the
+ * uint8 shift, the trained-label table pass and its float cast, the positions joined from runs, the tag
+ * columns cleared by index) for what is one loop over each document's columns here. The result is the numpy path's,
  * cell for cell (tests/test_packed_kernel.py compares them): for a document of s tokens whose first
  * base is at its column p (BOS, tag, SEP before it) starting at column `col` of its row, column
  * col + j (0 <= j < s) holds
@@ -23,14 +24,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "vector_clones.h" /* an AVX2 copy of the column loops */
+
 #define PAD 1 /* core.tokenizer.PAD_ID */
 
-/* The x86-64 build also carries an AVX2 copy of the column loops, picked at load time. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define VECTOR_CLONES
-#endif
 
 /* Whether label byte b (an int32) is trained, 0 or 1: `real`, an A/C/G/T of either case (a sum of
  * compares, which the compiler vectorises: with `|` between them it branches); else any byte above UNK. */
@@ -61,8 +58,9 @@ VECTOR_CLONES static void run_columns(const uint8_t *restrict raw, Py_ssize_t n,
 /* packed_inputs(raw, sizes, prefix, rows, seq_length, width, real, tokens, labels, loss_mask,
  * position_ids): raw uint8 rows x seq_length; sizes and prefix int64 rows x width (each document's tokens
  * and its tokens before its first base; a size of 0: no document); real: the label rule (1: only A/C/G/T
- * of either case is trained, degenerate bases masked; 0: any byte above UNK); the outputs int64 (tokens, labels, position_ids) and float32 (loss_mask), rows x
- * seq_length, written whole. None, or a ValueError naming the row whose documents do not fit. */
+ * of either case is trained, degenerate bases masked; 0: any byte above UNK); the outputs int64
+ * (tokens, labels, position_ids) and float32 (loss_mask), rows x seq_length, written whole. None, or a
+ * ValueError naming the row whose documents do not fit. */
 static PyObject *packed_inputs(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer raw, sizes, prefix, tokens, labels, loss, positions;
