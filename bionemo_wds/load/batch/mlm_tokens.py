@@ -26,8 +26,8 @@ from bionemo_wds.load.batch.mlm_native import native_lay_tokens, native_lays_tok
 from bionemo_wds.load.batch.mlm_windows import as_numpy
 from bionemo_wds.load.batch.model_inputs import position_ids
 from bionemo_wds.load.batch.packed import varlen_keys
-from bionemo_wds.load.batch.packed_columns import boundaries, document_positions
-from bionemo_wds.load.batch.token_inputs import token_passthrough
+from bionemo_wds.load.batch.packed_columns import document_positions
+from bionemo_wds.load.batch.token_inputs import megatron_inputs, token_passthrough
 from bionemo_wds.load.tokenize.base import FLAG_DEGENERATE, FLAG_SOFT_MASKED, Tokenizer
 
 
@@ -76,14 +76,7 @@ def masked_token_inputs(
     if megatron:
         loss_mask = np.empty((n, width), dtype=np.float32)
         native_lay_tokens(*lay, loss_mask=loss_mask)
-        out = {
-            "tokens": torch.from_numpy(shown),
-            "labels": torch.from_numpy(labels),
-            "loss_mask": torch.from_numpy(loss_mask),
-            "position_ids": positions,
-        }
-        if sizes is not None:
-            out.update(boundaries(torch.from_numpy(sizes)))
+        out = megatron_inputs(shown, labels, loss_mask, positions, sizes)
         return out | {k: v for k, v in token_passthrough(batch).items() if k not in out}
     attention = None if sizes is not None else np.empty((n, width), dtype=np.int64)
     native_lay_tokens(*lay, attention_mask=attention)

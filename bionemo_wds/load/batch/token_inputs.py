@@ -130,15 +130,24 @@ def token_inputs_cpu(
         crossing[:, :-1] = positions[:, 1:].numpy() == 0
         labels[crossing] = tokenizer.pad_id
         loss_mask[crossing] = 0.0
+    return megatron_inputs(ids, labels, loss_mask, expanded, sizes) | token_passthrough(batch)
+
+
+def megatron_inputs(
+    tokens: np.ndarray, labels: np.ndarray, loss_mask: np.ndarray, positions: torch.Tensor, sizes: np.ndarray | None
+) -> dict[str, Any]:
+    """Megatron's keys of a tokenizer's batch laid out in numpy, as tensors: ``tokens``, ``labels``,
+    ``loss_mask``, ``position_ids``, and a packed batch's boundaries (its documents' token counts
+    `sizes`; None: not packed)."""
     out = {
-        "tokens": torch.from_numpy(ids),
+        "tokens": torch.from_numpy(tokens),
         "labels": torch.from_numpy(labels),
         "loss_mask": torch.from_numpy(loss_mask),
-        "position_ids": expanded,
+        "position_ids": positions,
     }
     if sizes is not None:
         out.update(boundaries(torch.from_numpy(sizes)))
-    return out | token_passthrough(batch)
+    return out
 
 
 def token_inputs_gather(
