@@ -63,10 +63,11 @@ the FASTA and its .fai), per input base. Peak memory is the PSS of the loading p
 sampled every 10 ms from outside (every 0.25 s while the process imports its modules), in a run of
 its own (sampling slows the process it watches); --no-memory leaves that run out.
 Each load is run --repeat times in a fresh process and the fastest run is reported (each other
-time at its own best); run nothing else on the machine meanwhile. TTFB: from the start of the
-loader set-up to the first model-ready batch. CPU s/Mtok: CPU seconds (user + system) of set-up
-and pass in the loading process and its loader workers (getrusage of the process and of its
-waited-for children), per million tokens.
+time at its own best); the runs go in rounds (every peer and worker count once, then again), so a
+slow stretch of a shared machine falls on every peer alike; run nothing else on the machine
+meanwhile. TTFB: from the start of the loader set-up to the first model-ready batch. CPU s/Mtok:
+CPU seconds (user + system) of set-up and pass in the loading process and its loader workers
+(getrusage of the process and of its waited-for children), per million tokens.
 
 --remote s3 adds two rows of `ours` read from S3: moto's S3 server is started in this process on
 127.0.0.1 only (a free port; it needs `pip install 'bionemo-wds[test]'`), the children get its

@@ -48,11 +48,13 @@ def _measure(
     compress: str | None = None,
     per_run: Callable[[], list[str]] | None = None,
     env: dict[str, str] | None = None,
+    runs: int | None = None,
+    memory: bool | None = None,
 ) -> dict[str, Any]:
-    """Run the child `action` for `peer` (loads: --repeat times, the fastest kept, then once more
-    for peak memory unless ``args.no_memory``). `per_run` is called before every run for its extra
-    child arguments (and to get things ready for it); `env` replaces the children's environment
-    (default: this one's)."""
+    """Run the child `action` for `peer` (loads: `runs` times, default --repeat, the fastest kept,
+    then once more for peak memory when `memory`, default unless ``args.no_memory``; ``runs=0``: the
+    memory run alone). `per_run` is called before every run for its extra child arguments (and to get
+    things ready for it); `env` replaces the children's environment (default: this one's)."""
     cmd = [
         sys.executable,
         "-m",
@@ -91,17 +93,43 @@ def _measure(
             raise RuntimeError(f"{peer} {action} ({what}) failed:\n{done.stderr[-3000:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    result = once(None)
-    if action == "load":
-        # best of N: the machine's noise only ever slows a run
-        result = _best_of([result, *(once(None) for _ in range(args.repeat - 1))])
-        # memory in a run of its own: reading smaps_rollup every 10 ms takes the process's memory
-        # map lock and slowed allocation-heavy loaders by up to 2x when sampled during the timing
-        if not getattr(args, "no_memory", False):
-            meter = PeakPss()
-            once(meter)
-            result["peak_pss_bytes"] = meter.peak
+    if action != "load":
+        return once(None)
+    count = args.repeat if runs is None else runs
+    # best of N: the machine's noise only ever slows a run
+    result = once(None) if count == 1 else _best_of([once(None) for _ in range(count)]) if count else {}
+    # memory in a run of its own: reading smaps_rollup every 10 ms takes the process's memory
+    # map lock and slowed allocation-heavy loaders by up to 2x when sampled during the timing
+    if (not getattr(args, "no_memory", False)) if memory is None else memory:
+        meter = PeakPss()
+        once(meter)
+        result["peak_pss_bytes"] = meter.peak
     return result
+
+
+def load_rounds(
+    tasks: list[tuple[str, int]], args: argparse.Namespace, fasta: Path, bar: Any
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each (peer, workers) load of `tasks`, --repeat runs in rounds (every task once, then every task
+    again, ...), the fastest of each kept (`_best_of`), then its memory run (unless --no-memory). A slow
+    stretch of a shared machine (minutes long here) then falls on every peer's runs alike instead of
+    on the runs of whichever peer was being measured, so the ratios between peers move less."""
+    repeat = max(1, args.repeat)
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {task: [] for task in tasks}
+    for round_ in range(repeat):
+        for peer, w in tasks:
+            rounds = f" (round {round_ + 1} of {repeat})" if repeat > 1 else ""
+            bar.set_postfix_str(f"{peer} load workers={w}{rounds}")
+            runs[(peer, w)].append(_measure("load", peer, args, fasta, w, runs=1, memory=False))
+    out = {}
+    for peer, w in tasks:
+        best = _best_of(runs[(peer, w)]) if repeat > 1 else runs[(peer, w)][0]
+        if not getattr(args, "no_memory", False):
+            bar.set_postfix_str(f"{peer} peak memory workers={w}")
+            best["peak_pss_bytes"] = _measure("load", peer, args, fasta, w, runs=0, memory=True)["peak_pss_bytes"]
+        out[(peer, w)] = best
+        bar.update()
+    return out
 
 
 def children(args: argparse.Namespace) -> Children:
@@ -287,10 +315,8 @@ def run_catalog(
         bar.set_postfix_str(f"{peer} prepare")
         results["peers"][peer] = _prepared(_measure("prepare", peer, args, fasta, max(workers)), bases)
         bar.update()
-    for peer, w in tasks:
-        bar.set_postfix_str(f"{peer} load workers={w}")
-        results["peers"][peer]["load"][str(w)] = _rates(_measure("load", peer, args, fasta, w))
-        bar.update()
+    for (peer, w), load in load_rounds(tasks, args, fasta, bar).items():
+        results["peers"][peer]["load"][str(w)] = _rates(load)
     if compress_runs:
         name = f"ours+{args.compress}"
         prep = _measure("prepare", "ours", args, fasta, max(workers), compress=args.compress)

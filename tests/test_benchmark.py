@@ -777,3 +777,32 @@ def test_the_tokenizer_peers_serve_their_tokenizers_batches(tmp_path, genome):
     batch = next(iter(masked.batches(0)))
     share = float(batch["loss_mask"].sum() / (batch["labels"] > 4).sum())
     assert 0.08 < share < 0.25 and (batch["tokens"] == 2).any()  # about 15% predicted; NT's <mask> is 2
+
+
+def test_load_runs_go_in_rounds_across_peers(tmp_path, monkeypatch):
+    """--repeat 3: every peer's load once, then every peer's again (so a slow stretch of the machine
+    falls on all of them), the fastest of each kept, then each one's memory run."""
+    calls = []
+
+    def measure(action, peer, args, fasta, workers, runs=None, memory=None, **kwargs):
+        calls.append((action, peer, runs, memory))
+        if action == "prepare":
+            return {"seconds": 1.0, "disk_bytes": 1000}
+        if memory:
+            return {"peak_pss_bytes": 100e6}
+        timed = sum(c[1] == peer and c[0] == "load" for c in calls) - 1  # this peer's timed runs so far
+        seconds = {"ours": [0.3, 0.1, 0.2], "eden_fly": [0.2, 0.4, 0.3]}[peer][timed]
+        return {"samples": 10, "tokens": 5120, "seconds": seconds}
+
+    monkeypatch.setattr(bench, "_measure", measure)
+    out = tmp_path / "r.json"
+    args = ["--only", "ours,eden_fly", "--workers", "0", "--size-mbp", "0.05", "--repeat", "3"]
+    assert bench.main([*args, "--workdir", str(tmp_path / "w"), "--json", str(out), "--quiet"]) == 0
+    loads = [(peer, runs, memory) for action, peer, runs, memory in calls if action == "load"]
+    order = [loads[0][0], loads[1][0]]  # the benchmark's own order of peers
+    assert sorted(order) == ["eden_fly", "ours"]
+    timed = [(peer, 1, False) for _ in range(3) for peer in order]
+    assert loads == timed + [(peer, 0, True) for peer in order]
+    peers = json.loads(out.read_text())["peers"]
+    assert peers["ours"]["load"]["0"]["seconds"] == 0.1 and peers["eden_fly"]["load"]["0"]["seconds"] == 0.2
+    assert peers["ours"]["load"]["0"]["peak_pss_bytes"] == 100e6
