@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks import baselines
 from benchmarks import run as bench
 from benchmarks.format_peers import FORMAT_PEERS
 from benchmarks.packing_peers import SEQUENCE_PEERS
@@ -424,7 +425,7 @@ def test_memory_baseline_is_read_from_an_earlier_runs_json(tmp_path):
     )
     path = tmp_path / "r32.json"
     path.write_text(json.dumps(earlier))
-    baseline = bench.memory_baseline(path)
+    baseline = baselines.memory_baseline(path)
     assert baseline == {
         "path": str(path),
         "bases": 32_000_000,
@@ -452,8 +453,8 @@ def test_a_bad_memory_baseline_is_refused_naming_the_file(tmp_path, capsys, cont
     path = tmp_path / "earlier.json"
     if content is not None:
         path.write_text(content)
-    with pytest.raises(bench.BaselineUnreadable, match=says) as caught:
-        bench.memory_baseline(path)
+    with pytest.raises(baselines.BaselineUnreadable, match=says) as caught:
+        baselines.memory_baseline(path)
     assert str(path) in str(caught.value)
     assert bench.main(["--memory-baseline", str(path), "--workdir", str(tmp_path / "w"), "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -609,14 +610,14 @@ def test_memory_baseline_of_a_run_of_both_catalogs_is_each_catalogs_own(tmp_path
     }
     path = tmp_path / "both.json"
     path.write_text(json.dumps(earlier))
-    got = bench.memory_baselines(path, ["genome", "metagenome"])
+    got = baselines.memory_baselines(path, ["genome", "metagenome"])
     assert {k: v["ours_peak_pss_bytes"] for k, v in got.items()} == {"genome": {"0": 100e6}, "metagenome": {"0": 150e6}}
-    assert bench.memory_baselines(path, ["metagenome"])["metagenome"]["ours_peak_pss_bytes"] == {"0": 150e6}
+    assert baselines.memory_baselines(path, ["metagenome"])["metagenome"]["ours_peak_pss_bytes"] == {"0": 150e6}
     one = tmp_path / "genome.json"  # a run of one catalog serves only its namesake among several
     one.write_text(json.dumps(earlier["catalogs"]["genome"]))
-    assert set(bench.memory_baselines(one, ["genome", "metagenome"])) == {"genome"}
-    with pytest.raises(bench.BaselineUnreadable, match=r"no run of the x\.fa catalog"):
-        bench.memory_baseline(path, "x.fa")
+    assert set(baselines.memory_baselines(one, ["genome", "metagenome"])) == {"genome"}
+    with pytest.raises(baselines.BaselineUnreadable, match=r"no run of the x\.fa catalog"):
+        baselines.memory_baseline(path, "x.fa")
 
 
 @pytest.mark.parametrize(("windows", "met"), [(1000.0, True), (999.0, False)])
