@@ -27,7 +27,8 @@ from bionemo_wds.load.batch.mlm_windows import as_numpy
 from bionemo_wds.load.batch.model_inputs import position_ids
 from bionemo_wds.load.batch.packed import varlen_keys
 from bionemo_wds.load.batch.packed_columns import document_positions
-from bionemo_wds.load.batch.token_inputs import megatron_inputs, token_passthrough
+from bionemo_wds.load.batch.to_torch import megatron_inputs
+from bionemo_wds.load.batch.token_inputs import token_passthrough
 from bionemo_wds.load.tokenize.base import FLAG_DEGENERATE, FLAG_SOFT_MASKED, Tokenizer
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE
-from bionemo_wds.load.batch.packed_columns import boundaries
+from bionemo_wds.load.batch.to_torch import megatron_inputs
 
 try:
     import bionemo_wds.load.batch.packed_kernel as packed_kernel
@@ -40,13 +40,7 @@ def native_packed_inputs(
     packed_kernel.packed_inputs(
         raw, sizes, prefix, n, seq_length, sizes.shape[1], mask_degenerate, tokens, labels, loss_mask, positions
     )
-    return {
-        "tokens": torch.from_numpy(tokens),
-        "labels": torch.from_numpy(labels),
-        "loss_mask": torch.from_numpy(loss_mask),
-        "position_ids": torch.from_numpy(positions),
-        **boundaries(torch.from_numpy(sizes)),
-    }
+    return megatron_inputs(tokens, labels, loss_mask, torch.from_numpy(positions), sizes)
 
 
 def native_place(

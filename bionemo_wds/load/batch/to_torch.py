@@ -1,5 +1,6 @@
 """A model batch's values on their way to torch: numpy arrays as tensors (zero-copy, pinned on
-request), and the per-sample names as `SampleNames`, which Lightning's batch-size walk passes over."""
+request; Megatron's keys of a batch laid out in numpy: `megatron_inputs`), and the per-sample names
+as `SampleNames`, which Lightning's batch-size walk passes over."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 from webdataset.filters import pipelinefilter
+
+from bionemo_wds.load.batch.packed_columns import boundaries
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -78,3 +81,20 @@ def _to_tensors(src: Iterable[dict[str, Any]], pin_memory: bool = False) -> Iter
 
 
 to_tensors = pipelinefilter(_to_tensors)
+
+
+def megatron_inputs(
+    tokens: np.ndarray, labels: np.ndarray, loss_mask: np.ndarray, positions: torch.Tensor, sizes: np.ndarray | None
+) -> dict[str, Any]:
+    """Megatron's keys of a batch laid out in numpy, as tensors (no copy): ``tokens``, ``labels``,
+    ``loss_mask``, ``position_ids``, and a packed batch's boundaries (its documents' token counts
+    `sizes`, `packed_columns.boundaries`; None: not packed)."""
+    out = {
+        "tokens": torch.from_numpy(tokens),
+        "labels": torch.from_numpy(labels),
+        "loss_mask": torch.from_numpy(loss_mask),
+        "position_ids": positions,
+    }
+    if sizes is not None:
+        out.update(boundaries(torch.from_numpy(sizes)))
+    return out

@@ -28,7 +28,7 @@ from bionemo_wds.load.batch.labels import LabelRules, too_few_real
 from bionemo_wds.load.batch.model_inputs import position_ids
 from bionemo_wds.load.batch.packed import document_columns, varlen_keys
 from bionemo_wds.load.batch.packed_columns import boundaries, document_positions
-from bionemo_wds.load.batch.to_torch import SampleNames
+from bionemo_wds.load.batch.to_torch import SampleNames, megatron_inputs
 from bionemo_wds.load.tokenize.base import FLAG_DEGENERATE, FLAG_SOFT_MASKED, Tokenizer
 
 #: What a model batch carries through from the compact batch, for tracing.
@@ -131,23 +131,6 @@ def token_inputs_cpu(
         labels[crossing] = tokenizer.pad_id
         loss_mask[crossing] = 0.0
     return megatron_inputs(ids, labels, loss_mask, expanded, sizes) | token_passthrough(batch)
-
-
-def megatron_inputs(
-    tokens: np.ndarray, labels: np.ndarray, loss_mask: np.ndarray, positions: torch.Tensor, sizes: np.ndarray | None
-) -> dict[str, Any]:
-    """Megatron's keys of a tokenizer's batch laid out in numpy, as tensors: ``tokens``, ``labels``,
-    ``loss_mask``, ``position_ids``, and a packed batch's boundaries (its documents' token counts
-    `sizes`; None: not packed)."""
-    out = {
-        "tokens": torch.from_numpy(tokens),
-        "labels": torch.from_numpy(labels),
-        "loss_mask": torch.from_numpy(loss_mask),
-        "position_ids": positions,
-    }
-    if sizes is not None:
-        out.update(boundaries(torch.from_numpy(sizes)))
-    return out
 
 
 def token_inputs_gather(
