@@ -84,20 +84,3 @@ def test_a_table_of_the_wrong_size_or_too_many_kept_bytes_are_refused():
     many = bytes(range(40))  # more than the extension compares with: bytes.translate decides
     assert not byte_lookup.holds_other_than(np.arange(40, dtype=np.uint8), many)
     assert byte_lookup.holds_other_than(np.arange(41, dtype=np.uint8), many)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(source=st.binary(max_size=100), table=tables, step=st.sampled_from([1, 2]))
-def test_reverse_translate_reads_the_source_backwards_through_the_table(mode, source, table, step):
-    """Into a slice of a larger array (as a packed row's document); from a strided view too."""
-    wide = np.frombuffer(source * step, dtype=np.uint8)[::step] if step > 1 else np.frombuffer(source, np.uint8)
-    row = np.zeros(len(source) + 10, dtype=np.uint8)
-    byte_lookup.reverse_translate(row[5 : 5 + len(source)], wide, table)
-    assert row[5 : 5 + len(source)].tobytes() == wide.tobytes()[::-1].translate(table)
-    assert not row[:5].any() and not row[5 + len(source) :].any()
-
-
-@built
-def test_reverse_into_refuses_a_target_of_another_size():
-    with pytest.raises(ValueError, match="the target holds 3 bytes, the source 4"):
-        byte_lookup.byte_tables.reverse_into(np.zeros(3, np.uint8), b"ACGT", COMPLEMENT_TABLE)

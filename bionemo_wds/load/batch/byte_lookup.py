@@ -1,6 +1,5 @@
 """Byte-table passes over uint8 arrays: every byte through a 256-byte table, in place
-(`translate_in_place`, `translate_rows`) or read backwards into another array (`reverse_translate`),
-and whether an array holds a byte outside a set
+(`translate_in_place`, `translate_rows`), and whether an array holds a byte outside a set
 (`holds_other_than`).
 
 The reverse complement of a batch's flipped rows and the check that it holds only A/C/G/T are such
@@ -27,15 +26,6 @@ def translate_in_place(array: np.ndarray, table: bytes) -> None:
         byte_tables.apply(array, table)
     else:
         array[...] = np.frombuffer(array.tobytes().translate(table), dtype=np.uint8).reshape(array.shape)
-
-
-def reverse_translate(target: np.ndarray, source: np.ndarray, table: bytes) -> None:
-    """``target[i] = table[source[n - 1 - i]]`` for the n bytes of uint8 `source` (a reverse complement
-    with `core.tokenizer.COMPLEMENT_TABLE`), written into the uint8 `target` of n bytes in one pass."""
-    if byte_tables is not None and target.flags.c_contiguous and target.flags.writeable:
-        byte_tables.reverse_into(target, np.ascontiguousarray(source), table)
-    else:
-        target[...] = np.frombuffer(source[::-1].tobytes().translate(table), dtype=np.uint8)
 
 
 def translate_rows(matrix: np.ndarray, rows: Sequence[int], table: bytes) -> None:

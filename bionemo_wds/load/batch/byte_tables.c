@@ -49,41 +49,6 @@ static PyObject *apply(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* reverse_into(target, source, table): target[i] = table[source[n - 1 - i]] for the n bytes of source
- * (target holds n): a reverse complement written straight to where it goes, with no reversed copy to
- * join first and no copy back. */
-static PyObject *reverse_into(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer target, source, table;
-    if (!PyArg_ParseTuple(args, "w*y*y*", &target, &source, &table))
-        return NULL;
-    PyObject *result = NULL;
-    if (target.len != source.len)
-        PyErr_Format(PyExc_ValueError, "the target holds %zd bytes, the source %zd", target.len, source.len);
-    else if (table_of(&table)) {
-        Py_BEGIN_ALLOW_THREADS
-        uint8_t *out = target.buf;
-        const uint8_t *in = source.buf, *t = table.buf;
-        const Py_ssize_t n = source.len;
-        Py_ssize_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            const uint8_t *at = in + n - 1 - i;
-            uint8_t a = t[at[0]], b = t[at[-1]], c = t[at[-2]], d = t[at[-3]];
-            uint8_t e = t[at[-4]], f = t[at[-5]], g = t[at[-6]], h = t[at[-7]];
-            out[i] = a, out[i + 1] = b, out[i + 2] = c, out[i + 3] = d;
-            out[i + 4] = e, out[i + 5] = f, out[i + 6] = g, out[i + 7] = h;
-        }
-        for (; i < n; i++)
-            out[i] = t[in[n - 1 - i]];
-        Py_END_ALLOW_THREADS
-        result = Py_NewRef(Py_None);
-    }
-    PyBuffer_Release(&target);
-    PyBuffer_Release(&source);
-    PyBuffer_Release(&table);
-    return result;
-}
-
 /* The x86-64 build also carries an AVX2 copy of `outside` (vector_clones.h: 32 bytes a compare instead
  * of SSE2's 16); other machines compile the plain loop. */
 
@@ -147,7 +112,6 @@ static PyObject *any_outside(PyObject *self, PyObject *args) {
 
 static PyMethodDef METHODS[] = {
     {"apply", apply, METH_VARARGS, "Replace every byte b of a writable buffer with table[b], in place."},
-    {"reverse_into", reverse_into, METH_VARARGS, "Write table[b] of a buffer's bytes, last first, into another."},
     {"any_outside", any_outside, METH_VARARGS, "Whether some byte of a buffer is not one of the kept bytes."},
     {NULL, NULL, 0, NULL},
 };

@@ -3,13 +3,13 @@
 The reader (`span_reader`) hands a batch of samples cut at load over as `DocumentArrays`: per
 document its row (sample) in the batch, sequence, first base, length and tag, and the views of the
 stored pieces its bases lie in (``pieces[first_piece[d]:first_piece[d + 1]]``). `lay_out` writes
-the packed token matrix (each document ``BOS tag SEP bases EOS``, then PAD): the specials placed by
-index, each stored piece copied once to where it goes, a flipped document's pieces complemented
-backwards straight into place, last piece first (`byte_lookup.reverse_translate`). Where each
-document and piece goes is worked out in one pass over plain lists: a batch holds a few dozen
-documents, and on arrays that small each numpy call costs more than the Python arithmetic it
-replaces; the bases are only ever moved by numpy copies. The document columns (``doc_tokens``,
-``doc_prefix``, ``doc_rc``) and the row fields come from the same pass.
+the packed token matrix (each document ``BOS tag SEP bases EOS``, then PAD). Where each document
+goes is worked out in one pass over plain lists: a batch holds a few dozen documents, and on arrays
+that small each numpy call costs more than the Python arithmetic it replaces. The bytes are then
+written by `place_documents`: one C call a batch (`packed_native.native_place`: each stored piece
+copied once to where it goes, a flipped document's pieces complemented backwards straight into
+place, last piece first), or, without the extension, a slice copy a piece. The document columns
+(``doc_tokens``, ``doc_prefix``, ``doc_rc``) and the row fields come from the same pass.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from bionemo_wds.core.tokenizer import BOS_ID, COMPLEMENT_TABLE, EOS_ID, PAD_ID, SEP_ID
-from bionemo_wds.load.batch.byte_lookup import reverse_translate
+from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, reverse_complement_bases
 from bionemo_wds.load.batch.packed_native import native_place
 
 
@@ -120,7 +119,7 @@ def place_documents(
         for p in order:  # a flipped document: the last piece first, each complemented backwards into place
             piece = pieces[p]
             if flips[d]:
-                reverse_translate(flat[at : at + len(piece)], piece, COMPLEMENT_TABLE)
+                flat[at : at + len(piece)] = reverse_complement_bases(piece)
             else:
                 flat[at : at + len(piece)] = piece
             at += len(piece)
