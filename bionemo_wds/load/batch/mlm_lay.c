@@ -8,17 +8,14 @@
  */
 #include "mlm_common.h"
 
-/* n labels of -100 from `at` (a loop the compiler vectorises). */
-VECTOR_CLONES static void fill_ignore(int64_t *restrict at, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++)
-        at[i] = IGNORE_INDEX;
-}
-
-/* n int64 cells of `value` from `at` (vectorised, as above). */
+/* n int64 cells of `value` from `at` (a loop the compiler vectorises). */
 VECTOR_CLONES static void fill_int64(int64_t *restrict at, Py_ssize_t n, int64_t value) {
     for (Py_ssize_t i = 0; i < n; i++)
         at[i] = value;
 }
+
+/* n labels of -100 from `at`. */
+static inline void fill_ignore(int64_t *at, Py_ssize_t n) { fill_int64(at, n, IGNORE_INDEX); }
 
 /* Megatron's labels of n columns: the label where trained (not -100), else the token itself (a loop the
  * compiler vectorises). */
