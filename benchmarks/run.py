@@ -124,7 +124,7 @@ def load_rounds(
             runs[(peer, w)].append(_measure("load", peer, args, fasta, w, runs=1, memory=False))
     out = {}
     for peer, w in tasks:
-        best = _best_of(runs[(peer, w)]) if repeat > 1 else runs[(peer, w)][0]
+        best = _best_of(runs[(peer, w)])
         if not getattr(args, "no_memory", False):
             bar.set_postfix_str(f"{peer} peak memory workers={w}")
             best["peak_pss_bytes"] = _measure("load", peer, args, fasta, w, runs=0, memory=True)["peak_pss_bytes"]
