@@ -214,3 +214,28 @@ def test_the_placing_kernel_refuses_documents_that_disagree_with_their_columns()
         place(0, 4, 9, b"x")
     with pytest.raises(ValueError, match="document 0's columns fall outside the batch"):
         place(16, 1, 6)
+
+
+@pytest.mark.skipif(packed_native.packed_kernel is None, reason="the C extension is not built")
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 100), min_size=1, max_size=4),
+    letters_only=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_flipped_pieces_are_complemented_by_the_table_for_every_byte(lengths, letters_only, seed):
+    """A flipped document's pieces come out as `COMPLEMENT_TABLE` says for every byte value: pieces of
+    letters only (the 32-byte vector blocks) and pieces holding any byte (blocks the kernel does byte
+    by byte), at lengths on both sides of a block."""
+    rng = np.random.default_rng(seed)
+    low, high = (0x40, 0x80) if letters_only else (0, 256)
+    pieces = [rng.integers(low, high, size=n, dtype=np.uint8) for n in lengths]
+    size = sum(lengths) + 2
+    flat = np.full(size, PAD_ID, dtype=np.uint8)
+    one = np.ones(1, dtype=np.int64)
+    first_piece = np.array([0, len(pieces)], dtype=np.int64)
+    packed_native.native_place(flat, one * 0, one, one * size, np.ones(1, bool), [b""], pieces, first_piece)
+    table = np.frombuffer(COMPLEMENT_TABLE, dtype=np.uint8)
+    want = table[np.concatenate(pieces)[::-1]]
+    assert flat[1:-1].tobytes() == want.tobytes()
+    assert (flat[0], flat[-1]) == (BOS_ID, EOS_ID)
