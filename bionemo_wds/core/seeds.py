@@ -98,7 +98,7 @@ def salted_flip(key: str, p: float, salt: int) -> bool:
 def key_crcs(keys: list[str]) -> np.ndarray:
     """crc32 of each window key, as uint64: the per-window half of `salted_flip`, which a record
     computes once for all its windows (`salted_flips` adds the pass's salt)."""
-    return np.fromiter((zlib.crc32(k.encode()) for k in keys), dtype=np.uint64, count=len(keys))
+    return np.fromiter(map(zlib.crc32, map(str.encode, keys)), dtype=np.uint64, count=len(keys))
 
 
 #: SplitMix64's constants as numpy scalars (its increment, the finaliser's shifts and multipliers).
