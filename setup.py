@@ -20,7 +20,7 @@ setup(
         Extension(
             "bionemo_wds.load.batch.byte_tables",
             sources=["bionemo_wds/load/batch/byte_tables.c"],
-            depends=["bionemo_wds/load/batch/vector_clones.h"],
+            depends=["bionemo_wds/load/batch/reverse_complement.h", "bionemo_wds/load/batch/vector_clones.h"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

@@ -84,3 +84,34 @@ def test_a_table_of_the_wrong_size_or_too_many_kept_bytes_are_refused():
     many = bytes(range(40))  # more than the extension compares with: bytes.translate decides
     assert not byte_lookup.holds_other_than(np.arange(40, dtype=np.uint8), many)
     assert byte_lookup.holds_other_than(np.arange(41, dtype=np.uint8), many)
+
+
+@built
+@settings(max_examples=80, deadline=None)
+@given(raw=st.binary(max_size=200), letters=st.booleans(), table=tables, spare=st.integers(0, 3))
+def test_reverse_translate_into_is_the_table_of_the_reversed_bytes(raw, letters, table, spare):
+    """Every byte through any table, written backwards: letters only (the 32-byte vector blocks of the
+    complement table's letter rows) or any byte (blocks done byte by byte), at every length around a
+    block; the bytes after them untouched."""
+    if letters:
+        raw = bytes(0x40 + b % 0x40 for b in raw)
+    array = np.frombuffer(raw, dtype=np.uint8)
+    out = np.full(len(raw) + spare, 7, dtype=np.uint8)
+    assert byte_lookup.reverse_translate_into(out, array, table)
+    assert out[: len(raw)].tobytes() == raw[::-1].translate(table)
+    assert (out[len(raw) :] == 7).all()
+
+
+@built
+def test_reverse_translate_into_refuses_an_output_too_short():
+    with pytest.raises(ValueError, match="5 bytes do not fit in 4"):
+        byte_lookup.reverse_translate_into(np.zeros(4, np.uint8), np.zeros(5, np.uint8), COMPLEMENT_TABLE)
+    with pytest.raises(ValueError, match="256 bytes, this one 3"):
+        byte_lookup.reverse_translate_into(np.zeros(4, np.uint8), np.zeros(2, np.uint8), b"abc")
+
+
+def test_without_the_extension_nothing_is_written_and_the_caller_is_told(monkeypatch):
+    monkeypatch.setattr(byte_lookup, "byte_tables", None)
+    out = np.zeros(4, np.uint8)
+    assert not byte_lookup.reverse_translate_into(out, np.ones(4, np.uint8), COMPLEMENT_TABLE)
+    assert not out.any()

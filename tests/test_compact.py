@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -23,8 +23,9 @@ from bionemo_wds.core.seeds import flip_salt, key_crcs, salted_flip, salted_flip
 from bionemo_wds.core.tokenizer import PAD_ID, reverse_complement_bases
 from bionemo_wds.format import decode_record, encode_record, record_crc32
 from bionemo_wds.lightning.epochs import in_process, in_process_ok
-from bionemo_wds.load.batch import BatchSchema, PlannedRows, assemble
+from bionemo_wds.load.batch import BatchSchema, PlannedRows, assemble, byte_lookup
 from bionemo_wds.load.batch.compact import compact_bases, compact_batch
+from bionemo_wds.load.batch.hf import IGNORE_INDEX
 from bionemo_wds.load.batch.model_inputs import model_inputs_gather, to_model_inputs
 from bionemo_wds.load.batch.to_torch import tensors
 from bionemo_wds.load.plan.progress import EpochState
@@ -46,18 +47,32 @@ def reference_bases(parts: list[np.ndarray], flip: list[bool], width: int) -> np
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.fixture(params=["extension", "python"])
+def complement_mode(request, monkeypatch):
+    """Flipped rows written by the C extension (`byte_lookup.reverse_translate_into`), or without it."""
+    if request.param == "extension" and byte_lookup.byte_tables is None:
+        pytest.skip("the byte_tables extension is not built")
+    if request.param == "python":
+        monkeypatch.setattr(byte_lookup, "byte_tables", None)
+    return request.param
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    st.lists(st.tuples(st.binary(max_size=40), st.booleans()), max_size=12),
+    st.lists(st.tuples(st.binary(max_size=90), st.booleans(), st.integers(0, 3)), max_size=12),
     st.integers(min_value=0, max_value=8),
 )
-def test_compact_bases_equals_a_reverse_complement_per_row(rows, extra):
-    parts = [np.frombuffer(bytes(ALPHABET[b % len(ALPHABET)] for b in raw), dtype=np.uint8) for raw, _ in rows]
-    flip = [f for _, f in rows]
+def test_compact_bases_equals_a_reverse_complement_per_row(complement_mode, rows, extra):
+    """Rows of one array or of pieces (a window cut at load spans several), flipped or not, padded."""
+    parts = [np.frombuffer(bytes(ALPHABET[b % len(ALPHABET)] for b in raw), dtype=np.uint8) for raw, _, _ in rows]
+    flip = [f for _, f, _ in rows]
     width = max((len(p) for p in parts), default=0) + extra
     assert np.array_equal(compact_bases(parts, flip, width), reference_bases(parts, flip, width))
     # no width: the longest row
     assert compact_bases(parts, flip).shape == (len(parts), max((len(p) for p in parts), default=0))
+    # the same rows as pieces: cut where each row's third number says
+    pieces = [tuple(np.array_split(part, cuts + 1)) if cuts else part for part, (_, _, cuts) in zip(parts, rows)]
+    assert np.array_equal(compact_bases(pieces, flip, width), reference_bases(parts, flip, width))
 
 
 def test_compact_bases_refuses_a_row_wider_than_the_batch():
@@ -188,6 +203,38 @@ def test_uniform_batches_expand_like_the_gather_form():
             gather = model_inputs_gather(tensors(compact), 310, True, soft_mask_weight=weight)
             for key in ("tokens", "labels", "loss_mask", "position_ids"):
                 assert cpu[key].equal(gather[key]), key
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=6), st.booleans())
+def test_hf_rows_of_any_lengths_mask_and_label_as_compared_columns(lengths, tags):
+    """The hf batch of window rows of any lengths (short sequences end before the window): the
+    attention mask is 1 exactly before each row's end (after its EOS), and every label column past a
+    row's bases is -100, as the whole-batch comparisons define them."""
+    (seq,) = read_fasta(LAMBDA).values()
+    genome = np.frombuffer(seq[:2000].upper().encode(), dtype=np.uint8)
+    rows = [genome[7 * i : 7 * i + m] for i, m in enumerate(lengths)]
+    tag = [b"|kp|" if tags else b""] * len(rows)
+    compact = compact_batch(
+        rows,
+        [False] * len(rows),
+        tag,
+        [False] * len(rows),
+        [0] * len(rows),
+        ["s"] * len(rows),
+        ["k"] * len(rows),
+        300,
+        4,
+    )
+    out = to_model_inputs(compact, 310, True, batch_format="hf")
+    p = 2 + (4 if tags else 0)  # BOS, the tag, SEP
+    ends = np.array(lengths) + p + 1
+    columns = np.arange(310)
+    assert np.array_equal(out["attention_mask"].numpy(), (columns < ends[:, None]).astype(np.int64))
+    labels = out["labels"].numpy()
+    for i, m in enumerate(lengths):
+        assert (labels[i, :p] == IGNORE_INDEX).all() and (labels[i, p + m :] == IGNORE_INDEX).all()
+        assert labels[i, p : p + m].tolist() == rows[i].tolist()
 
 
 class Numbers(IterableDataset):

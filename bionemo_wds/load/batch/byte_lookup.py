@@ -1,11 +1,12 @@
 """Byte-table passes over uint8 arrays: every byte through a 256-byte table, in place
-(`translate_in_place`, `translate_rows`), and whether an array holds a byte outside a set
-(`holds_other_than`).
+(`translate_in_place`, `translate_rows`), or written backwards into another array
+(`reverse_translate_into`), and whether an array holds a byte outside a set (`holds_other_than`).
 
 The reverse complement of a batch's flipped rows and the check that it holds only A/C/G/T are such
-passes. The C extension ``byte_tables.c`` makes each one pass in place; where it is not built (no C
-compiler at install) `bytes.translate` does the same, with the copies around it (the figures are in
-docs/benchmarks.md).
+passes. The C extension ``byte_tables.c`` makes each one pass (the reverse complement straight from
+the stored bases into the row, 32 bytes a step on AVX2); where it is not built (no C compiler at
+install) a reversed copy and `bytes.translate` do the same, with the copies around them (the figures
+are in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def translate_rows(matrix: np.ndarray, rows: Sequence[int], table: bytes) -> Non
     picked = np.asarray(rows, dtype=np.intp)
     done = np.frombuffer(matrix[picked].tobytes().translate(table), dtype=np.uint8)
     matrix[picked] = done.reshape(len(rows), *matrix.shape[1:])
+
+
+def reverse_translate_into(out: np.ndarray, array: np.ndarray, table: bytes) -> bool:
+    """``out[:len(array)] = table[array[::-1]]`` for uint8 arrays (`out` contiguous and writable), in one
+    pass in C; False where the extension is not built (nothing is written: the caller reverses and
+    translates itself)."""
+    if byte_tables is None:
+        return False
+    byte_tables.reverse_into(out, array, table)
+    return True
 
 
 def holds_other_than(array: np.ndarray, kept: bytes) -> bool:

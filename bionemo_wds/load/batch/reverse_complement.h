@@ -1,6 +1,7 @@
 /* reverse_complement(out, in, n, table): out[j] = table[in[n - 1 - j]] for 0 <= j < n, the bases of a
  * flipped piece written complemented and backwards through a 256-byte table (`core.tokenizer`'s
- * COMPLEMENT_TABLE). Shared by the C extensions that write flipped bases (packed_kernel.c).
+ * COMPLEMENT_TABLE). Shared by the C extensions that write flipped bases (byte_tables.c for window
+ * rows, packed_kernel.c for packed documents).
  *
  * A table look-up a byte is about three instructions a base and stays scalar (1.5-2 GB/s here: half a
  * packed batch's bases are flipped, so it was the costliest part of placing them). On x86-64 with AVX2
