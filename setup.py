@@ -1,6 +1,6 @@
 """Builds the optional C extensions (pyproject.toml holds the rest of the configuration): the exact BPE
-encoder of bionemo_wds.load.tokenize.exact_bpe, the byte-table passes of bionemo_wds.load.batch.byte_lookup
-(reverse complement, the A/C/G/T check), the packed rows' expansion of
+encoder of bionemo_wds.load.tokenize.exact_bpe, the byte-table passes of bionemo_wds.core.byte_lookup
+(reverse complement, base codes, the A/C/G/T check), the packed rows' expansion of
 bionemo_wds.load.batch.packed_native and the masked-LM kernels of bionemo_wds.load.batch.mlm (the
 draws, and their laying over a batch). Without a C compiler the package installs without them: BPE
 files are then encoded by the `tokenizers` library, byte tables applied by `bytes.translate`, packed
@@ -18,30 +18,33 @@ setup(
             optional=True,
         ),
         Extension(
-            "bionemo_wds.load.batch.byte_tables",
-            sources=["bionemo_wds/load/batch/byte_tables.c"],
-            depends=["bionemo_wds/load/batch/reverse_complement.h", "bionemo_wds/load/batch/vector_clones.h"],
+            "bionemo_wds.core.byte_tables",
+            sources=["bionemo_wds/core/byte_tables.c"],
+            depends=["bionemo_wds/core/byte_table.h", "bionemo_wds/core/vector_clones.h"],
             extra_compile_args=["-O3"],
             optional=True,
         ),
         Extension(
             "bionemo_wds.load.batch.mlm_kernel",
             sources=["bionemo_wds/load/batch/mlm_kernel.c"],
-            depends=["bionemo_wds/load/batch/mlm_common.h", "bionemo_wds/load/batch/vector_clones.h"],
+            depends=["bionemo_wds/load/batch/mlm_common.h", "bionemo_wds/core/vector_clones.h"],
+            include_dirs=["bionemo_wds/core"],
             extra_compile_args=["-O3"],
             optional=True,
         ),
         Extension(
             "bionemo_wds.load.batch.packed_kernel",
             sources=["bionemo_wds/load/batch/packed_kernel.c"],
-            depends=["bionemo_wds/load/batch/reverse_complement.h", "bionemo_wds/load/batch/vector_clones.h"],
+            depends=["bionemo_wds/core/byte_table.h", "bionemo_wds/core/vector_clones.h"],
+            include_dirs=["bionemo_wds/core"],
             extra_compile_args=["-O3"],
             optional=True,
         ),
         Extension(
             "bionemo_wds.load.batch.mlm_lay",
             sources=["bionemo_wds/load/batch/mlm_lay.c"],
-            depends=["bionemo_wds/load/batch/mlm_common.h", "bionemo_wds/load/batch/vector_clones.h"],
+            depends=["bionemo_wds/load/batch/mlm_common.h", "bionemo_wds/core/vector_clones.h"],
+            include_dirs=["bionemo_wds/core"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

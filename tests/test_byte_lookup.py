@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bionemo_wds.core import byte_lookup
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE
-from bionemo_wds.load.batch import byte_lookup
 from bionemo_wds.load.batch.labels import NOT_DEGENERATE
 
 built = pytest.mark.skipif(byte_lookup.byte_tables is None, reason="the byte_tables extension is not built")
@@ -30,6 +30,15 @@ def mode(request, monkeypatch):
     if request.param == "translate":
         monkeypatch.setattr(byte_lookup, "byte_tables", None)
     return request.param
+
+
+def random_bytes(length: int, seed: int, letters: bool) -> tuple[bytes, bytes]:
+    """`length` random bytes (letters only: 0x40-0x7F, the rows the vector blocks look up) and a random
+    table (hypothesis' own binaries are mostly shorter than one 32-byte block)."""
+    rng = np.random.default_rng(seed)
+    low = 0x40 if letters else 0
+    raw = rng.integers(low, low + (0x40 if letters else 256), size=length, dtype=np.uint8).tobytes()
+    return raw, rng.integers(0, 256, size=256, dtype=np.uint8).tobytes()
 
 
 def expected(matrix: np.ndarray, table: bytes) -> np.ndarray:
@@ -88,13 +97,12 @@ def test_a_table_of_the_wrong_size_or_too_many_kept_bytes_are_refused():
 
 @built
 @settings(max_examples=80, deadline=None)
-@given(raw=st.binary(max_size=200), letters=st.booleans(), table=tables, spare=st.integers(0, 3))
-def test_reverse_translate_into_is_the_table_of_the_reversed_bytes(raw, letters, table, spare):
+@given(length=st.integers(0, 200), seed=st.integers(0, 2**32 - 1), letters=st.booleans(), spare=st.integers(0, 3))
+def test_reverse_translate_into_is_the_table_of_the_reversed_bytes(length, seed, letters, spare):
     """Every byte through any table, written backwards: letters only (the 32-byte vector blocks of the
     complement table's letter rows) or any byte (blocks done byte by byte), at every length around a
     block; the bytes after them untouched."""
-    if letters:
-        raw = bytes(0x40 + b % 0x40 for b in raw)
+    raw, table = random_bytes(length, seed, letters)
     array = np.frombuffer(raw, dtype=np.uint8)
     out = np.full(len(raw) + spare, 7, dtype=np.uint8)
     assert byte_lookup.reverse_translate_into(out, array, table)
@@ -115,3 +123,18 @@ def test_without_the_extension_nothing_is_written_and_the_caller_is_told(monkeyp
     out = np.zeros(4, np.uint8)
     assert not byte_lookup.reverse_translate_into(out, np.ones(4, np.uint8), COMPLEMENT_TABLE)
     assert not out.any()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(length=st.integers(0, 200), seed=st.integers(0, 2**32 - 1), letters=st.booleans())
+def test_translate_bytes_and_into_are_the_table_of_each_byte(mode, length, seed, letters):
+    """Forwards through any table: letters only (the vector blocks) or any byte, at every length
+    around a block; `translate_into` writes only where the extension is built, and says so."""
+    raw, table = random_bytes(length, seed, letters)
+    array = np.frombuffer(raw, dtype=np.uint8)
+    assert byte_lookup.translate_bytes(array, table).tobytes() == raw.translate(table)
+    out = np.full(len(raw) + 2, 7, dtype=np.uint8)
+    if byte_lookup.translate_into(out, array, table):
+        assert out[: len(raw)].tobytes() == raw.translate(table) and (out[len(raw) :] == 7).all()
+    else:
+        assert mode == "translate" and (out == 7).all()

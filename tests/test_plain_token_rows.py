@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from test_tokenizers import SAMPLE, char_reference, dnabert_reference
 
+from bionemo_wds.core import byte_lookup
 from bionemo_wds.errors import SourceError
 from bionemo_wds.load.batch.tokens import TokenDoc, laid_out_batch, plain_batch, tokenized_batch
 from bionemo_wds.load.tokenize import resolve_tokenizer
@@ -54,6 +55,17 @@ def bases_of(doc: TokenDoc) -> str:
     return strand(b"".join(p.tobytes() for p in part).decode(), doc.rc)
 
 
+@pytest.fixture(params=["extension", "translate"])
+def table_pass(request, monkeypatch):
+    """Codes written by the C table passes (`byte_lookup.translate_into`, `reverse_translate_into`), or,
+    without the extension, by one `bytes.translate` of each document's joined bases."""
+    if request.param == "extension" and byte_lookup.byte_tables is None:
+        pytest.skip("the byte_tables extension is not built")
+    if request.param == "translate":
+        monkeypatch.setattr(byte_lookup, "byte_tables", None)
+    return request.param
+
+
 def assert_same_batch(got: dict, want: dict) -> None:
     assert sorted(got) == sorted(want)
     for key in want:
@@ -62,7 +74,7 @@ def assert_same_batch(got: dict, want: dict) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_plain_rows_equal_each_document_by_its_rule_and_the_general_layout(name):
+def test_plain_rows_equal_each_document_by_its_rule_and_the_general_layout(name, table_pass):
     tok = resolve_tokenizer(name)
     rows = rows_of(name)
     batch = plain_batch(rows, tok, SEQ_LENGTH)
@@ -78,7 +90,7 @@ def test_plain_rows_equal_each_document_by_its_rule_and_the_general_layout(name)
 
 @pytest.mark.parametrize("name", ["caduceus", "dnabert6"])
 @pytest.mark.parametrize("odd", ["lower", "N", "U", "long"])
-def test_a_row_that_is_not_plain_or_does_not_fit_takes_the_general_path(name, odd):
+def test_a_row_that_is_not_plain_or_does_not_fit_takes_the_general_path(name, odd, table_pass):
     tok = resolve_tokenizer(name)
     rows = rows_of(name)
     seq = SAMPLE[1200:1300]

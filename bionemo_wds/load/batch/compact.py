@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bionemo_wds.core.byte_lookup import reverse_translate_into, translate_rows
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, PAD_ID
-from bionemo_wds.load.batch.byte_lookup import reverse_translate_into, translate_rows
 
 assert COMPLEMENT_TABLE[PAD_ID] == PAD_ID, "padding must complement to itself (whole rows are complemented)"
 

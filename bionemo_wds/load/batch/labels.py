@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bionemo_wds.core.byte_lookup import holds_other_than, translate_in_place
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 from bionemo_wds.errors import OptionError
-from bionemo_wds.load.batch.byte_lookup import holds_other_than, translate_in_place
 
 #: The bases that are trained when degenerate bases are masked: A, C, G, T in either case.
 REAL_BASES = b"ACGTacgt"

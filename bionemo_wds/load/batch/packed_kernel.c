@@ -24,8 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "reverse_complement.h" /* flipped pieces, 32 bytes a step on AVX2 */
-#include "vector_clones.h"      /* an AVX2 copy of the column loops */
+#include "byte_table.h"    /* flipped pieces, 32 bytes a step on AVX2 */
+#include "vector_clones.h" /* an AVX2 copy of the column loops */
 
 #define PAD 1 /* core.tokenizer.PAD_ID */
 
@@ -200,7 +200,7 @@ static PyObject *place(PyObject *self, PyObject *args) {
             }
             const uint8_t *in = piece.buf;
             if (flip[d])
-                reverse_complement(out + col, in, piece.len, table);
+                table_backward(out + col, in, piece.len, table);
             else
                 memcpy(out + col, in, (size_t)piece.len);
             col += piece.len;

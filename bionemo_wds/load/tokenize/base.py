@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from bionemo_wds.core.byte_lookup import holds_other_than
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, UPPERCASE_TABLE, shown_byte
 from bionemo_wds.errors import SourceError
 
@@ -174,9 +175,9 @@ class Tokenizer:
 
     def check_alphabet(self, bases: np.ndarray, bounds: np.ndarray, wheres: list[str]) -> None:
         """Refuse the first base outside `alphabet` (either case), naming it and where it is (one
-        `bytes.translate` pass decides that all are in it, at memory speed)."""
+        pass, `byte_lookup.holds_other_than`, decides that all are in it, at memory speed)."""
         spelled = self.alphabet + self.alphabet.lower()
-        if not bases.tobytes().translate(None, spelled):
+        if not holds_other_than(bases, spelled):
             return
         allowed = np.zeros(256, dtype=bool)
         allowed[np.frombuffer(spelled, dtype=np.uint8)] = True
@@ -255,8 +256,8 @@ def refuse_base(tokenizer: str, byte: int, at: int, where: str) -> None:
 
 
 def only_plain(bases: np.ndarray) -> bool:
-    """Whether every base is upper-case A, C, G or T (the usual batch: one `bytes.translate` pass)."""
-    return not bases.tobytes().translate(None, b"ACGT")
+    """Whether every base is upper-case A, C, G or T (the usual batch: one pass, `byte_lookup.holds_other_than`)."""
+    return not holds_other_than(bases, b"ACGT")
 
 
 def token_flags(bases: np.ndarray, toks: Tokens) -> np.ndarray | None:

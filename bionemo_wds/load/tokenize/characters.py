@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bionemo_wds.core.byte_lookup import translate_bytes
 from bionemo_wds.load.tokenize.base import Tokenizer, Tokens, plain_table
 
 #: The special ids of both character vocabularies.
@@ -33,11 +34,11 @@ class CharacterTokenizer(Tokenizer):
         table = np.full(256, UNK, dtype=np.uint8)  # either case: one lookup of the stored bytes
         for case in (CHARACTERS, CHARACTERS.lower()):
             table[np.frombuffer(case, dtype=np.uint8)] = np.arange(7, 7 + len(CHARACTERS))
-        self.table = table.tobytes()  # for `bytes.translate`: 1.5x a numpy lookup
+        self.table = table.tobytes()  # for `byte_lookup.translate_bytes`
         self.plain_codes = plain_table({b: self.table[b] for b in b"ACGT"})  # the codes are the ids
 
     def spell(self, bases: np.ndarray, bounds: np.ndarray, plain: bool) -> Tokens:
-        ids = np.frombuffer(bases.tobytes().translate(self.table), dtype=np.uint8)
+        ids = translate_bytes(bases, self.table)
         return Tokens(ids, bounds[:-1], np.diff(bounds), None, 1)
 
     def spell_codes(self, codes: np.ndarray) -> np.ndarray:

@@ -1,17 +1,18 @@
-/* Byte-table passes over a batch's uint8 bases (`batch.byte_lookup`): the reverse complement of
- * flipped rows (written reversed and complemented in one pass: `reverse_into`, 32 bytes a step on
- * AVX2 by reverse_complement.h) and the check for bases other than A/C/G/T. Python's `bytes.translate`
- * did both, at about nine instructions a byte and with three copies around it (the rows gathered
- * into bytes, translated into new bytes, written back); together they were a quarter of the
- * instructions of a byte batch (docs/benchmarks.md, 2026-12-07 evening). Here one pass each: the
- * table applied in place eight bytes a step, the check by vector compares against the few kept bytes. */
+/* Byte-table passes over uint8 bases (`core.byte_lookup`): the reverse complement of flipped rows
+ * (written reversed and complemented in one pass: `reverse_into`), a tokenizer's codes or ids of
+ * bases (`translate_into`), both 32 bytes a step on AVX2 (byte_table.h), and the check for bases other
+ * than A/C/G/T. Python's `bytes.translate` did these at about nine instructions a byte, with copies
+ * around it (the rows gathered into bytes, translated into new bytes, written back); the complement
+ * and the check were a quarter of the instructions of a byte batch (docs/benchmarks.md, 2026-12-07
+ * evening). Here one pass each; a table applied in place (`apply`) eight bytes a step, the check by
+ * vector compares against the few kept bytes. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "reverse_complement.h"
+#include "byte_table.h"
 #include "vector_clones.h"
 
 static int table_of(Py_buffer *table) {
@@ -51,20 +52,22 @@ static PyObject *apply(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* reverse_into(out, buffer, table): out[j] = table[buffer[n - 1 - j]] for the n bytes of the buffer (out
- * a writable buffer of at least n bytes, not overlapping it). */
-static PyObject *reverse_into(PyObject *self, PyObject *args) {
-    (void)self;
+/* The bytes of `in` through `table` into `out` (a writable buffer of at least as many bytes, not
+ * overlapping it), backwards where `backward`. */
+static PyObject *table_into(PyObject *args, int backward, const char *name) {
     Py_buffer out, in, table;
     if (!PyArg_ParseTuple(args, "w*y*y*", &out, &in, &table))
         return NULL;
     PyObject *result = NULL;
     if (!table_of(&table)) {
     } else if (out.len < in.len) {
-        PyErr_Format(PyExc_ValueError, "reverse_into: %zd bytes do not fit in %zd", in.len, out.len);
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes do not fit in %zd", name, in.len, out.len);
     } else {
         Py_BEGIN_ALLOW_THREADS
-        reverse_complement(out.buf, in.buf, in.len, table.buf);
+        if (backward)
+            table_backward(out.buf, in.buf, in.len, table.buf);
+        else
+            table_forward(out.buf, in.buf, in.len, table.buf);
         Py_END_ALLOW_THREADS
         result = Py_NewRef(Py_None);
     }
@@ -72,6 +75,18 @@ static PyObject *reverse_into(PyObject *self, PyObject *args) {
     PyBuffer_Release(&in);
     PyBuffer_Release(&table);
     return result;
+}
+
+/* reverse_into(out, buffer, table): out[j] = table[buffer[n - 1 - j]] for the n bytes of the buffer. */
+static PyObject *reverse_into(PyObject *self, PyObject *args) {
+    (void)self;
+    return table_into(args, 1, "reverse_into");
+}
+
+/* translate_into(out, buffer, table): out[j] = table[buffer[j]] for the n bytes of the buffer. */
+static PyObject *translate_into(PyObject *self, PyObject *args) {
+    (void)self;
+    return table_into(args, 0, "translate_into");
 }
 
 /* The x86-64 build also carries an AVX2 copy of `outside` (vector_clones.h: 32 bytes a compare instead
@@ -138,6 +153,7 @@ static PyObject *any_outside(PyObject *self, PyObject *args) {
 static PyMethodDef METHODS[] = {
     {"apply", apply, METH_VARARGS, "Replace every byte b of a writable buffer with table[b], in place."},
     {"reverse_into", reverse_into, METH_VARARGS, "Write a buffer's bytes backwards through a table into another."},
+    {"translate_into", translate_into, METH_VARARGS, "Write a buffer's bytes through a table into another."},
     {"any_outside", any_outside, METH_VARARGS, "Whether some byte of a buffer is not one of the kept bytes."},
     {NULL, NULL, 0, NULL},
 };
