@@ -76,6 +76,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+@pytest.fixture(params=["extension", "translate"])
+def table_pass(request, monkeypatch):
+    """Run a test twice: bytes through their tables by the C extension (`core.byte_tables`), and by
+    `bytes.translate` and numpy as where it is not built (the module's handle set to None)."""
+    from bionemo_wds.core import byte_lookup
+
+    if request.param == "extension" and byte_lookup.byte_tables is None:
+        pytest.skip("the byte_tables extension is not built")
+    if request.param == "translate":
+        monkeypatch.setattr(byte_lookup, "byte_tables", None)
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def dask_scheduler():
     """The address of a real Dask `LocalCluster` (2 worker processes, a thread each, as ``--executor

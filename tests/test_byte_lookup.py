@@ -1,4 +1,4 @@
-"""`batch.byte_lookup`: the byte-table passes (reverse complement, the A/C/G/T check) by the C
+"""`core.byte_lookup`: the byte-table passes (reverse complement, codes, the A/C/G/T check) by the C
 extension give what `bytes.translate` gives, for any bytes and table, and the fallback without the
 extension is the same function."""
 
@@ -23,15 +23,6 @@ matrices = st.tuples(st.integers(0, 6), st.integers(0, 40)).flatmap(
 )
 
 
-@pytest.fixture(params=["extension", "translate"])
-def mode(request, monkeypatch):
-    if request.param == "extension" and byte_lookup.byte_tables is None:
-        pytest.skip("the byte_tables extension is not built")
-    if request.param == "translate":
-        monkeypatch.setattr(byte_lookup, "byte_tables", None)
-    return request.param
-
-
 def random_bytes(length: int, seed: int, letters: bool) -> tuple[bytes, bytes]:
     """`length` random bytes (letters only: 0x40-0x7F, the rows the vector blocks look up) and a random
     table (hypothesis' own binaries are mostly shorter than one 32-byte block)."""
@@ -47,7 +38,7 @@ def expected(matrix: np.ndarray, table: bytes) -> np.ndarray:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(matrix=matrices, table=tables, data=st.data())
-def test_in_place_and_rows_equal_bytes_translate(mode, matrix, table, data):
+def test_in_place_and_rows_equal_bytes_translate(table_pass, matrix, table, data):
     whole = matrix.copy()
     byte_lookup.translate_in_place(whole, table)
     assert np.array_equal(whole, expected(matrix, table))
@@ -61,11 +52,11 @@ def test_in_place_and_rows_equal_bytes_translate(mode, matrix, table, data):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(matrix=matrices, kept=st.binary(max_size=40))
-def test_holds_other_than_is_what_deleting_the_kept_bytes_leaves(mode, matrix, kept):
+def test_holds_other_than_is_what_deleting_the_kept_bytes_leaves(table_pass, matrix, kept):
     assert byte_lookup.holds_other_than(matrix, kept) is (len(matrix.tobytes().translate(None, kept)) > 0)
 
 
-def test_a_real_genome_batch_complements_and_holds_only_real_bases(mode, lambda_seq):
+def test_a_real_genome_batch_complements_and_holds_only_real_bases(table_pass, lambda_seq):
     bases = np.frombuffer(lambda_seq[:4096].upper().encode(), dtype=np.uint8).reshape(4, 1024).copy()
     assert not byte_lookup.holds_other_than(bases, NOT_DEGENERATE)
     flipped = bases.copy()
@@ -76,7 +67,7 @@ def test_a_real_genome_batch_complements_and_holds_only_real_bases(mode, lambda_
     assert byte_lookup.holds_other_than(bases, NOT_DEGENERATE)
 
 
-def test_a_strided_view_takes_the_translate_path_and_is_still_right(mode):
+def test_a_strided_view_takes_the_translate_path_and_is_still_right(table_pass):
     matrix = np.arange(64, dtype=np.uint8).reshape(8, 8)
     view = matrix[:, ::2]  # not contiguous: never handed to the extension
     byte_lookup.translate_in_place(view, COMPLEMENT_TABLE)
@@ -127,7 +118,7 @@ def test_without_the_extension_nothing_is_written_and_the_caller_is_told(monkeyp
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(length=st.integers(0, 200), seed=st.integers(0, 2**32 - 1), letters=st.booleans())
-def test_translate_bytes_and_into_are_the_table_of_each_byte(mode, length, seed, letters):
+def test_translate_bytes_and_into_are_the_table_of_each_byte(table_pass, length, seed, letters):
     """Forwards through any table: letters only (the vector blocks) or any byte, at every length
     around a block; `translate_into` writes only where the extension is built, and says so."""
     raw, table = random_bytes(length, seed, letters)
@@ -137,4 +128,4 @@ def test_translate_bytes_and_into_are_the_table_of_each_byte(mode, length, seed,
     if byte_lookup.translate_into(out, array, table):
         assert out[: len(raw)].tobytes() == raw.translate(table) and (out[len(raw) :] == 7).all()
     else:
-        assert mode == "translate" and (out == 7).all()
+        assert table_pass == "translate" and (out == 7).all()

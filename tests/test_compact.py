@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset
 
 from bionemo_wds.compat.stages import Window, collate_compact, reverse_complement, tag_dropout
-from bionemo_wds.core import byte_lookup
 from bionemo_wds.core.seeds import flip_salt, key_crcs, salted_flip, salted_flips
 from bionemo_wds.core.tokenizer import PAD_ID, reverse_complement_bases
 from bionemo_wds.format import decode_record, encode_record, record_crc32
@@ -48,23 +47,13 @@ def reference_bases(parts: list[np.ndarray], flip: list[bool], width: int) -> np
     return out
 
 
-@pytest.fixture(params=["extension", "python"])
-def complement_mode(request, monkeypatch):
-    """Flipped rows written by the C extension (`byte_lookup.reverse_translate_into`), or without it."""
-    if request.param == "extension" and byte_lookup.byte_tables is None:
-        pytest.skip("the byte_tables extension is not built")
-    if request.param == "python":
-        monkeypatch.setattr(byte_lookup, "byte_tables", None)
-    return request.param
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(st.tuples(st.integers(0, 90), st.booleans(), st.integers(0, 3)), max_size=12),
     st.integers(min_value=0, max_value=8),
     st.integers(0, 2**32 - 1),
 )
-def test_compact_bases_equals_a_reverse_complement_per_row(complement_mode, rows, extra, seed):
+def test_compact_bases_equals_a_reverse_complement_per_row(table_pass, rows, extra, seed):
     """Rows of one array or of pieces (a window cut at load spans several), flipped or not, padded;
     rows of any length around the C pass's 32-byte blocks."""
     rng = np.random.default_rng(seed)

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from test_tokenizers import SAMPLE, char_reference, dnabert_reference
 
-from bionemo_wds.core import byte_lookup
 from bionemo_wds.errors import SourceError
 from bionemo_wds.load.batch.tokens import TokenDoc, laid_out_batch, plain_batch, tokenized_batch
 from bionemo_wds.load.tokenize import resolve_tokenizer
@@ -53,17 +52,6 @@ def rows_of(name: str) -> list[list[TokenDoc]]:
 def bases_of(doc: TokenDoc) -> str:
     part = doc.bases if isinstance(doc.bases, tuple) else (doc.bases,)
     return strand(b"".join(p.tobytes() for p in part).decode(), doc.rc)
-
-
-@pytest.fixture(params=["extension", "translate"])
-def table_pass(request, monkeypatch):
-    """Codes written by the C table passes (`byte_lookup.translate_into`, `reverse_translate_into`), or,
-    without the extension, by one `bytes.translate` of each document's joined bases."""
-    if request.param == "extension" and byte_lookup.byte_tables is None:
-        pytest.skip("the byte_tables extension is not built")
-    if request.param == "translate":
-        monkeypatch.setattr(byte_lookup, "byte_tables", None)
-    return request.param
 
 
 def assert_same_batch(got: dict, want: dict) -> None:

@@ -6,9 +6,10 @@ smaller than the int64 model inputs `model_inputs.to_model_inputs` expands it in
 making one end here: `stages.collate_compact` (any loader's `Window` views or dicts) and
 `planned.assemble` (the planned loader's records, without a Python object per window).
 
-Reverse complement is applied here, to the whole batch: flipped rows are copied reversed, then
-complemented in place by a byte-table pass (`byte_lookup`; PAD complements to itself, so padding
-needs no care). The strand is decided by the caller (`seeds.salted_flips`); this module only
+Reverse complement is applied here: a flipped row is written complemented and backwards from its
+stored pieces in one C table pass (`core.byte_lookup`); without the extension, flipped rows are
+copied reversed, then complemented together by `bytes.translate` (PAD complements to itself, so
+padding needs no care). The strand is decided by the caller (`seeds.salted_flips`); this module only
 writes bytes.
 """
 
