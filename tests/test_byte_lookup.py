@@ -86,46 +86,52 @@ def test_a_table_of_the_wrong_size_or_too_many_kept_bytes_are_refused():
     assert byte_lookup.holds_other_than(np.arange(41, dtype=np.uint8), many)
 
 
+def split(raw: bytes, seed: int) -> list[np.ndarray]:
+    """`raw` as up to four pieces (cut where the seed says), as a window cut at load spans pieces."""
+    rng = np.random.default_rng(seed + 1)
+    cuts = sorted(rng.integers(0, len(raw) + 1, size=int(rng.integers(0, 4))).tolist())
+    return [np.frombuffer(raw[a:b], dtype=np.uint8) for a, b in zip([0, *cuts], [*cuts, len(raw)])]
+
+
 @built
 @settings(max_examples=80, deadline=None)
 @given(length=st.integers(0, 200), seed=st.integers(0, 2**32 - 1), letters=st.booleans(), spare=st.integers(0, 3))
-def test_reverse_translate_into_is_the_table_of_the_reversed_bytes(length, seed, letters, spare):
-    """Every byte through any table, written backwards: letters only (the 32-byte vector blocks of the
-    complement table's letter rows) or any byte (blocks done byte by byte), at every length around a
-    block; the bytes after them untouched."""
+def test_pieces_backward_are_the_table_of_the_reversed_bytes(length, seed, letters, spare):
+    """Every byte through any table, written backwards (the last piece first): letters only (the 32-byte
+    vector blocks of the complement table's letter rows) or any byte (blocks done byte by byte), at
+    every length around a block; the bytes after them untouched."""
     raw, table = random_bytes(length, seed, letters)
-    array = np.frombuffer(raw, dtype=np.uint8)
     out = np.full(len(raw) + spare, 7, dtype=np.uint8)
-    assert byte_lookup.reverse_translate_into(out, array, table)
+    assert byte_lookup.pieces_into(out, split(raw, seed), table, backward=True)
     assert out[: len(raw)].tobytes() == raw[::-1].translate(table)
     assert (out[len(raw) :] == 7).all()
 
 
 @built
-def test_reverse_translate_into_refuses_an_output_too_short():
+def test_pieces_into_refuses_an_output_too_short():
     with pytest.raises(ValueError, match="5 bytes do not fit in 4"):
-        byte_lookup.reverse_translate_into(np.zeros(4, np.uint8), np.zeros(5, np.uint8), COMPLEMENT_TABLE)
+        byte_lookup.pieces_into(np.zeros(4, np.uint8), [np.zeros(5, np.uint8)], COMPLEMENT_TABLE, backward=True)
     with pytest.raises(ValueError, match="256 bytes, this one 3"):
-        byte_lookup.reverse_translate_into(np.zeros(4, np.uint8), np.zeros(2, np.uint8), b"abc")
+        byte_lookup.pieces_into(np.zeros(4, np.uint8), [np.zeros(2, np.uint8)], b"abc", backward=True)
 
 
 def test_without_the_extension_nothing_is_written_and_the_caller_is_told(monkeypatch):
     monkeypatch.setattr(byte_lookup, "byte_tables", None)
     out = np.zeros(4, np.uint8)
-    assert not byte_lookup.reverse_translate_into(out, np.ones(4, np.uint8), COMPLEMENT_TABLE)
+    assert not byte_lookup.pieces_into(out, [np.ones(4, np.uint8)], COMPLEMENT_TABLE, backward=True)
     assert not out.any()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(length=st.integers(0, 200), seed=st.integers(0, 2**32 - 1), letters=st.booleans())
-def test_translate_bytes_and_into_are_the_table_of_each_byte(table_pass, length, seed, letters):
+def test_translate_bytes_and_pieces_forward_are_the_table_of_each_byte(table_pass, length, seed, letters):
     """Forwards through any table: letters only (the vector blocks) or any byte, at every length
-    around a block; `translate_into` writes only where the extension is built, and says so."""
+    around a block; `pieces_into` writes only where the extension is built, and says so."""
     raw, table = random_bytes(length, seed, letters)
     array = np.frombuffer(raw, dtype=np.uint8)
     assert byte_lookup.translate_bytes(array, table).tobytes() == raw.translate(table)
     out = np.full(len(raw) + 2, 7, dtype=np.uint8)
-    if byte_lookup.translate_into(out, array, table):
+    if byte_lookup.pieces_into(out, split(raw, seed), table, backward=False):
         assert out[: len(raw)].tobytes() == raw.translate(table) and (out[len(raw) :] == 7).all()
     else:
         assert table_pass == "translate" and (out == 7).all()

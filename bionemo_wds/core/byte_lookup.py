@@ -1,7 +1,7 @@
 """Byte-table passes over uint8 arrays: every byte through a 256-byte table, in place
-(`translate_in_place`, `translate_rows`), into another array (`translate_bytes`, `translate_into`)
-or written backwards into one (`reverse_translate_into`), and whether an array holds a byte outside a
-set (`holds_other_than`).
+(`translate_in_place`, `translate_rows`), into another array (`translate_bytes`; a run of pieces,
+forwards or written backwards as a reverse strand is: `pieces_into`), and whether an array holds a
+byte outside a set (`holds_other_than`).
 
 The reverse complement of a batch's flipped rows, a tokenizer's codes and ids of bases, and the check
 that bases are only A/C/G/T are such passes. The C extension ``byte_tables.c`` makes each one pass (a
@@ -55,22 +55,18 @@ def translate_bytes(array: np.ndarray, table: bytes) -> np.ndarray:
     return np.frombuffer(array.tobytes().translate(table), dtype=np.uint8).reshape(array.shape)
 
 
-def translate_into(out: np.ndarray, array: np.ndarray, table: bytes) -> bool:
-    """``out[:len(array)] = table[array]`` for uint8 arrays (`out` contiguous and writable), in one pass
-    in C; False where the extension is not built (nothing is written)."""
+def pieces_into(out: np.ndarray, pieces: Sequence[np.ndarray], table: bytes, backward: bool) -> bool:
+    """Write `pieces` (uint8 arrays, in order) through `table` one after another from the start of
+    `out` (contiguous, writable), each in one C pass; `backward`: the whole run reversed (the last piece
+    first, each read backwards: a reverse strand). False where the extension is not built (nothing is
+    written)."""
     if byte_tables is None:
         return False
-    byte_tables.translate_into(out, array, table)
-    return True
-
-
-def reverse_translate_into(out: np.ndarray, array: np.ndarray, table: bytes) -> bool:
-    """``out[:len(array)] = table[array[::-1]]`` for uint8 arrays (`out` contiguous and writable), in one
-    pass in C; False where the extension is not built (nothing is written: the caller reverses and
-    translates itself)."""
-    if byte_tables is None:
-        return False
-    byte_tables.reverse_into(out, array, table)
+    write = byte_tables.reverse_into if backward else byte_tables.translate_into
+    pos = 0
+    for piece in reversed(pieces) if backward else pieces:
+        write(out[pos : pos + len(piece)], piece, table)
+        pos += len(piece)
     return True
 
 

@@ -18,13 +18,13 @@
 #include <stdint.h>
 
 static inline void bytes_backward(uint8_t *restrict out, const uint8_t *restrict in, Py_ssize_t n,
-                           const uint8_t *restrict table) {
+                                  const uint8_t *restrict table) {
     for (Py_ssize_t j = 0; j < n; j++)
         out[j] = table[in[n - 1 - j]];
 }
 
 static inline void bytes_forward(uint8_t *restrict out, const uint8_t *restrict in, Py_ssize_t n,
-                          const uint8_t *restrict table) {
+                                 const uint8_t *restrict table) {
     for (Py_ssize_t j = 0; j < n; j++)
         out[j] = table[in[j]];
 }
@@ -76,7 +76,7 @@ __attribute__((target("avx2"))) static void table_avx2(uint8_t *restrict out, co
 }
 
 static inline void table_backward(uint8_t *restrict out, const uint8_t *restrict in, Py_ssize_t n,
-                           const uint8_t *restrict table) {
+                                  const uint8_t *restrict table) {
     if (n >= 32 && __builtin_cpu_supports("avx2"))
         table_avx2(out, in, n, table, 1);
     else
@@ -84,7 +84,7 @@ static inline void table_backward(uint8_t *restrict out, const uint8_t *restrict
 }
 
 static inline void table_forward(uint8_t *restrict out, const uint8_t *restrict in, Py_ssize_t n,
-                          const uint8_t *restrict table) {
+                                 const uint8_t *restrict table) {
     if (n >= 32 && __builtin_cpu_supports("avx2"))
         table_avx2(out, in, n, table, 0);
     else

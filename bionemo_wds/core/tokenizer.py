@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bionemo_wds.core.byte_lookup import reverse_translate_into
+from bionemo_wds.core.byte_lookup import pieces_into
 from bionemo_wds.errors import SourceError
 
 EOS_ID = 0
@@ -127,9 +127,9 @@ COMPLEMENT_TABLE: bytes = COMPLEMENT.tobytes()
 
 
 def reverse_complement_bases(bases: np.ndarray) -> np.ndarray:
-    """Reverse complement of 1-D uint8 bases, a new array: one C pass (`byte_lookup.reverse_translate_into`),
-    or, without the extension, a reversed copy and `bytes.translate` (1.5x a numpy lookup)."""
+    """Reverse complement of 1-D uint8 bases, a new array: one C pass (`byte_lookup.pieces_into`), or,
+    without the extension, a reversed copy and `bytes.translate` (1.5x a numpy lookup)."""
     out = np.empty(len(bases), dtype=np.uint8)
-    if reverse_translate_into(out, np.ascontiguousarray(bases, dtype=np.uint8), COMPLEMENT_TABLE):
+    if pieces_into(out, (np.ascontiguousarray(bases, dtype=np.uint8),), COMPLEMENT_TABLE, backward=True):
         return out
     return np.frombuffer(bases[::-1].tobytes().translate(COMPLEMENT_TABLE), dtype=np.uint8)

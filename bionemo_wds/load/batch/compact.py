@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bionemo_wds.core.byte_lookup import reverse_translate_into, translate_rows
+from bionemo_wds.core.byte_lookup import pieces_into, translate_rows
 from bionemo_wds.core.tokenizer import COMPLEMENT_TABLE, PAD_ID
 
 assert COMPLEMENT_TABLE[PAD_ID] == PAD_ID, "padding must complement to itself (whole rows are complemented)"
@@ -27,6 +27,11 @@ assert COMPLEMENT_TABLE[PAD_ID] == PAD_ID, "padding must complement to itself (w
 
 #: A row's bases as stored: one array, or the pieces a window cut at load spans, in order.
 Part = np.ndarray | tuple[np.ndarray, ...]
+
+
+def part_pieces(part: Part) -> tuple[np.ndarray, ...]:
+    """A part's pieces, in order (one array: a piece of its own)."""
+    return part if isinstance(part, tuple) else (part,)
 
 
 def part_length(part: Part) -> int:
@@ -46,46 +51,29 @@ def put_bases(row: np.ndarray, part: Part, reverse: bool) -> None:
         pos += len(piece)
 
 
-def put_complement(row: np.ndarray, part: Part) -> bool:
-    """Write the reverse complement of `part` at the start of `row` (a view), each piece straight from
-    its stored bases in one C pass (`byte_lookup.reverse_translate_into`), the last piece first; False
-    where the extension is not built (nothing is written)."""
-    pieces = part if isinstance(part, tuple) else (part,)
-    pos = 0
-    for piece in reversed(pieces):
-        if not reverse_translate_into(row[pos : pos + len(piece)], piece, COMPLEMENT_TABLE):
-            return False
-        pos += len(piece)
-    return True
-
-
 def compact_bases(parts: Sequence[Part], flip: Sequence[bool], window: int | None = None) -> np.ndarray:
     """Rows of `parts` (uint8 bases as stored, or the pieces of a row) padded with PAD to `window`
     (default: the longest), each row reverse-complemented where `flip` says so.
 
-    One slice copy per row; a flipped row is written complemented and backwards in one C pass
-    (`put_complement`), or, without the extension, reversed, then complemented with the other flipped
-    rows (a per-row `reverse_complement_bases` costs three copies and a translate call per row).
+    One slice copy per row; a flipped row is written complemented and backwards from its pieces in one
+    C pass each (`byte_lookup.pieces_into`), or, without the extension, reversed, then complemented with
+    the other flipped rows (a per-row `reverse_complement_bases` costs three copies and a translate call
+    per row).
     """
     n = len(parts)
     width = window or max(map(part_length, parts), default=0)
     bases = np.empty((n, width), dtype=np.uint8)
     flipped: list[int] = []
     for i, part in enumerate(parts):
-        m = part_length(part) if isinstance(part, tuple) else len(part)
+        m = part_length(part)
         if m > width:
             raise ValueError(f"row {i} has {m} bases, more than the batch width {width}")
-        if flip[i] and put_complement(bases[i], part):
-            pass
-        elif isinstance(part, tuple):
+        if not flip[i] and not isinstance(part, tuple):  # the usual row: one slice copy, no call
+            bases[i, :m] = part
+        elif not (flip[i] and pieces_into(bases[i], part_pieces(part), COMPLEMENT_TABLE, backward=True)):
             put_bases(bases[i], part, flip[i])
             if flip[i]:
                 flipped.append(i)
-        elif flip[i]:
-            bases[i, :m] = part[::-1]
-            flipped.append(i)
-        else:
-            bases[i, :m] = part
         if m < width:
             bases[i, m:] = PAD_ID
     if flipped:

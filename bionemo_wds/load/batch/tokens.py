@@ -22,13 +22,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from bionemo_wds.core.byte_lookup import reverse_translate_into, translate_into
+from bionemo_wds.core.byte_lookup import pieces_into
 from bionemo_wds.core.tokenizer import reverse_complement_bases
-from bionemo_wds.load.batch.compact import Part, part_length
+from bionemo_wds.load.batch.compact import Part, part_length, part_pieces
 from bionemo_wds.load.tokenize.base import NOT_PLAIN, Tokenizer, only_plain, token_flags
-
-#: `NOT_PLAIN` as a byte string, to find in a document's codes.
-NOT_PLAIN_BYTE = bytes([NOT_PLAIN])
 
 
 class TokenDoc(NamedTuple):
@@ -68,22 +65,6 @@ def strand_bytes(doc: TokenDoc) -> bytes:
     return b"".join(piece.tobytes() for piece in part)
 
 
-def put_codes(out: np.ndarray, doc: TokenDoc, tokenizer: Tokenizer) -> bool:
-    """Write `doc`'s plain codes on its strand into `out` (a contiguous row slice) straight from its
-    stored pieces, one C table pass each (`byte_lookup`: the reverse strand's codes read backwards, the
-    last piece first); False where the extension is not built (nothing is written)."""
-    pieces = doc.bases if isinstance(doc.bases, tuple) else (doc.bases,)
-    table = tokenizer.plain_codes_rc if doc.rc else tokenizer.plain_codes
-    assert table is not None  # `plain_batch` runs only for a tokenizer with plain codes
-    write = reverse_translate_into if doc.rc else translate_into
-    pos = 0
-    for piece in reversed(pieces) if doc.rc else pieces:
-        if not write(out[pos : pos + len(piece)], piece, table):
-            return False
-        pos += len(piece)
-    return True
-
-
 def plain_batch(rows: Sequence[Sequence[TokenDoc]], tokenizer: Tokenizer, seq_length: int) -> dict[str, Any] | None:
     """`tokenized_batch` of unpacked rows (one document each, or none) by a tokenizer with
     `Tokenizer.plain_codes`, when every base is plain (upper-case A/C/G/T; None otherwise, and for
@@ -91,8 +72,8 @@ def plain_batch(rows: Sequence[Sequence[TokenDoc]], tokenizer: Tokenizer, seq_le
     left-out bases included).
 
     Each document's bases go through one table pass that complements the reverse strand and gives
-    their codes at once (`put_codes`, in C: straight from the stored pieces, 32 bytes a step; without
-    the extension one ``bytes.translate`` of the joined bases), into its row of a code matrix whose
+    their codes at once (`byte_lookup.pieces_into`, in C: straight from the stored pieces, 32 bytes a
+    step; without the extension one ``bytes.translate`` of the joined bases), into its row of a code matrix whose
     rows are ``seq_length + width - 1`` wide (room for the bases of a row's last overlapping k-mer) and
     start at the row's first token column; one max over the matrix checks that every base was plain;
     the ids of every row then come from one `Tokenizer.spell_codes` of the whole matrix, and only the
@@ -115,11 +96,10 @@ def plain_batch(rows: Sequence[Sequence[TokenDoc]], tokenizer: Tokenizer, seq_le
         count = max(0, m - k + 1)
         if p + count + len(suf) > seq_length:
             return None
-        if not put_codes(codes[i, p : p + m], row[0], tokenizer):
-            spelled = strand_bytes(row[0]).translate(tokenizer.plain_codes_rc if row[0].rc else table)
-            if NOT_PLAIN_BYTE in spelled:
-                return None
-            codes[i, p : p + m] = np.frombuffer(spelled, dtype=np.uint8)
+        doc = row[0]
+        strand_table = tokenizer.plain_codes_rc if doc.rc else table
+        if not pieces_into(codes[i, p : p + m], part_pieces(doc.bases), strand_table, backward=doc.rc):
+            codes[i, p : p + m] = np.frombuffer(strand_bytes(doc).translate(strand_table), dtype=np.uint8)
         lengths[i] = m
         counts.append(count)
     if int(codes.max(initial=0)) == NOT_PLAIN:  # a base that is not plain (the codes are below it)
