@@ -131,7 +131,7 @@ def random_documents(seed: int, control_tags: bool, n: int = 6, seq_length: int 
 def test_lay_out_is_the_row_written_document_by_document(control_tags, seed, kernel, monkeypatch):
     """Documents of several pieces, tags of any length, flipped or not, rows without documents: the
     token matrix, the document columns and the row fields are those of the one-document-at-a-time
-    layout, whether the C kernel writes the documents (`packed_native.native_place`) or Python does."""
+    layout, whether the C kernel lays the documents out (`packed_native.native_lay_out`) or Python does."""
     if kernel and packed_native.packed_kernel is None:
         pytest.skip("the C extension is not built")
     if not kernel:
@@ -192,28 +192,41 @@ def test_a_document_past_the_row_is_named():
 
 
 @pytest.mark.skipif(packed_native.packed_kernel is None, reason="the C extension is not built")
-def test_the_placing_kernel_refuses_documents_that_disagree_with_their_columns():
-    """Pieces that hold more or fewer bases than a document's columns, a tag of another length, a column
-    outside the batch: a ValueError naming the document, never a write outside the matrix."""
-    flat = np.full(20, 1, dtype=np.uint8)
+def test_the_laying_kernel_refuses_documents_that_disagree_with_their_columns():
+    """Pieces that hold more or fewer bases than a document's length, a tag of another length, a row
+    outside the batch, a row's documents apart: a ValueError naming the document, never a write outside
+    the matrix; a document past its row's end is reported by its number (`lay_out` names its key)."""
     piece = [np.frombuffer(b"ACGT", dtype=np.uint8)]
-    one = np.ones(1, dtype=np.int64)
 
-    def place(at: int, prefix: int, size: int, tag: bytes = b"") -> None:
-        packed_native.native_place(
-            flat, one * at, one * prefix, one * size, np.zeros(1, bool), [tag], piece, np.array([0, 1])
+    def lay(length: int, prefix: int = 1, tag: bytes = b"", rows: tuple[int, ...] = (0,), n: int = 1, size: int = 20):
+        k = len(rows)
+        return packed_native.native_lay_out(
+            n,
+            size,
+            np.array(rows, dtype=np.int64),
+            np.full(k, length, dtype=np.int64),
+            [prefix] * k,
+            np.zeros(k, bool),
+            [tag] * k,
+            piece * k,
+            np.arange(k + 1, dtype=np.int64),
         )
 
-    place(0, 1, 6)  # BOS, ACGT, EOS
-    assert flat[:7].tobytes() == bytes([2]) + b"ACGT" + bytes([0, 1])
-    with pytest.raises(ValueError, match="document 0's pieces hold more bases than its columns"):
-        place(0, 1, 5)
-    with pytest.raises(ValueError, match="document 0's pieces hold fewer bases than its columns"):
-        place(0, 1, 7)
+    tokens, doc_tokens, doc_prefix, doc_rc, fields, too_long = lay(4)  # BOS, ACGT, EOS, then PAD
+    assert tokens[0].tobytes() == bytes([2]) + b"ACGT" + bytes([0]) + bytes([1]) * 14
+    assert (doc_tokens.tolist(), doc_prefix.tolist(), doc_rc.tolist()) == ([[6]], [[1]], [[False]])
+    assert (fields, too_long) == ([4, 0, 1], -1)
+    assert lay(4, rows=(0, 0, 0, 0), size=20)[-1] == 3  # 4 x 6 tokens: the fourth is past the row
+    with pytest.raises(ValueError, match="document 0's pieces hold more bases than its length"):
+        lay(3)
+    with pytest.raises(ValueError, match="document 0's pieces hold fewer bases than its length"):
+        lay(5)
     with pytest.raises(ValueError, match="document 0's tag is not 2 bytes"):
-        place(0, 4, 9, b"x")
-    with pytest.raises(ValueError, match="document 0's columns fall outside the batch"):
-        place(16, 1, 6)
+        lay(4, prefix=4, tag=b"x")
+    with pytest.raises(ValueError, match="document 0's row, prefix or pieces fall outside the batch"):
+        lay(4, rows=(1,))
+    with pytest.raises(ValueError, match="document 2 is not next to its row's other documents"):
+        lay(1, rows=(0, 1, 0), n=2)
 
 
 @pytest.mark.skipif(packed_native.packed_kernel is None, reason="the C extension is not built")
@@ -231,10 +244,12 @@ def test_flipped_pieces_are_complemented_by_the_table_for_every_byte(lengths, le
     low, high = (0x40, 0x80) if letters_only else (0, 256)
     pieces = [rng.integers(low, high, size=n, dtype=np.uint8) for n in lengths]
     size = sum(lengths) + 2
-    flat = np.full(size, PAD_ID, dtype=np.uint8)
     one = np.ones(1, dtype=np.int64)
     first_piece = np.array([0, len(pieces)], dtype=np.int64)
-    packed_native.native_place(flat, one * 0, one, one * size, np.ones(1, bool), [b""], pieces, first_piece)
+    flip = np.ones(1, bool)
+    laid = packed_native.native_lay_out(1, size, one * 0, one * (size - 2), [1], flip, [b""], pieces, first_piece)
+    assert laid is not None
+    flat = laid[0][0]
     table = np.frombuffer(COMPLEMENT_TABLE, dtype=np.uint8)
     want = table[np.concatenate(pieces)[::-1]]
     assert flat[1:-1].tobytes() == want.tobytes()

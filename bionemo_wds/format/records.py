@@ -131,10 +131,36 @@ def encode_record(
     return msgpack.packb(record, use_bin_type=True)
 
 
+#: How a record without a codec begins (`encode_record`: a map of six, ``tokens`` first), and the bin
+#: headers its tokens can have: (marker, bytes of length after it).
+_PLAIN_HEAD = b"\x86\xa6tokens"
+_BIN_HEADS = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def unpack_record(data: bytes | memoryview) -> dict[str, Any]:
+    """A record's msgpack map, its ``tokens`` a zero-copy memoryview of `data` where the record is
+    uncompressed as `encode_record` writes it (``tokens`` first). msgpack copies every bin it unpacks,
+    which for the bases is a second copy of each record read (measured: docs/benchmarks.md); so the
+    bases are found by their bin header here and only the small columns after them go to msgpack.
+    Any other record (zstd, another writer's key order) is unpacked by msgpack as a whole."""
+    view = memoryview(data)
+    head = len(_PLAIN_HEAD)
+    size_bytes = _BIN_HEADS.get(view[head], 0) if len(view) > head else 0
+    if not size_bytes or view[:head] != _PLAIN_HEAD:
+        return msgpack.unpackb(data, raw=False)
+    at = head + 1 + size_bytes
+    size = int.from_bytes(view[head + 1 : at], "big")
+    if at + size > len(view):
+        raise ValueError(f"record tokens claim {size} bytes but {len(view) - at} follow their header")
+    obj = msgpack.unpackb(b"\x85" + view[at + size :], raw=False)  # the other five columns
+    obj["tokens"] = view[at : at + size]
+    return obj
+
+
 def decode_record(data: bytes | dict) -> WindowBlock:
     """Unpack record bytes (or a record webdataset already unpacked, e.g. from a ``.mp`` member);
     tokens stay a zero-copy view on the record (or on the decompressed bytes)."""
-    obj = data if isinstance(data, dict) else msgpack.unpackb(data, raw=False)
+    obj = data if isinstance(data, dict) else unpack_record(data)
     tokens = obj["tokens"]
     codec = obj.get("codec", "none")
     if codec == "zstd":

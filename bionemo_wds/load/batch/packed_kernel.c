@@ -1,5 +1,6 @@
 /* Packed rows of bytes in C (`packed_native`): a batch's documents written into its token matrix
- * (`place`, for `packed_layout.lay_out`: one call a batch instead of Python slice copies a piece), and
+ * and its document columns (`lay_out`, for `packed_layout.lay_out`: one call a batch instead of a Python
+ * step a document and a slice copy a piece), and
  * the rows expanded to Megatron's model inputs in one pass (`packed_inputs`, for
  * `packed.packed_inputs_cpu`).
  *
@@ -137,97 +138,156 @@ done:
     return result;
 }
 
-/* place(flat, doc_at, prefix, sizes, flips, tags, pieces, first_piece, complement): each document d of a
- * packed batch written into the uint8 token matrix `flat` (rows x seq_length, PAD already) from its BOS
- * column doc_at[d]: BOS, its tag (tags[d], a bytes object, when prefix[d] > 1), SEP (when prefix[d] > 1),
- * its bases, EOS at doc_at[d] + sizes[d] - 1. The bases: pieces[first_piece[d] .. first_piece[d + 1])
- * (1-D uint8 buffers) in order, or, where flips[d], the last piece first, each read backwards through the
- * 256-byte `complement` table. The caller has placed the documents (`packed_layout.lay_out`); a piece,
- * tag or column that disagrees with them is a ValueError, never a write outside `flat`. */
-static PyObject *place(PyObject *self, PyObject *args) {
+/* Document d written into the flat token matrix `out` (PAD or not yet written) from its BOS column a:
+ * BOS, its tag (a bytes object of p - 2 bytes, when its prefix p > 1), SEP (when p > 1), its bases, EOS
+ * at a + s - 1. The bases: pieces[p0 .. p1) (1-D uint8 buffers) in order, or, where `flip`, the last
+ * piece first, each read backwards through the 256-byte `table`. A piece or tag that disagrees with the
+ * document's columns is a ValueError (-1), never a write outside them. */
+static int place_document(uint8_t *out, Py_ssize_t d, int64_t a, int64_t p, int64_t s, PyObject *tag,
+                          PyObject *piece_list, int64_t p0, int64_t p1, int flip, const uint8_t *table) {
+    out[a] = 2;         /* BOS: core.tokenizer.BOS_ID */
+    out[a + s - 1] = 0; /* EOS */
+    if (p > 1) {
+        if (!PyBytes_Check(tag) || PyBytes_GET_SIZE(tag) != p - 2) {
+            PyErr_Format(PyExc_ValueError, "lay_out: document %zd's tag is not %lld bytes", d, (long long)(p - 2));
+            return -1;
+        }
+        memcpy(out + a + 1, PyBytes_AS_STRING(tag), (size_t)(p - 2));
+        out[a + p - 1] = 3; /* SEP */
+    }
+    int64_t col = a + p, end = a + s - 1;
+    for (int64_t i = 0; i < p1 - p0; i++) {
+        Py_ssize_t q = flip ? (Py_ssize_t)(p1 - 1 - i) : (Py_ssize_t)(p0 + i);
+        Py_buffer piece;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(piece_list, q), &piece, PyBUF_SIMPLE) < 0)
+            return -1;
+        if (col + piece.len > end) {
+            PyBuffer_Release(&piece);
+            PyErr_Format(PyExc_ValueError, "lay_out: document %zd's pieces hold more bases than its length", d);
+            return -1;
+        }
+        if (flip)
+            table_backward(out + col, piece.buf, piece.len, table);
+        else
+            memcpy(out + col, piece.buf, (size_t)piece.len);
+        col += piece.len;
+        PyBuffer_Release(&piece);
+    }
+    if (col != end) {
+        PyErr_Format(PyExc_ValueError, "lay_out: document %zd's pieces hold fewer bases than its length", d);
+        return -1;
+    }
+    return 0;
+}
+
+/* lay_out(tokens, rows, lengths, prefix, flips, tags, pieces, first_piece, complement, doc_tokens,
+ * doc_prefix, doc_rc, row_fields) -> width: a packed batch's k documents laid out in its n x seq_length
+ * uint8 `tokens` (`packed_layout.lay_out`): document d (int64 columns rows, lengths, prefix; uint8 flips;
+ * tags[d]; pieces[first_piece[d] .. first_piece[d + 1])) goes after the documents before it in its row
+ * (a row's documents are consecutive), BOS, tag, SEP, bases, EOS (`place_document`), and what is left of
+ * each row is PAD. The document columns are written n x width (width: the most documents of a row, at
+ * least 1) into the first n * width cells of doc_tokens / doc_prefix (int32: tokens, tokens before the
+ * first base) and doc_rc (uint8), the rest of those n * width cells zero; row_fields (int64, n x 3): each
+ * row's bases, its first document and the one past its last (-1, 0 for a row without documents).
+ * Returns -(d + 1) when document d does not fit its row (the caller names it). */
+static PyObject *lay_out(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer flat, at, prefix, sizes, flips, first_piece, complement;
+    Py_buffer tokens, rows_b, lengths_b, prefix_b, flips_b, first_b, complement, cols_t, cols_p, cols_rc, fields_b;
     PyObject *tags, *pieces;
-    if (!PyArg_ParseTuple(args, "w*y*y*y*y*OOy*y*", &flat, &at, &prefix, &sizes, &flips, &tags, &pieces, &first_piece,
-                          &complement))
+    if (!PyArg_ParseTuple(args, "w*y*y*y*y*OOy*y*w*w*w*w*", &tokens, &rows_b, &lengths_b, &prefix_b, &flips_b, &tags,
+                          &pieces, &first_b, &complement, &cols_t, &cols_p, &cols_rc, &fields_b))
         return NULL;
     PyObject *result = NULL, *tag_list = NULL, *piece_list = NULL;
-    Py_ssize_t k = at.len / 8;
-    if (prefix.len < k * 8 || sizes.len < k * 8 || flips.len < k || first_piece.len < (k + 1) * 8 ||
-        complement.len != 256) {
-        PyErr_SetString(PyExc_ValueError, "place: the document columns disagree in length, or the table is not 256");
+    Py_ssize_t k = rows_b.len / 8, n = fields_b.len / 24;
+    Py_ssize_t seq_length = n > 0 ? tokens.len / n : 0;
+    Py_ssize_t cells = n * (k > 0 ? k : 1);
+    if (lengths_b.len < k * 8 || prefix_b.len < k * 8 || flips_b.len < k || first_b.len < (k + 1) * 8 ||
+        complement.len != 256 || tokens.len != n * seq_length || cols_t.len < cells * 4 || cols_p.len < cells * 4 ||
+        cols_rc.len < cells) {
+        PyErr_SetString(PyExc_ValueError, "lay_out: the document and row columns disagree in length");
         goto done;
     }
-    tag_list = PySequence_Fast(tags, "place: tags must be a sequence of bytes");
-    piece_list = PySequence_Fast(pieces, "place: pieces must be a sequence of buffers");
+    tag_list = PySequence_Fast(tags, "lay_out: tags must be a sequence of bytes");
+    piece_list = PySequence_Fast(pieces, "lay_out: pieces must be a sequence of buffers");
     if (!tag_list || !piece_list)
         goto done;
     if (PySequence_Fast_GET_SIZE(tag_list) < k) {
-        PyErr_SetString(PyExc_ValueError, "place: fewer tags than documents");
+        PyErr_SetString(PyExc_ValueError, "lay_out: fewer tags than documents");
         goto done;
     }
-    uint8_t *out = flat.buf;
-    const int64_t *doc_at = at.buf, *head = prefix.buf, *size = sizes.buf, *piece_at = first_piece.buf;
-    const uint8_t *flip = flips.buf, *table = complement.buf;
+    uint8_t *out = tokens.buf, *rc = cols_rc.buf;
+    const int64_t *row = rows_b.buf, *length = lengths_b.buf, *head = prefix_b.buf, *piece_at = first_b.buf;
+    const uint8_t *flip = flips_b.buf, *table = complement.buf;
+    int32_t *doc_tokens = cols_t.buf, *doc_prefix = cols_p.buf;
+    int64_t *fields = fields_b.buf; /* per row: bases, first, past */
     Py_ssize_t n_pieces = PySequence_Fast_GET_SIZE(piece_list);
-    for (Py_ssize_t d = 0; d < k; d++) {
-        int64_t a = doc_at[d], p = head[d], s = size[d], p0 = piece_at[d], p1 = piece_at[d + 1];
-        if (a < 0 || p < 1 || s < p + 1 || a + s > flat.len || p0 < 0 || p1 < p0 || p1 > n_pieces) {
-            PyErr_Format(PyExc_ValueError, "place: document %zd's columns fall outside the batch", d);
-            goto done;
-        }
-        out[a] = 2;         /* BOS: core.tokenizer.BOS_ID */
-        out[a + s - 1] = 0; /* EOS */
-        if (p > 1) {
-            PyObject *tag = PySequence_Fast_GET_ITEM(tag_list, d);
-            if (!PyBytes_Check(tag) || PyBytes_GET_SIZE(tag) != p - 2) {
-                PyErr_Format(PyExc_ValueError, "place: document %zd's tag is not %lld bytes", d, (long long)(p - 2));
-                goto done;
-            }
-            memcpy(out + a + 1, PyBytes_AS_STRING(tag), (size_t)(p - 2));
-            out[a + p - 1] = 3; /* SEP */
-        }
-        int64_t col = a + p, end = a + s - 1;
-        for (int64_t i = 0; i < p1 - p0; i++) {
-            Py_ssize_t q = flip[d] ? (Py_ssize_t)(p1 - 1 - i) : (Py_ssize_t)(p0 + i);
-            Py_buffer piece;
-            if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(piece_list, q), &piece, PyBUF_SIMPLE) < 0)
-                goto done;
-            if (col + piece.len > end) {
-                PyBuffer_Release(&piece);
-                PyErr_Format(PyExc_ValueError, "place: document %zd's pieces hold more bases than its columns", d);
-                goto done;
-            }
-            const uint8_t *in = piece.buf;
-            if (flip[d])
-                table_backward(out + col, in, piece.len, table);
-            else
-                memcpy(out + col, in, (size_t)piece.len);
-            col += piece.len;
-            PyBuffer_Release(&piece);
-        }
-        if (col != end) {
-            PyErr_Format(PyExc_ValueError, "place: document %zd's pieces hold fewer bases than its columns", d);
-            goto done;
-        }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        fields[3 * i] = 0;
+        fields[3 * i + 1] = -1;
+        fields[3 * i + 2] = 0;
     }
-    result = Py_NewRef(Py_None);
+    int64_t width = 1;
+    for (Py_ssize_t d = 0; d < k; d++) { /* where each document goes: the columns after its row's last */
+        int64_t i = row[d], p = head[d], p0 = piece_at[d], p1 = piece_at[d + 1];
+        if (i < 0 || i >= n || p < 1 || length[d] < 0 || p0 < 0 || p1 < p0 || p1 > n_pieces) {
+            PyErr_Format(PyExc_ValueError, "lay_out: document %zd's row, prefix or pieces fall outside the batch", d);
+            goto done;
+        }
+        int64_t *f = fields + 3 * i;
+        if (f[1] < 0)
+            f[1] = d;
+        else if (f[2] != d) {
+            PyErr_Format(PyExc_ValueError, "lay_out: document %zd is not next to its row's other documents", d);
+            goto done;
+        }
+        f[2] = d + 1;
+        if (d - f[1] + 1 > width)
+            width = d - f[1] + 1;
+    }
+    memset(doc_tokens, 0, (size_t)(n * width) * 4);
+    memset(doc_prefix, 0, (size_t)(n * width) * 4);
+    memset(rc, 0, (size_t)(n * width));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t *f = fields + 3 * i, used = 0, bases = 0;
+        for (int64_t d = f[1]; d >= 0 && d < f[2]; d++) {
+            int64_t p = head[d], s = p + length[d] + 1, column = d - f[1];
+            if (used + s > seq_length) {
+                result = PyLong_FromSsize_t(-(Py_ssize_t)d - 1);
+                goto done;
+            }
+            if (place_document(out + i * seq_length, (Py_ssize_t)d, used, p, s, PySequence_Fast_GET_ITEM(tag_list, d),
+                               piece_list, piece_at[d], piece_at[d + 1], flip[d] != 0, table) < 0)
+                goto done;
+            doc_tokens[i * width + column] = (int32_t)s;
+            doc_prefix[i * width + column] = (int32_t)p;
+            rc[i * width + column] = flip[d] != 0;
+            used += s;
+            bases += length[d];
+        }
+        memset(out + i * seq_length + used, PAD, (size_t)(seq_length - used));
+        f[0] = bases;
+    }
+    result = PyLong_FromLongLong(width);
 done:
     Py_XDECREF(tag_list);
     Py_XDECREF(piece_list);
-    PyBuffer_Release(&flat);
-    PyBuffer_Release(&at);
-    PyBuffer_Release(&prefix);
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&flips);
-    PyBuffer_Release(&first_piece);
+    PyBuffer_Release(&tokens);
+    PyBuffer_Release(&rows_b);
+    PyBuffer_Release(&lengths_b);
+    PyBuffer_Release(&prefix_b);
+    PyBuffer_Release(&flips_b);
+    PyBuffer_Release(&first_b);
     PyBuffer_Release(&complement);
+    PyBuffer_Release(&cols_t);
+    PyBuffer_Release(&cols_p);
+    PyBuffer_Release(&cols_rc);
+    PyBuffer_Release(&fields_b);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"packed_inputs", packed_inputs, METH_VARARGS, "Packed rows of bytes to Megatron's model inputs, one pass."},
-    {"place", place, METH_VARARGS, "A packed batch's documents written into its token matrix."},
+    {"lay_out", lay_out, METH_VARARGS, "A packed batch's documents laid out in its token matrix and columns."},
     {NULL, NULL, 0, NULL},
 };
 

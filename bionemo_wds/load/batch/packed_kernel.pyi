@@ -1,4 +1,4 @@
-"""Types of the C extension packed_kernel.c (packed rows of bytes: their documents placed, their
+"""Types of the C extension packed_kernel.c (packed rows of bytes: their documents laid out, their
 expansion to Megatron's model inputs; `packed_native`). The arrays are numpy arrays or other
 C-contiguous buffers."""
 
@@ -20,16 +20,21 @@ def packed_inputs(
 ) -> None:
     """Packed rows' tokens, labels, loss mask and position ids written whole, one pass (`packed_native`)."""
 
-def place(
-    flat: Any,
-    doc_at: Any,
+def lay_out(
+    tokens: Any,
+    rows: Any,
+    lengths: Any,
     prefix: Any,
-    sizes: Any,
     flips: Any,
     tags: Any,
     pieces: Any,
     first_piece: Any,
     complement: bytes,
+    doc_tokens: Any,
+    doc_prefix: Any,
+    doc_rc: Any,
+    row_fields: Any,
     /,
-) -> None:
-    """A packed batch's documents written into its uint8 token matrix (`packed_native.native_place`)."""
+) -> int:
+    """A packed batch's documents laid out in its uint8 token matrix and document columns; the columns'
+    width, or -(d + 1) where document d does not fit its row (`packed_native.native_lay_out`)."""

@@ -3,13 +3,13 @@
 The reader (`span_reader`) hands a batch of samples cut at load over as `DocumentArrays`: per
 document its row (sample) in the batch, sequence, first base, length and tag, and the views of the
 stored pieces its bases lie in (``pieces[first_piece[d]:first_piece[d + 1]]``). `lay_out` writes
-the packed token matrix (each document ``BOS tag SEP bases EOS``, then PAD). Where each document
-goes is worked out in one pass over plain lists: a batch holds a few dozen documents, and on arrays
-that small each numpy call costs more than the Python arithmetic it replaces. The bytes are then
-written by `place_documents`: one C call a batch (`packed_native.native_place`: each stored piece
-copied once to where it goes, a flipped document's pieces complemented backwards straight into
-place, last piece first), or, without the extension, a slice copy a piece. The document columns
-(``doc_tokens``, ``doc_prefix``, ``doc_rc``) and the row fields come from the same pass.
+the packed token matrix (each document ``BOS tag SEP bases EOS``, then PAD) and the document columns
+(``doc_tokens``, ``doc_prefix``, ``doc_rc``) in one C call a batch (`packed_native.native_lay_out`:
+where each document goes, each stored piece copied once to its place, a flipped document's pieces
+complemented backwards straight into place, last piece first, each row's fields). Without the
+extension, `python_lay_out` works the places out in one pass over plain lists (a batch holds a few
+dozen documents; on arrays that small each numpy call costs more than the Python arithmetic it
+replaces) and `place_documents` writes a slice copy a piece.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, reverse_complement_bases
-from bionemo_wds.load.batch.packed_native import native_place
+from bionemo_wds.load.batch.packed_native import native_lay_out
 
 
 class DocumentArrays(NamedTuple):
@@ -51,11 +51,43 @@ def lay_out(
     """The compact packed batch (`packed.PACKED_FIELDS` but filler and dataset) of `n` rows of
     `seq_length` tokens holding `docs`, those where `flip` says reverse-complemented, each with its
     tag from `tags` (after dropout)."""
-    rows, lengths, flips = docs.row.tolist(), docs.length.tolist(), flip.tolist()
     k = len(docs)
     prefix = [len(t) + 2 for t in tags] if control_tags else [1] * k
+    native = native_lay_out(n, seq_length, docs.row, docs.length, prefix, flip, tags, docs.pieces, docs.first_piece)
+    if native is not None:
+        tokens, doc_tokens, doc_prefix, doc_rc, fields, too_long = native
+        if too_long >= 0:
+            i = int(docs.row[too_long])
+            raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {docs.keys[too_long]})")
+        bases_of, first, past = fields[0::3], fields[1::3], fields[2::3]
+    else:
+        tokens, doc_tokens, doc_prefix, doc_rc, bases_of, first, past = python_lay_out(
+            docs, flip, tags, prefix, n, seq_length
+        )
+    flips = flip.tolist()
+    keys, starts = docs.keys, docs.start.tolist()
+    return {
+        "tokens": tokens,
+        "doc_tokens": doc_tokens,
+        "doc_prefix": doc_prefix,
+        "doc_rc": doc_rc,
+        "lengths": np.array(bases_of, dtype=np.int32),
+        "rc": np.array([d >= 0 and flips[d] for d in first], dtype=bool),
+        "start": np.array([starts[d] if d >= 0 else 0 for d in first], dtype=np.int64),
+        "seq_id": [docs.seq_id[d] if d >= 0 else "" for d in first],
+        "keys": [";".join(keys[a:b]) if a >= 0 else "" for a, b in zip(first, past)],
+    }
+
+
+def python_lay_out(
+    docs: DocumentArrays, flip: np.ndarray, tags: list[bytes], prefix: list[int], n: int, seq_length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int], list[int], list[int]]:
+    """`lay_out`'s matrices where the C kernel is not built: (tokens, doc_tokens, doc_prefix, doc_rc, each
+    row's bases, first document and the one past its last), worked out in one pass over plain lists, each
+    tag and piece written by a slice copy."""
+    rows, lengths = docs.row.tolist(), docs.length.tolist()
+    k = len(docs)
     tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
-    flat = tokens.reshape(-1)
     used, bases_of = [0] * n, [0] * n  # tokens and bases of each row taken so far
     first, past = [-1] * n, [0] * n  # each row's documents: first:past (rows hold runs of documents)
     column = [0] * k  # each document's column among its row's documents
@@ -73,25 +105,14 @@ def lay_out(
         doc_at[d] = at + i * seq_length
     at_array, prefix_array = np.array(doc_at, dtype=np.int64), np.array(prefix, dtype=np.int64)
     sizes = prefix_array + docs.length + 1
-    place_documents(flat, at_array, prefix_array, sizes, flip, tags, docs.pieces, docs.first_piece)
+    place_documents(tokens.reshape(-1), at_array, prefix_array, sizes, flip, tags, docs.pieces, docs.first_piece)
     width = max(1, max(column, default=-1) + 1)
     doc_tokens = np.zeros((n, width), dtype=np.int32)
     doc_prefix = np.zeros((n, width), dtype=np.int32)
     doc_rc = np.zeros((n, width), dtype=bool)
     place = docs.row * width + np.array(column, dtype=np.int64)
     doc_tokens.reshape(-1)[place], doc_prefix.reshape(-1)[place], doc_rc.reshape(-1)[place] = sizes, prefix_array, flip
-    keys, starts = docs.keys, docs.start.tolist()
-    return {
-        "tokens": tokens,
-        "doc_tokens": doc_tokens,
-        "doc_prefix": doc_prefix,
-        "doc_rc": doc_rc,
-        "lengths": np.array(bases_of, dtype=np.int32),
-        "rc": np.array([d >= 0 and flips[d] for d in first], dtype=bool),
-        "start": np.array([starts[d] if d >= 0 else 0 for d in first], dtype=np.int64),
-        "seq_id": [docs.seq_id[d] if d >= 0 else "" for d in first],
-        "keys": [";".join(keys[a:b]) if a >= 0 else "" for a, b in zip(first, past)],
-    }
+    return tokens, doc_tokens, doc_prefix, doc_rc, bases_of, first, past
 
 
 def place_documents(
@@ -106,10 +127,8 @@ def place_documents(
 ) -> None:
     """Write each document into the flat uint8 token matrix (PAD already) from its BOS column
     `doc_at[d]`: BOS, tag and SEP (when `prefix[d]` > 1), its pieces (the last first, complemented
-    backwards, where `flip`), EOS. In C where built (`packed_native.native_place`: one call a batch);
-    else each tag and piece is a slice copy."""
-    if native_place(flat, doc_at, prefix, sizes, flip, tags, pieces, first_piece):
-        return
+    backwards, where `flip`), EOS; each tag and piece a slice copy (the C kernel's `lay_out` does this
+    in one call a batch)."""
     starts, heads, pieces_at, flips = doc_at.tolist(), prefix.tolist(), first_piece.tolist(), flip.tolist()
     for d, (at, head) in enumerate(zip(starts, heads)):
         if head > 2:

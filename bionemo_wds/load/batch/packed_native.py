@@ -1,10 +1,10 @@
-"""Packed rows of bytes by the C kernel ``packed_kernel.c``: a batch's documents written into its token
-matrix (`native_place`, for `packed_layout.place_documents`: one call a batch, not a slice copy a
-piece), and the usual packed batch's expansion on a CPU (`native_packed_inputs`, for
-`packed.packed_inputs_cpu`: the Megatron format, no soft-masked base in the batch) in one pass over
-each document's columns instead of a numpy pass per output and its temporaries; the same bytes and
-tensors, cell for cell. Where the extension is not built (no C compiler at install) both say so
-(False, None) and Python and numpy run (the figures are in docs/benchmarks.md)."""
+"""Packed rows of bytes by the C kernel ``packed_kernel.c``: a batch's documents laid out in its token
+matrix and document columns (`native_lay_out`, for `packed_layout.lay_out`: one call a batch, not a
+Python step a document and a slice copy a piece), and the usual packed batch's expansion on a CPU
+(`native_packed_inputs`, for `packed.packed_inputs_cpu`: the Megatron format, no soft-masked base in
+the batch) in one pass over each document's columns instead of a numpy pass per output and its
+temporaries; the same bytes and tensors, cell for cell. Where the extension is not built (no C
+compiler at install) both say so (None) and Python and numpy run (the figures are in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -43,30 +43,53 @@ def native_packed_inputs(
     return megatron_inputs(tokens, labels, loss_mask, torch.from_numpy(positions), sizes)
 
 
-def native_place(
-    flat: np.ndarray,
-    doc_at: np.ndarray,
-    prefix: np.ndarray,
-    sizes: np.ndarray,
+def native_lay_out(
+    n: int,
+    seq_length: int,
+    row: np.ndarray,
+    length: np.ndarray,
+    prefix: list[int],
     flip: np.ndarray,
     tags: list[bytes],
     pieces: list[np.ndarray],
     first_piece: np.ndarray,
-) -> bool:
-    """`packed_layout.place_documents` by the C kernel (`packed_kernel.place`: one call a batch); False
-    where the kernel is not built (or `flat` is not a contiguous writable uint8 matrix), so the caller
-    writes them itself."""
-    if packed_kernel is None or flat.dtype != np.uint8 or not flat.flags.c_contiguous or not flat.flags.writeable:
-        return False
-    packed_kernel.place(
-        flat,
-        np.ascontiguousarray(doc_at, dtype=np.int64),
-        np.ascontiguousarray(prefix, dtype=np.int64),
-        np.ascontiguousarray(sizes, dtype=np.int64),
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int], int] | None:
+    """`packed_layout.lay_out`'s matrices by the C kernel (`packed_kernel.lay_out`: one call a batch):
+    (tokens, doc_tokens, doc_prefix, doc_rc, row fields, -1) with the row fields flat (per row: its
+    bases, its first document and the one past its last; -1, 0 for a row without documents); (…, d) with
+    d >= 0 where document d does not fit its row; None where the kernel is not built."""
+    if packed_kernel is None:
+        return None
+    k = len(row)
+    tokens = np.empty((n, seq_length), dtype=np.uint8)
+    cells = n * max(k, 1)
+    doc_tokens, doc_prefix = np.empty(cells, dtype=np.int32), np.empty(cells, dtype=np.int32)
+    doc_rc = np.empty(cells, dtype=np.bool_)
+    fields = np.empty(3 * n, dtype=np.int64)
+    width = packed_kernel.lay_out(
+        tokens,
+        np.ascontiguousarray(row, dtype=np.int64),
+        np.ascontiguousarray(length, dtype=np.int64),
+        np.array(prefix, dtype=np.int64),
         np.ascontiguousarray(flip, dtype=np.bool_).view(np.uint8),
         tags,
         pieces,
         np.ascontiguousarray(first_piece, dtype=np.int64),
         COMPLEMENT_TABLE,
+        doc_tokens,
+        doc_prefix,
+        doc_rc.view(np.uint8),
+        fields,
     )
-    return True
+    if width < 0:
+        return tokens, doc_tokens, doc_prefix, doc_rc, [], -width - 1
+    used = n * width
+    shape = (n, width)
+    return (
+        tokens,
+        doc_tokens[:used].reshape(shape),
+        doc_prefix[:used].reshape(shape),
+        doc_rc[:used].reshape(shape),
+        fields.tolist(),
+        -1,
+    )
