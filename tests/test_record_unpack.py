@@ -13,7 +13,8 @@ from conftest import LAMBDA, read_fasta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bionemo_wds.format.records import decode_record, encode_record, unpack_record
+from bionemo_wds.format.records import decode_columns, decode_record, encode_record, unpack_record
+from bionemo_wds.load.rows import BlockRows
 
 #: Lengths on both sides of msgpack's bin8 / bin16 / bin32 headers.
 EDGES = [0, 1, 255, 256, 65535, 65536, 70000]
@@ -64,3 +65,24 @@ def test_bases_cut_short_are_refused():
         unpack_record(data[:20])
     with pytest.raises(ValueError):
         decode_record(data[:-3])  # the columns after the bases cut: msgpack's own error
+
+
+def test_columns_give_the_rows_the_arrays_give():
+    """The loader's rows from the record's lists (`decode_columns`) are those from its int64 arrays."""
+    data = record_of(lambda_bases(20000, 5))
+    by_lists, by_arrays = BlockRows(decode_columns(data)), BlockRows(decode_record(data))
+    for name in ("offsets", "seq_id", "start", "window", "tag"):
+        assert getattr(by_lists, name) == getattr(by_arrays, name), name
+    assert by_lists.keys == by_arrays.keys
+    assert [by_lists.bases(r).tobytes() for r in range(5)] == lambda_bases(20000, 5)
+
+
+def test_columns_that_disagree_are_refused():
+    plain = msgpack.unpackb(record_of(lambda_bases(100, 2)), raw=False)
+    for change, message in (
+        ({"lengths": [60, 40, 0]}, "columns have different lengths"),
+        ({"lengths": [120, -20]}, r"a negative one \(-20\)"),
+        ({"lengths": [50, 40]}, "add up to 90 bases but it holds 100"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            decode_columns(msgpack.packb({**plain, **change}, use_bin_type=True))

@@ -157,8 +157,25 @@ def unpack_record(data: bytes | memoryview) -> dict[str, Any]:
     return obj
 
 
-def decode_record(data: bytes | dict) -> WindowBlock:
-    """Unpack record bytes (or a record webdataset already unpacked, e.g. from a ``.mp`` member);
+@dataclass
+class RecordColumns:
+    """A decoded record's columns as msgpack gives them (Python lists), its bases a uint8 view: what
+    the loader turns into rows (`load.rows.BlockRows`) without a numpy array per column and back."""
+
+    tokens: np.ndarray  # uint8, all windows back to back (a view on the record bytes)
+    lengths: list[int]
+    seq_id: list[str]
+    start: list[int]
+    window: list[int]
+    tag: list[str]
+
+    def __len__(self) -> int:
+        return len(self.seq_id)
+
+
+def decode_columns(data: bytes | dict) -> RecordColumns:
+    """Unpack record bytes (or a record webdataset already unpacked, e.g. from a ``.mp`` member) and
+    check its columns agree: as many of each, lengths that add up to its bases, none negative;
     tokens stay a zero-copy view on the record (or on the decompressed bytes)."""
     obj = data if isinstance(data, dict) else unpack_record(data)
     tokens = obj["tokens"]
@@ -167,17 +184,29 @@ def decode_record(data: bytes | dict) -> WindowBlock:
         tokens = _decompressor().decompress(tokens)
     elif codec != "none":
         raise ValueError(f"record codec {codec!r} is unknown to this bionemo-wds")
-    block = WindowBlock(
-        tokens=np.frombuffer(tokens, dtype=np.uint8),
-        lengths=np.asarray(obj["lengths"], dtype=np.int64),
-        seq_id=obj["seq_id"],
-        start=np.asarray(obj["start"], dtype=np.int64),
-        window=np.asarray(obj["window"], dtype=np.int64),
-        tag=obj["tag"],
+    columns = RecordColumns(
+        np.frombuffer(tokens, dtype=np.uint8),
+        *(list(obj[k]) for k in ("lengths", "seq_id", "start", "window", "tag")),
     )
-    n = len(block.seq_id)
-    if not (len(block.lengths) == len(block.start) == len(block.window) == len(block.tag) == n):
+    n = len(columns.seq_id)
+    if not (len(columns.lengths) == len(columns.start) == len(columns.window) == len(columns.tag) == n):
         raise ValueError("record columns have different lengths")
-    if int(block.lengths.sum()) != len(block.tokens) or (block.lengths < 0).any():
-        raise ValueError(f"record lengths add up to {int(block.lengths.sum())} bases but it holds {len(block.tokens)}")
-    return block
+    total = sum(columns.lengths)
+    if total != len(columns.tokens):
+        raise ValueError(f"record lengths add up to {total} bases but it holds {len(columns.tokens)}")
+    if n and min(columns.lengths) < 0:
+        raise ValueError(f"record lengths include a negative one ({min(columns.lengths)})")
+    return columns
+
+
+def decode_record(data: bytes | dict) -> WindowBlock:
+    """`decode_columns`, the numbers as int64 arrays (`WindowBlock`)."""
+    c = decode_columns(data)
+    return WindowBlock(
+        tokens=c.tokens,
+        lengths=np.asarray(c.lengths, dtype=np.int64),
+        seq_id=c.seq_id,
+        start=np.asarray(c.start, dtype=np.int64),
+        window=np.asarray(c.window, dtype=np.int64),
+        tag=c.tag,
+    )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bionemo_wds.errors import refusal_named
-from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_record, record_key
+from bionemo_wds.format import MANIFEST_NAME, Manifest, ShardInfo, decode_columns, record_key
 from bionemo_wds.format.record_index import INDEX_DTYPE, RecordIndex, RecordIndexBuilder, record_crc32
 from bionemo_wds.format.shard_columns import shard_values
 from bionemo_wds.format.split_index_file import SplitIndex, read_split_index
@@ -201,7 +201,7 @@ class SplitRecords:
             policy.bad_checksum(path, self.key(record), crc, expected_crc)
             return None
         try:
-            block = decode_record(data)
+            block = decode_columns(data)
         except Exception as exc:
             policy.bad_record(path, self.key(record), exc)
             return None

@@ -7,10 +7,17 @@ and the reverse-complement coins of a pass (`flips`).
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 from bionemo_wds.core.seeds import key_crcs, salted_flips
-from bionemo_wds.format import WindowBlock, window_key
+from bionemo_wds.format import RecordColumns, WindowBlock, window_key
+
+
+def as_list(column: list[int] | np.ndarray) -> list[int]:
+    """A record column as a list (`RecordColumns` has lists already; `WindowBlock` int64 arrays)."""
+    return column if isinstance(column, list) else column.tolist()
 
 
 class BlockRows:
@@ -20,12 +27,12 @@ class BlockRows:
 
     __slots__ = ("_coins", "_crcs", "_keys", "offsets", "seq_id", "start", "tag", "tokens", "window")
 
-    def __init__(self, block: WindowBlock):
+    def __init__(self, block: WindowBlock | RecordColumns):
         self.tokens = block.tokens
-        self.offsets: list[int] = block.offsets.tolist()
+        self.offsets: list[int] = [0, *accumulate(as_list(block.lengths))]
         self.seq_id: list[str] = block.seq_id
-        self.start: list[int] = block.start.tolist()
-        self.window: list[int] = block.window.tolist()
+        self.start: list[int] = as_list(block.start)
+        self.window: list[int] = as_list(block.window)
         self.tag = [t.encode("ascii") for t in block.tag]
         self._keys: list[str] | None = None
         self._crcs: np.ndarray | None = None
