@@ -1,11 +1,13 @@
 """Builds the optional C extensions (pyproject.toml holds the rest of the configuration): the exact BPE
 encoder of bionemo_wds.load.tokenize.exact_bpe, the byte-table passes of bionemo_wds.core.byte_lookup
-(reverse complement, base codes, the A/C/G/T check), the packed rows' expansion of
+(reverse complement, base codes, the A/C/G/T check), the keyed hashes of bionemo_wds.core.seeds (each
+document's strand, a masked-LM row's salt), the packed rows' layout and expansion of
 bionemo_wds.load.batch.packed_native and the masked-LM kernels of bionemo_wds.load.batch.mlm (the
 draws, and their laying over a batch). Without a C compiler the package installs without them: BPE
-files are then encoded by the `tokenizers` library, byte tables applied by `bytes.translate`, packed
-rows expanded and masked-LM masks drawn by numpy (the same ids, bases, inputs and masks, slower; the
-BPE and masked-LM paths say so in a warning)."""
+files are then encoded by the `tokenizers` library, byte tables applied by `bytes.translate`, keys
+hashed by `zlib.crc32` and numpy, packed rows laid out and expanded and masked-LM masks drawn by Python
+and numpy (the same ids, bases, inputs and masks, slower; the BPE and masked-LM paths say so in a
+warning)."""
 
 from setuptools import Extension, setup
 
@@ -21,6 +23,12 @@ setup(
             "bionemo_wds.core.byte_tables",
             sources=["bionemo_wds/core/byte_tables.c"],
             depends=["bionemo_wds/core/byte_table.h", "bionemo_wds/core/vector_clones.h"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
+        Extension(
+            "bionemo_wds.core.key_hashes",
+            sources=["bionemo_wds/core/key_hashes.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

@@ -22,6 +22,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+try:
+    from bionemo_wds.core import key_hashes
+except ImportError:  # built by `pip install -e .` where a C compiler is found (setup.py: optional)
+    key_hashes = None  # type: ignore[assignment]
+
 _M64 = (1 << 64) - 1
 
 #: The load-side streams, by name (the value is mixed into the seed, so renaming one is harmless).
@@ -122,7 +127,29 @@ def splitmix64_array(x: np.ndarray) -> np.ndarray:
 
 
 def salted_flips(crcs: np.ndarray, p: float, salt: int) -> np.ndarray:
-    """`salted_flip` of many windows at once, given their `key_crcs`: the same coins, as a bool array.
+    """`salted_flip` of many windows at once, given their `key_crcs`: the same coins, as a bool array."""
+    return coins(splitmix64_array(crcs ^ np.uint64(salt & _M64)), p)
+
+
+def keyed_hashes(keys: Sequence[str], salt: int) -> np.ndarray:
+    """``splitmix64(crc32(key) ^ salt)`` of each key, as uint64: what `salted_flip` compares with its
+    bound, and a masked-LM row's salt. In C where the extension is built (`key_hashes.c`: for the two
+    dozen keys of a batch, `key_crcs` and the array operations of `splitmix64_array` cost more than
+    the hashing); else those, the same numbers."""
+    if key_hashes is None:
+        return splitmix64_array(key_crcs(list(keys)) ^ np.uint64(salt & _M64))
+    out = np.empty(len(keys), dtype=np.uint64)
+    key_hashes.keyed_hashes(keys, salt & _M64, out)
+    return out
+
+
+def salted_key_flips(keys: Sequence[str], p: float, salt: int) -> np.ndarray:
+    """`salted_flip` of each key with probability `p` in the pass of `salt`, as a bool array."""
+    return coins(keyed_hashes(keys, salt), p)
+
+
+def coins(hashes: np.ndarray, p: float) -> np.ndarray:
+    """Which uint64 `hashes` fall below ``p * 2**64``: `salted_flip`'s comparison, for many at once.
 
     The scalar form compares a Python int with the float ``p * 2**64`` exactly; here the bound is the
     smallest integer not below it (an integer is below a number exactly when it is below that
@@ -130,10 +157,10 @@ def salted_flips(crcs: np.ndarray, p: float, salt: int) -> np.ndarray:
     """
     bound = math.ceil(p * 2.0**64)
     if bound <= 0:
-        return np.zeros(len(crcs), dtype=bool)
+        return np.zeros(len(hashes), dtype=bool)
     if bound > _M64:
-        return np.ones(len(crcs), dtype=bool)
-    return splitmix64_array(crcs ^ np.uint64(salt & _M64)) < np.uint64(bound)
+        return np.ones(len(hashes), dtype=bool)
+    return hashes < np.uint64(bound)
 
 
 def flips(key: str, p: float, seed: int, epoch: int) -> bool:
