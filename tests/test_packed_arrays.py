@@ -174,8 +174,14 @@ def test_packed_inputs_on_a_cpu_are_the_rules_applied_after(control_tags, mask_d
         assert laid["loss_mask"].any()
 
 
-def test_a_document_past_the_row_is_named():
-    """A row whose documents need more than seq_length tokens: an error naming the document."""
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_document_past_the_row_is_named(kernel, monkeypatch):
+    """A row whose documents need more than seq_length tokens: an error naming the document, from the
+    C layout and from Python's."""
+    if kernel and packed_native.packed_kernel is None:
+        pytest.skip("the C extension is not built")
+    if not kernel:
+        monkeypatch.setattr(packed_native, "packed_kernel", None)
     bases = np.frombuffer(b"ACGTACGT", dtype=np.uint8)
     docs = DocumentArrays(
         np.zeros(2, np.int64),
@@ -212,11 +218,12 @@ def test_the_laying_kernel_refuses_documents_that_disagree_with_their_columns():
             np.arange(k + 1, dtype=np.int64),
         )
 
-    tokens, doc_tokens, doc_prefix, doc_rc, fields, too_long = lay(4)  # BOS, ACGT, EOS, then PAD
-    assert tokens[0].tobytes() == bytes([2]) + b"ACGT" + bytes([0]) + bytes([1]) * 14
-    assert (doc_tokens.tolist(), doc_prefix.tolist(), doc_rc.tolist()) == ([[6]], [[1]], [[False]])
-    assert (fields, too_long) == ([4, 0, 1], -1)
-    assert lay(4, rows=(0, 0, 0, 0), size=20)[-1] == 3  # 4 x 6 tokens: the fourth is past the row
+    laid = lay(4)  # BOS, ACGT, EOS, then PAD
+    assert isinstance(laid, packed_native.Laid)
+    assert laid.tokens[0].tobytes() == bytes([2]) + b"ACGT" + bytes([0]) + bytes([1]) * 14
+    assert (laid.doc_tokens.tolist(), laid.doc_prefix.tolist(), laid.doc_rc.tolist()) == ([[6]], [[1]], [[False]])
+    assert (laid.bases_of, laid.first, laid.past) == ([4], [0], [1])
+    assert lay(4, rows=(0, 0, 0, 0), size=20) == 3  # 4 x 6 tokens: the fourth is past the row
     with pytest.raises(ValueError, match="document 0's pieces hold more bases than its length"):
         lay(3)
     with pytest.raises(ValueError, match="document 0's pieces hold fewer bases than its length"):
@@ -248,8 +255,8 @@ def test_flipped_pieces_are_complemented_by_the_table_for_every_byte(lengths, le
     first_piece = np.array([0, len(pieces)], dtype=np.int64)
     flip = np.ones(1, bool)
     laid = packed_native.native_lay_out(1, size, one * 0, one * (size - 2), [1], flip, [b""], pieces, first_piece)
-    assert laid is not None
-    flat = laid[0][0]
+    assert isinstance(laid, packed_native.Laid)
+    flat = laid.tokens[0]
     table = np.frombuffer(COMPLEMENT_TABLE, dtype=np.uint8)
     want = table[np.concatenate(pieces)[::-1]]
     assert flat[1:-1].tobytes() == want.tobytes()

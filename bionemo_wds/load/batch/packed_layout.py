@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bionemo_wds.core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SEP_ID, reverse_complement_bases
-from bionemo_wds.load.batch.packed_native import native_lay_out
+from bionemo_wds.load.batch.packed_native import Laid, native_lay_out
 
 
 class DocumentArrays(NamedTuple):
@@ -53,38 +53,33 @@ def lay_out(
     tag from `tags` (after dropout)."""
     k = len(docs)
     prefix = [len(t) + 2 for t in tags] if control_tags else [1] * k
-    native = native_lay_out(n, seq_length, docs.row, docs.length, prefix, flip, tags, docs.pieces, docs.first_piece)
-    if native is not None:
-        tokens, doc_tokens, doc_prefix, doc_rc, fields, too_long = native
-        if too_long >= 0:
-            i = int(docs.row[too_long])
-            raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {docs.keys[too_long]})")
-        bases_of, first, past = fields[0::3], fields[1::3], fields[2::3]
-    else:
-        tokens, doc_tokens, doc_prefix, doc_rc, bases_of, first, past = python_lay_out(
-            docs, flip, tags, prefix, n, seq_length
-        )
-    flips = flip.tolist()
+    laid = native_lay_out(n, seq_length, docs.row, docs.length, prefix, flip, tags, docs.pieces, docs.first_piece)
+    if laid is None:
+        laid = python_lay_out(docs, flip, tags, prefix, n, seq_length)
+    if isinstance(laid, int):
+        i = int(docs.row[laid])
+        raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {docs.keys[laid]})")
+    flips, first = flip.tolist(), laid.first
     keys, starts = docs.keys, docs.start.tolist()
     return {
-        "tokens": tokens,
-        "doc_tokens": doc_tokens,
-        "doc_prefix": doc_prefix,
-        "doc_rc": doc_rc,
-        "lengths": np.array(bases_of, dtype=np.int32),
+        "tokens": laid.tokens,
+        "doc_tokens": laid.doc_tokens,
+        "doc_prefix": laid.doc_prefix,
+        "doc_rc": laid.doc_rc,
+        "lengths": np.array(laid.bases_of, dtype=np.int32),
         "rc": np.array([d >= 0 and flips[d] for d in first], dtype=bool),
         "start": np.array([starts[d] if d >= 0 else 0 for d in first], dtype=np.int64),
         "seq_id": [docs.seq_id[d] if d >= 0 else "" for d in first],
-        "keys": [";".join(keys[a:b]) if a >= 0 else "" for a, b in zip(first, past)],
+        "keys": [";".join(keys[a:b]) if a >= 0 else "" for a, b in zip(first, laid.past)],
     }
 
 
 def python_lay_out(
     docs: DocumentArrays, flip: np.ndarray, tags: list[bytes], prefix: list[int], n: int, seq_length: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int], list[int], list[int]]:
-    """`lay_out`'s matrices where the C kernel is not built: (tokens, doc_tokens, doc_prefix, doc_rc, each
-    row's bases, first document and the one past its last), worked out in one pass over plain lists, each
-    tag and piece written by a slice copy."""
+) -> Laid | int:
+    """`lay_out`'s matrices where the C kernel is not built (`native_lay_out`'s, the same cells; the
+    number of the first document that does not fit its row, where one does not), worked out in one
+    pass over plain lists, each tag and piece written by a slice copy."""
     rows, lengths = docs.row.tolist(), docs.length.tolist()
     k = len(docs)
     tokens = np.full((n, seq_length), PAD_ID, dtype=np.uint8)
@@ -97,7 +92,7 @@ def python_lay_out(
         at = used[i]
         used[i] = at + head + lengths[d] + 1
         if used[i] > seq_length:
-            raise ValueError(f"packed sample {i} needs more than {seq_length} tokens (document {docs.keys[d]})")
+            return d
         if first[i] < 0:
             first[i] = d
         column[d], past[i] = d - first[i], d + 1
@@ -112,7 +107,7 @@ def python_lay_out(
     doc_rc = np.zeros((n, width), dtype=bool)
     place = docs.row * width + np.array(column, dtype=np.int64)
     doc_tokens.reshape(-1)[place], doc_prefix.reshape(-1)[place], doc_rc.reshape(-1)[place] = sizes, prefix_array, flip
-    return tokens, doc_tokens, doc_prefix, doc_rc, bases_of, first, past
+    return Laid(tokens, doc_tokens, doc_prefix, doc_rc, bases_of, first, past)
 
 
 def place_documents(

@@ -8,7 +8,7 @@ compiler at install) both say so (None) and Python and numpy run (the figures ar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -43,6 +43,20 @@ def native_packed_inputs(
     return megatron_inputs(tokens, labels, loss_mask, torch.from_numpy(positions), sizes)
 
 
+class Laid(NamedTuple):
+    """A packed batch laid out (`packed_layout.lay_out`'s matrices): its uint8 tokens, the document
+    columns (rows x width: tokens, tokens before the first base, reverse-complemented), and per row
+    its bases, its first document and the one past its last (-1 and 0 for a row without documents)."""
+
+    tokens: np.ndarray
+    doc_tokens: np.ndarray
+    doc_prefix: np.ndarray
+    doc_rc: np.ndarray
+    bases_of: list[int]
+    first: list[int]
+    past: list[int]
+
+
 def native_lay_out(
     n: int,
     seq_length: int,
@@ -53,11 +67,10 @@ def native_lay_out(
     tags: list[bytes],
     pieces: list[np.ndarray],
     first_piece: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[int], int] | None:
-    """`packed_layout.lay_out`'s matrices by the C kernel (`packed_kernel.lay_out`: one call a batch):
-    (tokens, doc_tokens, doc_prefix, doc_rc, row fields, -1) with the row fields flat (per row: its
-    bases, its first document and the one past its last; -1, 0 for a row without documents); (…, d) with
-    d >= 0 where document d does not fit its row; None where the kernel is not built."""
+) -> Laid | int | None:
+    """`packed_layout.lay_out`'s matrices by the C kernel (`packed_kernel.lay_out`: one call a batch);
+    the number of the first document that does not fit its row, where one does not; None where the
+    kernel is not built."""
     if packed_kernel is None:
         return None
     k = len(row)
@@ -82,14 +95,7 @@ def native_lay_out(
         fields,
     )
     if width < 0:
-        return tokens, doc_tokens, doc_prefix, doc_rc, [], -width - 1
-    used = n * width
-    shape = (n, width)
-    return (
-        tokens,
-        doc_tokens[:used].reshape(shape),
-        doc_prefix[:used].reshape(shape),
-        doc_rc[:used].reshape(shape),
-        fields.tolist(),
-        -1,
-    )
+        return -width - 1
+    used, shape, per_row = n * width, (n, width), fields.tolist()
+    columns = (doc_tokens[:used].reshape(shape), doc_prefix[:used].reshape(shape), doc_rc[:used].reshape(shape))
+    return Laid(tokens, *columns, per_row[0::3], per_row[1::3], per_row[2::3])
