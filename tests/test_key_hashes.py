@@ -69,3 +69,16 @@ def test_bad_keys_are_refused():
         seeds.keyed_hashes(["\ud800"], 1)
     with pytest.raises(UnicodeEncodeError):
         "\ud800".encode()  # as str.encode refuses it
+
+
+@settings(max_examples=40, deadline=None)
+@given(keys=KEYS, data=st.data(), p=st.sampled_from([0.0, 0.3, 0.5, 1.0]))
+def test_a_salt_per_key_is_each_key_by_its_own_salt(keys, data, p):
+    """A blend's documents draw by streams of their own: one salt per key gives each key's hash and
+    coin with its own salt alone."""
+    salts = data.draw(st.lists(st.integers(0, M64), min_size=len(keys), max_size=len(keys)))
+    by_key = np.array(salts, dtype=np.uint64)
+    assert seeds.keyed_hashes(keys, by_key).tolist() == [
+        seeds.keyed_hashes([k], s).tolist()[0] for k, s in zip(keys, salts)
+    ]
+    assert seeds.salted_key_flips(keys, p, by_key).tolist() == [seeds.salted_flip(k, p, s) for k, s in zip(keys, salts)]

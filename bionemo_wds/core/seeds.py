@@ -131,11 +131,14 @@ def salted_flips(crcs: np.ndarray, p: float, salt: int) -> np.ndarray:
     return coins(splitmix64_array(crcs ^ np.uint64(salt & _M64)), p)
 
 
-def keyed_hashes(keys: Sequence[str], salt: int) -> np.ndarray:
+def keyed_hashes(keys: Sequence[str], salt: int | np.ndarray) -> np.ndarray:
     """``splitmix64(crc32(key) ^ salt)`` of each key, as uint64: what `salted_flip` compares with its
-    bound, and a masked-LM row's salt. In C where the extension is built (`key_hashes.c`: for the two
-    dozen keys of a batch, `key_crcs` and the array operations of `splitmix64_array` cost more than
-    the hashing); else those, the same numbers."""
+    bound, and a masked-LM row's salt. `salt`: one for every key, or one per key (a uint64 array: a
+    blend's rows draw by streams of their own). One salt in C where the extension is built
+    (`key_hashes.c`: for the two dozen keys of a batch, `key_crcs` and the array operations of
+    `splitmix64_array` cost more than the hashing); else those, the same numbers."""
+    if isinstance(salt, np.ndarray):
+        return splitmix64_array(key_crcs(list(keys)) ^ salt.astype(np.uint64, copy=False))
     if key_hashes is None:
         return splitmix64_array(key_crcs(list(keys)) ^ np.uint64(salt & _M64))
     out = np.empty(len(keys), dtype=np.uint64)
@@ -143,8 +146,9 @@ def keyed_hashes(keys: Sequence[str], salt: int) -> np.ndarray:
     return out
 
 
-def salted_key_flips(keys: Sequence[str], p: float, salt: int) -> np.ndarray:
-    """`salted_flip` of each key with probability `p` in the pass of `salt`, as a bool array."""
+def salted_key_flips(keys: Sequence[str], p: float, salt: int | np.ndarray) -> np.ndarray:
+    """`salted_flip` of each key with probability `p` in the pass of `salt` (one, or one per key), as
+    a bool array."""
     return coins(keyed_hashes(keys, salt), p)
 
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from webdataset.filters import pipelinefilter
 
-from bionemo_wds.core.seeds import flip_salt, key_crcs, mlm_salt, salted_flips, salted_key_flips, tag_salt
+from bionemo_wds.core.seeds import flip_salt, mlm_salt, salted_key_flips, tag_salt
 from bionemo_wds.load.batch.compact import Part, compact_batch
 from bionemo_wds.load.batch.draws import Salts, check_tag_room, dropped_tag, key_flip, row_flip
 from bionemo_wds.load.batch.mlm import batch_masks, row_salts
@@ -265,13 +265,7 @@ def document_flips(docs: DocumentArrays, draws: list[tuple[int, int]], p: float,
     row_salts = [salts[d] for d in draws]
     if len(set(row_salts)) == 1:  # the usual batch: one (seed, pass)
         return salted_key_flips(docs.keys, p, row_salts[0])
-    crcs = key_crcs(docs.keys)
-    salt_of = np.array([s & (2**64 - 1) for s in row_salts], dtype=np.uint64)[docs.row]
-    flips = np.zeros(len(docs), dtype=bool)
-    for salt in np.unique(salt_of).tolist():
-        at = salt_of == salt
-        flips[at] = salted_flips(crcs[at], p, salt)
-    return flips
+    return salted_key_flips(docs.keys, p, np.array([s & (2**64 - 1) for s in row_salts], dtype=np.uint64)[docs.row])
 
 
 def documents_tokens(

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bionemo_wds.core.seeds import GOLDEN, key_crcs, keyed_hashes, mix64, splitmix64_array
+from bionemo_wds.core.seeds import GOLDEN, keyed_hashes, mix64
 from bionemo_wds.load.batch.mlm_native import native_lay, native_lays, native_mask_tokens, native_ready
 from bionemo_wds.load.batch.mlm_rule import (
     BERT_MASK_SHARE,
@@ -57,9 +57,9 @@ def row_salts(keys: list[str], salts: int | np.ndarray) -> np.ndarray:
     """Each row's salt (uint64): its sample's key hashed with its pass's salt (`seeds.mlm_salt`: one
     for all rows, or one per row where a blend's rows come from streams of their own); a filler
     row's key is empty, and it has nothing to mask anyway."""
-    if isinstance(salts, (int, np.integer)):
-        return keyed_hashes(keys, int(salts))
-    return splitmix64_array(key_crcs(keys) ^ np.asarray(salts, dtype=np.uint64))
+    return keyed_hashes(
+        keys, int(salts) if isinstance(salts, (int, np.integer)) else np.asarray(salts, dtype=np.uint64)
+    )
 
 
 def maskable(ids: np.ndarray, lengths: np.ndarray, rule: MaskingRule) -> np.ndarray:
