@@ -29,13 +29,18 @@ setup(
         Extension(
             "bionemo_wds.core.key_hashes",
             sources=["bionemo_wds/core/key_hashes.c"],
+            depends=["bionemo_wds/core/splitmix.h"],
             extra_compile_args=["-O3"],
             optional=True,
         ),
         Extension(
             "bionemo_wds.load.batch.mlm_kernel",
             sources=["bionemo_wds/load/batch/mlm_kernel.c"],
-            depends=["bionemo_wds/load/batch/mlm_common.h", "bionemo_wds/core/vector_clones.h"],
+            depends=[
+                "bionemo_wds/load/batch/mlm_common.h",
+                "bionemo_wds/core/splitmix.h",
+                "bionemo_wds/core/vector_clones.h",
+            ],
             include_dirs=["bionemo_wds/core"],
             extra_compile_args=["-O3"],
             optional=True,

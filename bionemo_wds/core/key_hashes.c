@@ -4,10 +4,12 @@
  * operations; for the two dozen documents of a batch those calls cost more than the hashing (measured:
  * docs/benchmarks.md), so the loop is here. crc32 is zlib's (the reflected 0xEDB88320 polynomial, a
  * byte at a time: keys are a few dozen bytes), over each key's UTF-8 bytes as `str.encode` gives them;
- * splitmix64 is `seeds.splitmix64`. tests/test_key_hashes.py compares both with the Python forms. */
+ * splitmix64 is `seeds.splitmix64` (splitmix.h). tests/test_key_hashes.py compares both with the Python forms. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+#include "splitmix.h"
 
 static uint32_t crc_table[256];
 
@@ -25,13 +27,6 @@ static uint32_t crc32_of(const unsigned char *p, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++)
         c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
-}
-
-static inline uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
 }
 
 /* keyed_hashes(keys, salt, out): out[i] = splitmix64(crc32(utf8(keys[i])) ^ salt), out a writable buffer of

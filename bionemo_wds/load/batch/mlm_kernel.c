@@ -13,6 +13,7 @@
  * Buffers come from numpy through the buffer protocol; the GIL is released while drawing.
  */
 #include "mlm_common.h"
+#include "splitmix.h" /* mix64: seeds.mix64 */
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,12 +24,6 @@ static inline uint32_t fmix32(uint32_t h) {
     h *= 0xC2B2AE35u;
     h ^= h >> 16;
     return h;
-}
-
-static inline uint64_t mix64(uint64_t x) {
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
 }
 
 static inline void write_int(char *base, Py_ssize_t i, int size, int64_t v) {
@@ -246,7 +241,7 @@ static PyObject *draw(PyObject *self, PyObject *args) {
             Py_ssize_t c = chosen[i];
             int64_t value = mask_id;
             if (bert) {
-                uint64_t second = mix64(s + (uint64_t)(c + 1) * 0x9E3779B97F4A7C15ull);
+                uint64_t second = mix64(s + (uint64_t)(c + 1) * SPLITMIX_GOLDEN);
                 uint64_t share53 = second >> 11; /* the share is share53 / 2**53 */
                 uint64_t third = mix64(second ^ 0xD1B54A32D192ED03ull) >> 32;
                 uint64_t pick = (third * (uint64_t)n_random) >> 32;
